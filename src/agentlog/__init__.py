@@ -1,0 +1,74 @@
+"""agentlog: an append-only, event-sourced storage engine for AI-agent sessions.
+
+Every session is a log of events behind one small contract
+(:class:`Checkpointer`): append with an expected head, read forward, head,
+list, delete, truncate and fork. Backends: :class:`MemoryCheckpointer`,
+:class:`FileCheckpointer` (JSONL files) and :class:`SqliteCheckpointer` (the
+embedded default).
+"""
+
+from __future__ import annotations
+
+from ._engines import engine_info
+from .checkpointer import BaseCheckpointer, Checkpointer
+from .errors import (
+    AgentlogError,
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    CorruptDatabaseError,
+    DirectoryLockedError,
+    InvalidEventError,
+    InvalidSessionIdError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StorageUnavailableError,
+    UnserializableEventError,
+)
+from .events import (
+    EVENT_TYPES,
+    MAX_SESSION_ID_LENGTH,
+    SessionEvent,
+    SessionInfo,
+    StoredEvent,
+    check_session_id,
+    store_events,
+)
+from .file import FileCheckpointer
+from .fold import fold_events
+from .legacy import legacy_store_adapter
+from .memory import MemoryCheckpointer
+from .sqlite import SqliteCheckpointer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EVENT_TYPES",
+    "MAX_SESSION_ID_LENGTH",
+    "AgentlogError",
+    "BaseCheckpointer",
+    "CheckpointConflictError",
+    "Checkpointer",
+    "CheckpointerClosedError",
+    "CorruptDatabaseError",
+    "DirectoryLockedError",
+    "FileCheckpointer",
+    "InvalidEventError",
+    "InvalidSessionIdError",
+    "MemoryCheckpointer",
+    "SchemaVersionError",
+    "SessionEvent",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionNotFoundError",
+    "SqliteCheckpointer",
+    "StorageUnavailableError",
+    "StoredEvent",
+    "UnserializableEventError",
+    "__version__",
+    "check_session_id",
+    "engine_info",
+    "fold_events",
+    "legacy_store_adapter",
+    "store_events",
+]

@@ -1,0 +1,98 @@
+"""The typed errors agentlog raises.
+
+Every error derives from :class:`AgentlogError`, so a host can catch the whole
+family in one place. Errors about bad arguments also derive from the matching
+built-in (``ValueError`` / ``TypeError`` / ``LookupError``) so that code written
+against the standard exceptions keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentlogError",
+    "CheckpointConflictError",
+    "CheckpointerClosedError",
+    "CorruptDatabaseError",
+    "DirectoryLockedError",
+    "InvalidEventError",
+    "InvalidSessionIdError",
+    "SchemaVersionError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "StorageUnavailableError",
+    "UnserializableEventError",
+]
+
+
+class AgentlogError(Exception):
+    """Base class of every error raised by agentlog."""
+
+
+class CheckpointConflictError(AgentlogError):
+    """An append or write found a head other than the one the caller expected.
+
+    Nothing of the failed call was written. Reload the session (read and fold),
+    then retry with the new head, or fork from an earlier point.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {session_id!r}: expected head {expected}, but the head is {actual}"
+        )
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+    def __reduce__(self) -> tuple[type[CheckpointConflictError], tuple[str, int, int]]:
+        return (type(self), (self.session_id, self.expected, self.actual))
+
+
+class InvalidSessionIdError(AgentlogError, ValueError):
+    """A session id is not a non-empty, bounded, path- and key-safe string."""
+
+
+class InvalidEventError(AgentlogError, ValueError):
+    """An event was refused; ``index`` is its position in the appended list."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"event {index}: {message}")
+        self.index = index
+
+    def __reduce__(self) -> tuple[type[InvalidEventError], tuple[int, str]]:
+        text = str(self.args[0]).split(": ", 1)[1]
+        return (type(self), (self.index, text))
+
+
+class UnserializableEventError(InvalidEventError, TypeError):
+    """An event is not a mapping, or holds a value JSON cannot encode."""
+
+
+class SessionNotFoundError(AgentlogError, LookupError):
+    """The operation needs an existing session and there is none by that id."""
+
+
+class SessionExistsError(AgentlogError, ValueError):
+    """The operation would create a session whose id is already taken."""
+
+
+class CheckpointerClosedError(AgentlogError, RuntimeError):
+    """The checkpointer was closed; open a new one to continue."""
+
+
+class SchemaVersionError(AgentlogError):
+    """The store was written by a newer, incompatible agentlog (or is not ours).
+
+    Raised at open, before anything in the store is changed.
+    """
+
+
+class CorruptDatabaseError(AgentlogError):
+    """The store is damaged or is not an agentlog store at all."""
+
+
+class DirectoryLockedError(AgentlogError):
+    """Another process (or another open checkpointer) owns this directory."""
+
+
+class StorageUnavailableError(AgentlogError):
+    """The store could not be reached in time (busy database, I/O failure)."""

@@ -1,0 +1,214 @@
+"""Events, their validation and their JSON encoding.
+
+The codec is ``orjson``: on the benchmark workload (~500-byte agent events) it
+encodes in about a quarter and decodes in about a third of the time of the
+standard library's ``json`` (figures in the README). It has two gaps that are
+closed here: it writes NaN and Infinity as ``null`` instead of refusing them,
+and it silently converts ``datetime`` values and dataclasses. The latter are
+passed through to a ``default`` that refuses them; the former is caught by
+re-checking, with the standard library's strict encoder, any event whose
+encoding contains ``null`` (rare, and only then is the slower check paid).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, NoReturn
+
+import orjson
+
+from .errors import InvalidEventError, InvalidSessionIdError, UnserializableEventError
+
+__all__ = [
+    "EVENT_TYPES",
+    "MAX_SESSION_ID_LENGTH",
+    "SessionEvent",
+    "SessionInfo",
+    "StoredEvent",
+    "check_session_id",
+    "store_events",
+]
+
+#: The canonical event types; anything else is refused.
+EVENT_TYPES: frozenset[str] = frozenset(
+    {
+        "user",
+        "assistant",
+        "tool_started",
+        "tool_result",
+        "file_snapshot",
+        "artifact_verified",
+        "permission_decision",
+        "summary",
+        "context_view",
+    }
+)
+
+#: The longest session id accepted, in characters.
+MAX_SESSION_ID_LENGTH = 255
+
+#: A session event as appended: a JSON-serialisable mapping with a ``type`` key.
+SessionEvent = Mapping[str, Any]
+
+
+class StoredEvent(NamedTuple):
+    """An event as stored: immutable, a tuple underneath, cheap to create.
+
+    ``event`` is the appended mapping after a JSON round trip (tuples become
+    lists); every read returns fresh objects, so changing ``event`` never
+    changes the log.
+    """
+
+    seq: int
+    """Position in the session, 1, 2, 3 … with no gaps."""
+    parent_seq: int
+    """The seq this event follows (``seq - 1``); 0 for the first event."""
+    ts: float
+    """When the event was appended, in seconds since the epoch."""
+    type: str
+    """The event's ``type`` field."""
+    event: dict[str, Any]
+    """The event mapping itself, ``type`` included."""
+
+
+class SessionInfo(NamedTuple):
+    """One row of :meth:`Checkpointer.list`."""
+
+    id: str
+    """The session id."""
+    mtime: float
+    """When the session last changed (append, truncate, fork), epoch seconds."""
+    head: int
+    """The seq of the last event; 0 for an empty session."""
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a safe session id, else raise.
+
+    A safe id is a ``str`` of 1 to :data:`MAX_SESSION_ID_LENGTH` printable
+    characters, without ``/`` or ``\\``, and not ``.`` or ``..``. "Printable"
+    is Python's ``str.isprintable``: it excludes NUL and every other control,
+    format, surrogate and line/paragraph separator character, so an id can
+    neither escape a directory nor break a key or a log line in any backend.
+    """
+    if type(session_id) is not str:
+        if isinstance(session_id, str):
+            session_id = str(session_id)
+        else:
+            raise InvalidSessionIdError(
+                f"session id must be a str, not {type(session_id).__name__}"
+            )
+    if not 0 < len(session_id) <= MAX_SESSION_ID_LENGTH:
+        raise InvalidSessionIdError(
+            f"session id must have 1 to {MAX_SESSION_ID_LENGTH} characters, "
+            f"got {len(session_id)}"
+        )
+    if (
+        not session_id.isprintable()
+        or "/" in session_id
+        or "\\" in session_id
+        or session_id in (".", "..")
+    ):
+        raise InvalidSessionIdError(
+            f"session id {session_id[:60]!r} is not allowed: no control or "
+            "format characters, no '/' or '\\', and not '.' or '..'"
+        )
+    return session_id
+
+
+_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_strict_dumps = json.JSONEncoder(allow_nan=False, check_circular=True).encode
+_dumps = orjson.dumps
+_loads = orjson.loads
+
+
+def _refuse(value: object) -> NoReturn:
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def _encode_one(index: int, event: object) -> tuple[str, bytes]:
+    if type(event) is not dict:
+        if not isinstance(event, Mapping):
+            raise UnserializableEventError(
+                index, f"expected a mapping, got {type(event).__name__}"
+            )
+        event = dict(event)
+    assert isinstance(event, dict)
+    event_type = event.get("type")
+    if type(event_type) is not str or event_type not in EVENT_TYPES:
+        raise InvalidEventError(
+            index,
+            f"unknown event type {event_type!r}; expected one of "
+            + ", ".join(sorted(EVENT_TYPES)),
+        )
+    try:
+        payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise UnserializableEventError(index, f"cannot be encoded as JSON: {exc}") from None
+    if b"null" in payload:
+        try:
+            _strict_dumps(event)
+        except ValueError as exc:
+            raise InvalidEventError(index, f"cannot be encoded as JSON: {exc}") from None
+    return event_type, payload
+
+
+def encode_events(events: Iterable[SessionEvent]) -> list[tuple[str, bytes]]:
+    """Validate and encode events to ``(type, json_bytes)`` pairs.
+
+    Raises :class:`InvalidEventError` (a ``ValueError``) or
+    :class:`UnserializableEventError` (also a ``TypeError``) naming the index
+    of the first offending event.
+    """
+    if isinstance(events, (Mapping, str, bytes)) or not isinstance(events, Iterable):
+        raise TypeError(
+            f"events must be a list of event mappings, not {type(events).__name__}"
+        )
+    return [_encode_one(index, event) for index, event in enumerate(events)]
+
+
+def decode_payload(payload: bytes | str) -> dict[str, Any]:
+    """Decode a stored event payload."""
+    value = _loads(payload)
+    if type(value) is not dict:
+        raise ValueError("stored event payload is not a JSON object")
+    return value  # type: ignore[no-any-return]
+
+
+def check_seq(name: str, value: object) -> int:
+    """Return ``value`` if it is a non-negative ``int`` (not a bool), else raise."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        value = int(value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def store_events(
+    session_id: str,
+    from_seq: int,
+    events: Iterable[SessionEvent],
+    ts: float | None = None,
+) -> list[StoredEvent]:
+    """Stamp ``seq`` / ``parent_seq`` / ``ts`` on events appended after ``from_seq``.
+
+    The building block for a custom backend: it validates the id and every
+    event exactly as the built-in backends do, and the returned events hold
+    JSON round-tripped copies, so later changes to the caller's mappings do
+    not reach the log.
+
+    >>> [e.seq for e in store_events("s", 3, [{"type": "user", "content": "hi"}])]
+    [4]
+    """
+    check_session_id(session_id)
+    from_seq = check_seq("from_seq", from_seq)
+    encoded = encode_events(events)
+    stamp = time.time() if ts is None else float(ts)
+    return [
+        StoredEvent(from_seq + i, from_seq + i - 1, stamp, event_type, _loads(payload))
+        for i, (event_type, payload) in enumerate(encoded, 1)
+    ]

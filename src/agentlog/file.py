@@ -1,0 +1,415 @@
+"""The file backend: one JSONL file per session, owned by one process.
+
+Layout of a session file::
+
+    {"agentlog":1,"session":"<id>","created":<ts>}          <- header
+    {"seq":1,"end":2,"ts":<ts>,"event":{...}}               <- batch 1..2
+    {"seq":2,"end":2,"ts":<ts>,"event":{...}}
+    {"seq":3,"end":3,"ts":<ts>,"event":{...}}               <- batch 3..3
+
+A batch is written with one ``write`` call (and an ``fsync`` with
+``fsync=True``). Every line carries the seq of its batch's last event
+(``end``), so on open a batch that a crash left half-written — a torn last
+line, or complete lines whose batch end never arrived — is detected and cut
+off, leaving exactly the appends that had returned. Truncating or forking in
+the middle of a batch rewrites that batch's ``end`` through a temporary file
+and an atomic rename, so a crash never leaves a half-truncated log.
+
+File names are ``<slug>.<hash>.jsonl``: a lower-case, readable slug of the id
+plus 96 bits of its SHA-256, so no id can escape the directory and ids that
+differ only by case never share a file, even on case-insensitive file systems.
+The header holds the exact id.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import hashlib
+import os
+import re
+import threading
+from array import array
+from pathlib import Path
+
+import orjson
+
+from .checkpointer import BaseCheckpointer
+from .errors import (
+    CheckpointConflictError,
+    CorruptDatabaseError,
+    DirectoryLockedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StorageUnavailableError,
+)
+from .events import SessionInfo, StoredEvent
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["FileCheckpointer"]
+
+_LOCK_NAME = ".agentlog.lock"
+_SUFFIX = ".jsonl"
+_SLUG_UNSAFE = re.compile(r"[^a-z0-9_-]+")
+_new_stored = tuple.__new__
+
+
+def session_file_name(session_id: str) -> str:
+    """The file name that holds ``session_id`` (the id must be valid)."""
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:24]
+    slug = _SLUG_UNSAFE.sub("_", session_id.lower())[:40] or "_"
+    return f"{slug}.{digest}{_SUFFIX}"
+
+
+def _header(session_id: str, created: float) -> bytes:
+    return orjson.dumps({"agentlog": 1, "session": session_id, "created": created}) + b"\n"
+
+
+def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
+    return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
+
+
+class _Session:
+    """What the owning process knows about one session file."""
+
+    __slots__ = ("session_id", "path", "offsets", "mtime")
+
+    def __init__(self, session_id: str, path: Path, offsets: array[int], mtime: float) -> None:
+        self.session_id = session_id
+        self.path = path
+        # offsets[k] is where event k+1 starts; offsets[head] is the end of
+        # the committed log. offsets[0] is the end of the header.
+        self.offsets = offsets
+        self.mtime = mtime
+
+    @property
+    def head(self) -> int:
+        return len(self.offsets) - 1
+
+
+class FileCheckpointer(BaseCheckpointer):
+    """A checkpointer in a directory of JSONL files, one per session.
+
+    For CLI tools and one agent per project: human-readable, greppable and
+    easy to copy. One process owns the directory (an OS file lock, held until
+    :meth:`close`); a second one — or a second checkpointer in the same
+    process — is refused with :class:`DirectoryLockedError` instead of
+    interleaving writes. Within the process, one object is safe to share
+    between threads.
+
+    ``fsync=False`` (the default) survives a crash of the process: every
+    batch reaches the operating system in one write before ``append``
+    returns. ``fsync=True`` also survives a crash of the operating system, at
+    the cost of an fsync per append.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], fsync: bool = False) -> None:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(f"directory must be a path, not {type(directory).__name__}")
+        if fcntl is None:  # pragma: no cover - not POSIX
+            raise StorageUnavailableError("FileCheckpointer needs POSIX file locks")
+        self.directory = Path(directory)
+        self.fsync = bool(fsync)
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _Session | None] = {}
+        self._all_loaded = False
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from exc
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self._lock_fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise DirectoryLockedError(
+                    f"{self.directory} is in use by another process or checkpointer"
+                ) from None
+            raise StorageUnavailableError(f"cannot lock {self.directory}: {exc}") from exc
+        for stale in self.directory.glob(f"*{_SUFFIX}.tmp"):
+            stale.unlink()  # an interrupted rewrite; the original is intact
+
+    # -- loading -----------------------------------------------------------------
+
+    def _session(self, session_id: str) -> _Session | None:
+        """The session's state, loading (and repairing) its file on first use."""
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        path = self.directory / session_file_name(session_id)
+        session = self._load(path, session_id)
+        self._sessions[session_id] = session
+        return session
+
+    def _load(self, path: Path, expected_id: str | None) -> _Session | None:
+        try:
+            data = path.read_bytes()
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot read {path}: {exc}") from exc
+        header_end = data.find(b"\n") + 1
+        if header_end == 0:
+            # The creating append never finished (nothing of it returned); the
+            # next append to this id starts the file afresh.
+            return None
+        try:
+            header = orjson.loads(data[:header_end])
+            session_id = header["session"]
+            valid = header.get("agentlog") == 1 and isinstance(session_id, str)
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+            valid = False
+        if not valid:
+            if expected_id is None:
+                return None  # not one of ours; leave it alone
+            raise CorruptDatabaseError(f"{path}: not an agentlog session file")
+        if expected_id is not None and session_id != expected_id:
+            raise CorruptDatabaseError(f"{path} holds session {session_id!r}, not {expected_id!r}")
+        offsets = array("q", [header_end])
+        find = data.find
+        start = header_end
+        while True:
+            newline = find(b"\n", start)
+            if newline < 0:
+                break
+            start = newline + 1
+            offsets.append(start)
+        # Cut a torn tail: complete lines of a batch whose last line is missing.
+        while len(offsets) > 1:
+            line = data[offsets[-2] : offsets[-1]]
+            try:
+                record = orjson.loads(line)
+                seq, end = record["seq"], record["end"]
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                raise CorruptDatabaseError(f"{path}: unreadable event line {len(offsets) - 1}") from exc
+            if seq != len(offsets) - 1:
+                raise CorruptDatabaseError(f"{path}: line {len(offsets) - 1} holds seq {seq}")
+            if seq == end:
+                break
+            offsets.pop()
+        if offsets[-1] != len(data):
+            with open(path, "r+b") as handle:
+                handle.truncate(offsets[-1])
+                if self.fsync:
+                    os.fsync(handle.fileno())
+        return _Session(session_id, path, offsets, mtime)
+
+    def _load_all(self) -> None:
+        if self._all_loaded:
+            return
+        known = {s.path.name for s in self._sessions.values() if s is not None}
+        for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+            if path.name in known:
+                continue
+            session = self._load(path, None)
+            if session is None or session.session_id in self._sessions:
+                continue
+            if path.name != session_file_name(session.session_id):
+                continue  # a copied or renamed file: not where we would look for it
+            self._sessions[session.session_id] = session
+        self._all_loaded = True
+
+    # -- writing -----------------------------------------------------------------
+
+    def _sync_directory(self) -> None:
+        if self.fsync:
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _write_new(self, path: Path, content: bytes) -> None:
+        """Create ``path`` holding ``content`` atomically (temporary file + rename)."""
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(content)
+            if self.fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        self._sync_directory()
+
+    def _append(
+        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+    ) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            head = 0 if session is None else session.head
+            if expected_head is not None and expected_head != head:
+                raise CheckpointConflictError(session_id, expected_head, head)
+            if not batch:
+                return head
+            end = head + len(batch)
+            lines = [_line(seq, end, ts, payload) for seq, (_, payload) in enumerate(batch, head + 1)]
+            body = b"".join(lines)
+            try:
+                if session is None:
+                    path = self.directory / session_file_name(session_id)
+                    header = _header(session_id, ts)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+                    offsets = array("q", [len(header)])
+                    content = header + body
+                else:
+                    path = session.path
+                    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                    offsets = session.offsets
+                    content = body
+                try:
+                    written = os.write(fd, content)
+                    if written != len(content):
+                        raise OSError(errno.EIO, f"short write to {path}")
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                # Drop whatever part of the batch reached the file.
+                self._sessions.pop(session_id, None)
+                self._session(session_id)
+                raise StorageUnavailableError(f"append to {session_id!r} failed: {exc}") from exc
+            if session is None:
+                self._sync_directory()
+            position = offsets[-1]
+            for line in lines:
+                position += len(line)
+                offsets.append(position)
+            if session is None:
+                session = _Session(session_id, path, offsets, ts)
+                self._sessions[session_id] = session
+            session.mtime = ts
+            return end
+
+    @staticmethod
+    def _events_through(session: _Session, to_seq: int, data: bytes) -> bytes:
+        """The event lines 1..``to_seq`` of ``data`` (the file from offset 0),
+        with the batch that ``to_seq`` falls in closed at ``to_seq``."""
+        offsets = session.offsets
+        keep = to_seq
+        closing: builtins.list[bytes] = []
+        if to_seq:
+            batch_end = orjson.loads(data[offsets[to_seq - 1] : offsets[to_seq]])["end"]
+            # Every line of a batch carries the same end; rewrite those up to to_seq.
+            while batch_end != to_seq and keep >= 1:
+                line = data[offsets[keep - 1] : offsets[keep]]
+                record = orjson.loads(line)
+                if record["end"] != batch_end:
+                    break
+                payload = line[line.index(b'"event":') + 8 : -2]
+                closing.append(_line(keep, to_seq, record["ts"], payload))
+                keep -= 1
+        return data[offsets[0] : offsets[keep]] + b"".join(reversed(closing))
+
+    def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            if session is None:
+                return 0
+            if to_seq >= session.head:
+                return session.head
+            with open(session.path, "rb") as handle:
+                data = handle.read(session.offsets[to_seq])
+            header = data[: session.offsets[0]]
+            body = self._events_through(session, to_seq, data)
+            if len(header) + len(body) == session.offsets[to_seq]:
+                # A batch boundary: cutting the file is one atomic step.
+                with open(session.path, "r+b") as handle:
+                    handle.truncate(session.offsets[to_seq])
+                    if self.fsync:
+                        os.fsync(handle.fileno())
+                del session.offsets[to_seq + 1 :]
+            else:
+                self._write_new(session.path, header + body)
+                self._sessions.pop(session_id)
+                session = self._session(session_id)
+                assert session is not None
+            os.utime(session.path, (ts, ts))
+            session.mtime = ts
+            return to_seq
+
+    def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            source = self._session(session_id)
+            if source is None:
+                raise SessionNotFoundError(f"no session {session_id!r} to fork")
+            if at_seq > source.head:
+                raise ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}")
+            if self._session(new_session_id) is not None:
+                raise SessionExistsError(f"session {new_session_id!r} already exists")
+            with open(source.path, "rb") as handle:
+                data = handle.read(source.offsets[at_seq])
+            body = self._events_through(source, at_seq, data)
+            path = self.directory / session_file_name(new_session_id)
+            self._write_new(path, _header(new_session_id, ts) + body)
+            self._sessions.pop(new_session_id, None)
+            forked = self._session(new_session_id)
+            assert forked is not None
+            forked.mtime = ts
+            return at_seq
+
+    def _delete(self, session_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            if session is None:
+                return
+            try:
+                session.path.unlink()
+            except FileNotFoundError:
+                pass
+            self._sync_directory()
+            self._sessions[session_id] = None
+
+    # -- reading -----------------------------------------------------------------
+
+    def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            if session is None or since_seq >= session.head:
+                return []
+            last = min(session.head, since_seq + limit)
+            start, stop = session.offsets[since_seq], session.offsets[last]
+            with open(session.path, "rb") as handle:
+                handle.seek(start)
+                data = handle.read(stop - start)
+        if len(data) != stop - start:
+            raise CorruptDatabaseError(f"{session.path} is shorter than its log")
+        try:
+            records = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
+        except orjson.JSONDecodeError as exc:
+            raise CorruptDatabaseError(f"{session.path}: unreadable events: {exc}") from exc
+        events = []
+        for seq, record in enumerate(records, since_seq + 1):
+            if record.get("seq") != seq:
+                raise CorruptDatabaseError(f"{session.path}: line {seq} holds seq {record.get('seq')}")
+            event = record["event"]
+            events.append(_new_stored(StoredEvent, (seq, seq - 1, record["ts"], event["type"], event)))
+        return events
+
+    def _head(self, session_id: str) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            return 0 if session is None else session.head
+
+    def _list(self) -> builtins.list[SessionInfo]:
+        with self._lock:
+            self._check_open()
+            self._load_all()
+            found = [s for s in self._sessions.values() if s is not None]
+        found.sort(key=lambda s: s.mtime, reverse=True)
+        return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
+
+    def _close(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+            os.close(self._lock_fd)  # releases the directory lock

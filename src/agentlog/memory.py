@@ -1,0 +1,117 @@
+"""The in-memory backend."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+
+from .checkpointer import BaseCheckpointer
+from .errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
+from .events import SessionInfo, StoredEvent, decode_payload
+
+__all__ = ["MemoryCheckpointer"]
+
+
+class _MemorySession:
+    __slots__ = ("events", "mtime")
+
+    def __init__(self, mtime: float) -> None:
+        self.events: list[tuple[float, str, bytes]] = []
+        self.mtime = mtime
+
+
+class MemoryCheckpointer(BaseCheckpointer):
+    """A checkpointer in this process's memory: for tests and ephemeral runs.
+
+    Events are kept encoded, so every read returns fresh objects and changing
+    an event after appending it (or after reading it) never changes the log.
+    Safe to share between threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Insertion order is activity order: a session that changes moves to
+        # the end, so list() is exact even when timestamps tie.
+        self._sessions: dict[str, _MemorySession] = {}
+
+    def _touch(self, session_id: str, ts: float) -> _MemorySession:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            session = _MemorySession(ts)
+        session.mtime = ts
+        self._sessions[session_id] = session
+        return session
+
+    def _append(
+        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+    ) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            head = 0 if session is None else len(session.events)
+            if expected_head is not None and expected_head != head:
+                raise CheckpointConflictError(session_id, expected_head, head)
+            if not batch:
+                return head
+            session = self._touch(session_id, ts)
+            session.events.extend((ts, kind, data) for kind, data in batch)
+            return len(session.events)
+
+    def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            if session is None:
+                return []
+            rows = session.events[since_seq : since_seq + limit]
+        return [
+            StoredEvent(seq, seq - 1, ts, kind, decode_payload(data))
+            for seq, (ts, kind, data) in enumerate(rows, since_seq + 1)
+        ]
+
+    def _head(self, session_id: str) -> int:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return 0 if session is None else len(session.events)
+
+    def _list(self) -> builtins.list[SessionInfo]:
+        with self._lock:
+            return [
+                SessionInfo(sid, session.mtime, len(session.events))
+                for sid, session in reversed(self._sessions.items())
+            ]
+
+    def _delete(self, session_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._sessions.pop(session_id, None)
+
+    def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            if session is None:
+                return 0
+            if to_seq >= len(session.events):
+                return len(session.events)
+            del self._touch(session_id, ts).events[to_seq:]
+            return to_seq
+
+    def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            source = self._sessions.get(session_id)
+            if source is None:
+                raise SessionNotFoundError(f"no session {session_id!r} to fork")
+            if at_seq > len(source.events):
+                raise ValueError(
+                    f"cannot fork {session_id!r} at {at_seq}: its head is {len(source.events)}"
+                )
+            if new_session_id in self._sessions:
+                raise SessionExistsError(f"session {new_session_id!r} already exists")
+            self._touch(new_session_id, ts).events.extend(source.events[:at_seq])
+            return at_seq
+
+    def _close(self) -> None:
+        with self._lock:
+            self._sessions.clear()
