@@ -136,7 +136,9 @@ class PyEngine:
             if integrity_check:
                 ok, detail = self.check_integrity()
                 if not ok:
-                    raise CorruptDatabaseError(f"{self.path!r} failed its integrity check: {detail}")
+                    raise CorruptDatabaseError(
+                        f"{self.path!r} failed its integrity check: {detail}"
+                    )
             if not self._memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -290,12 +292,14 @@ class PyEngine:
         events = _loads(b"[" + b",".join([row[3] for row in rows]) + b"]")
         return [
             _new_stored(StoredEvent, (row[0], row[0] - 1, row[1], row[2], event))
-            for row, event in zip(rows, events)
+            for row, event in zip(rows, events, strict=True)
         ]
 
     def head(self, tenant: str, name: str) -> int:
         """The session's head; 0 when it is empty or unknown."""
-        row = self._read("head", lambda conn: conn.execute(S.SELECT_HEAD, (tenant, name)).fetchone())
+        row = self._read(
+            "head", lambda conn: conn.execute(S.SELECT_HEAD, (tenant, name)).fetchone()
+        )
         return 0 if row is None else int(row[0])
 
     def list_sessions(self, tenant: str) -> list[tuple[str, float, int]]:
@@ -348,9 +352,7 @@ class PyEngine:
                 raise SessionExistsError(f"session {new_name!r} already exists")
             new_sid = conn.execute(S.INSERT_SESSION, (tenant, new_name, at_seq, ts, ts)).lastrowid
             assert new_sid is not None
-            conn.execute(
-                S.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq)
-            )
+            conn.execute(S.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq))
             return at_seq
 
         return self._write("fork", work)

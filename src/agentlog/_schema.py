@@ -50,9 +50,7 @@ CREATE_SCHEMA = (
 
 SELECT_SESSION = "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
 SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
-INSERT_SESSION = (
-    "INSERT INTO sessions (tenant, name, head, created, mtime) VALUES (?, ?, ?, ?, ?)"
-)
+INSERT_SESSION = "INSERT INTO sessions (tenant, name, head, created, mtime) VALUES (?, ?, ?, ?, ?)"
 UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ? WHERE sid = ?"
 INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
 # One page of a forward scan; the session lookup and the range are one

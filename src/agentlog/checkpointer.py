@@ -10,7 +10,14 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from .errors import CheckpointerClosedError
-from .events import SessionEvent, SessionInfo, StoredEvent, check_seq, check_session_id, encode_events
+from .events import (
+    SessionEvent,
+    SessionInfo,
+    StoredEvent,
+    check_seq,
+    check_session_id,
+    encode_events,
+)
 
 __all__ = ["BaseCheckpointer", "Checkpointer"]
 
@@ -63,6 +70,19 @@ class Checkpointer(Protocol):
         """Release resources; further use raises :class:`CheckpointerClosedError`."""
         ...
 
+    def __enter__(self) -> Checkpointer:
+        """Return the checkpointer itself."""
+        ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Close the checkpointer."""
+        ...
+
 
 class BaseCheckpointer(ABC):
     """Argument checking, the closed state and the context manager, shared.
@@ -78,7 +98,11 @@ class BaseCheckpointer(ABC):
 
     @abstractmethod
     def _append(
-        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+        self,
+        session_id: str,
+        batch: builtins.list[tuple[str, bytes]],
+        expected_head: int | None,
+        ts: float,
     ) -> int: ...
 
     @abstractmethod

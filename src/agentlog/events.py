@@ -102,8 +102,7 @@ def check_session_id(session_id: object) -> str:
             )
     if not 0 < len(session_id) <= MAX_SESSION_ID_LENGTH:
         raise InvalidSessionIdError(
-            f"session id must have 1 to {MAX_SESSION_ID_LENGTH} characters, "
-            f"got {len(session_id)}"
+            f"session id must have 1 to {MAX_SESSION_ID_LENGTH} characters, got {len(session_id)}"
         )
     if (
         not session_id.isprintable()
@@ -131,17 +130,14 @@ def _refuse(value: object) -> NoReturn:
 def _encode_one(index: int, event: object) -> tuple[str, bytes]:
     if type(event) is not dict:
         if not isinstance(event, Mapping):
-            raise UnserializableEventError(
-                index, f"expected a mapping, got {type(event).__name__}"
-            )
+            raise UnserializableEventError(index, f"expected a mapping, got {type(event).__name__}")
         event = dict(event)
     assert isinstance(event, dict)
     event_type = event.get("type")
     if type(event_type) is not str or event_type not in EVENT_TYPES:
         raise InvalidEventError(
             index,
-            f"unknown event type {event_type!r}; expected one of "
-            + ", ".join(sorted(EVENT_TYPES)),
+            f"unknown event type {event_type!r}; expected one of " + ", ".join(sorted(EVENT_TYPES)),
         )
     try:
         payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
@@ -163,9 +159,7 @@ def encode_events(events: Iterable[SessionEvent]) -> list[tuple[str, bytes]]:
     of the first offending event.
     """
     if isinstance(events, (Mapping, str, bytes)) or not isinstance(events, Iterable):
-        raise TypeError(
-            f"events must be a list of event mappings, not {type(events).__name__}"
-        )
+        raise TypeError(f"events must be a list of event mappings, not {type(events).__name__}")
     return [_encode_one(index, event) for index, event in enumerate(events)]
 
 
@@ -174,7 +168,7 @@ def decode_payload(payload: bytes | str) -> dict[str, Any]:
     value = _loads(payload)
     if type(value) is not dict:
         raise ValueError("stored event payload is not a JSON object")
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def check_seq(name: str, value: object) -> int:

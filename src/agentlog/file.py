@@ -24,6 +24,7 @@ The header holds the exact id.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import hashlib
 import os
@@ -76,7 +77,7 @@ def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
 class _Session:
     """What the owning process knows about one session file."""
 
-    __slots__ = ("session_id", "path", "offsets", "mtime")
+    __slots__ = ("activity", "mtime", "offsets", "path", "session_id")
 
     def __init__(self, session_id: str, path: Path, offsets: array[int], mtime: float) -> None:
         self.session_id = session_id
@@ -84,7 +85,10 @@ class _Session:
         # offsets[k] is where event k+1 starts; offsets[head] is the end of
         # the committed log. offsets[0] is the end of the header.
         self.offsets = offsets
+        # The file's own mtime, so list() reads the same after a reopen; the
+        # activity counter orders changes that fall in one clock tick.
         self.mtime = mtime
+        self.activity = 0
 
     @property
     def head(self) -> int:
@@ -117,6 +121,7 @@ class FileCheckpointer(BaseCheckpointer):
         self._lock = threading.RLock()
         self._sessions: dict[str, _Session | None] = {}
         self._all_loaded = False
+        self._activity = 0
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -186,7 +191,9 @@ class FileCheckpointer(BaseCheckpointer):
                 record = orjson.loads(line)
                 seq, end = record["seq"], record["end"]
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise CorruptDatabaseError(f"{path}: unreadable event line {len(offsets) - 1}") from exc
+                raise CorruptDatabaseError(
+                    f"{path}: unreadable event line {len(offsets) - 1}"
+                ) from exc
             if seq != len(offsets) - 1:
                 raise CorruptDatabaseError(f"{path}: line {len(offsets) - 1} holds seq {seq}")
             if seq == end:
@@ -235,8 +242,18 @@ class FileCheckpointer(BaseCheckpointer):
         os.replace(tmp, path)
         self._sync_directory()
 
+    def _touch(self, session: _Session, mtime: float | None = None) -> None:
+        """Record a change to ``session``: its file's mtime and the order of changes."""
+        session.mtime = session.path.stat().st_mtime if mtime is None else mtime
+        self._activity += 1
+        session.activity = self._activity
+
     def _append(
-        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+        self,
+        session_id: str,
+        batch: builtins.list[tuple[str, bytes]],
+        expected_head: int | None,
+        ts: float,
     ) -> int:
         with self._lock:
             self._check_open()
@@ -247,7 +264,9 @@ class FileCheckpointer(BaseCheckpointer):
             if not batch:
                 return head
             end = head + len(batch)
-            lines = [_line(seq, end, ts, payload) for seq, (_, payload) in enumerate(batch, head + 1)]
+            lines = [
+                _line(seq, end, ts, payload) for seq, (_, payload) in enumerate(batch, head + 1)
+            ]
             body = b"".join(lines)
             try:
                 if session is None:
@@ -267,6 +286,7 @@ class FileCheckpointer(BaseCheckpointer):
                         raise OSError(errno.EIO, f"short write to {path}")
                     if self.fsync:
                         os.fsync(fd)
+                    mtime = os.fstat(fd).st_mtime
                 finally:
                     os.close(fd)
             except OSError as exc:
@@ -281,15 +301,16 @@ class FileCheckpointer(BaseCheckpointer):
                 position += len(line)
                 offsets.append(position)
             if session is None:
-                session = _Session(session_id, path, offsets, ts)
+                session = _Session(session_id, path, offsets, mtime)
                 self._sessions[session_id] = session
-            session.mtime = ts
+            self._touch(session, mtime)
             return end
 
     @staticmethod
-    def _events_through(session: _Session, to_seq: int, data: bytes) -> bytes:
+    def _events_through(session: _Session, to_seq: int, data: bytes) -> tuple[bytes, bool]:
         """The event lines 1..``to_seq`` of ``data`` (the file from offset 0),
-        with the batch that ``to_seq`` falls in closed at ``to_seq``."""
+        with the batch that ``to_seq`` falls in closed at ``to_seq``, and
+        whether any line had to be rewritten for that."""
         offsets = session.offsets
         keep = to_seq
         closing: builtins.list[bytes] = []
@@ -304,7 +325,7 @@ class FileCheckpointer(BaseCheckpointer):
                 payload = line[line.index(b'"event":') + 8 : -2]
                 closing.append(_line(keep, to_seq, record["ts"], payload))
                 keep -= 1
-        return data[offsets[0] : offsets[keep]] + b"".join(reversed(closing))
+        return data[offsets[0] : offsets[keep]] + b"".join(reversed(closing)), bool(closing)
 
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
         with self._lock:
@@ -317,8 +338,8 @@ class FileCheckpointer(BaseCheckpointer):
             with open(session.path, "rb") as handle:
                 data = handle.read(session.offsets[to_seq])
             header = data[: session.offsets[0]]
-            body = self._events_through(session, to_seq, data)
-            if len(header) + len(body) == session.offsets[to_seq]:
+            body, rewritten = self._events_through(session, to_seq, data)
+            if not rewritten:
                 # A batch boundary: cutting the file is one atomic step.
                 with open(session.path, "r+b") as handle:
                     handle.truncate(session.offsets[to_seq])
@@ -330,8 +351,7 @@ class FileCheckpointer(BaseCheckpointer):
                 self._sessions.pop(session_id)
                 session = self._session(session_id)
                 assert session is not None
-            os.utime(session.path, (ts, ts))
-            session.mtime = ts
+            self._touch(session)
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
@@ -341,18 +361,20 @@ class FileCheckpointer(BaseCheckpointer):
             if source is None:
                 raise SessionNotFoundError(f"no session {session_id!r} to fork")
             if at_seq > source.head:
-                raise ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}")
+                raise ValueError(
+                    f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}"
+                )
             if self._session(new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
             with open(source.path, "rb") as handle:
                 data = handle.read(source.offsets[at_seq])
-            body = self._events_through(source, at_seq, data)
+            body, _ = self._events_through(source, at_seq, data)
             path = self.directory / session_file_name(new_session_id)
             self._write_new(path, _header(new_session_id, ts) + body)
             self._sessions.pop(new_session_id, None)
             forked = self._session(new_session_id)
             assert forked is not None
-            forked.mtime = ts
+            self._touch(forked)
             return at_seq
 
     def _delete(self, session_id: str) -> None:
@@ -361,10 +383,8 @@ class FileCheckpointer(BaseCheckpointer):
             session = self._session(session_id)
             if session is None:
                 return
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 session.path.unlink()
-            except FileNotFoundError:
-                pass
             self._sync_directory()
             self._sessions[session_id] = None
 
@@ -390,9 +410,13 @@ class FileCheckpointer(BaseCheckpointer):
         events = []
         for seq, record in enumerate(records, since_seq + 1):
             if record.get("seq") != seq:
-                raise CorruptDatabaseError(f"{session.path}: line {seq} holds seq {record.get('seq')}")
+                raise CorruptDatabaseError(
+                    f"{session.path}: line {seq} holds seq {record.get('seq')}"
+                )
             event = record["event"]
-            events.append(_new_stored(StoredEvent, (seq, seq - 1, record["ts"], event["type"], event)))
+            events.append(
+                _new_stored(StoredEvent, (seq, seq - 1, record["ts"], event["type"], event))
+            )
         return events
 
     def _head(self, session_id: str) -> int:
@@ -406,7 +430,7 @@ class FileCheckpointer(BaseCheckpointer):
             self._check_open()
             self._load_all()
             found = [s for s in self._sessions.values() if s is not None]
-        found.sort(key=lambda s: s.mtime, reverse=True)
+        found.sort(key=lambda s: (s.mtime, s.activity), reverse=True)
         return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
 
     def _close(self) -> None:

@@ -10,7 +10,12 @@ from typing import Any, Protocol
 import orjson
 
 from .checkpointer import BaseCheckpointer
-from .errors import CheckpointConflictError, CorruptDatabaseError, SessionExistsError, SessionNotFoundError
+from .errors import (
+    CheckpointConflictError,
+    CorruptDatabaseError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
 from .events import SessionInfo, StoredEvent, decode_payload
 
 __all__ = ["LegacyStore", "legacy_store_adapter"]
@@ -53,6 +58,10 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
             raise TypeError("a legacy store needs load(session_id) and save(session_id, messages)")
         self.store = store
         self._lock = threading.Lock()
+        # The legacy format has no place for a change time: changes made
+        # through this adapter are remembered here, others fall back to the
+        # time of the last event.
+        self._changed: dict[str, float] = {}
 
     def _items(self, session_id: str) -> builtins.list[Any]:
         items = self.store.load(session_id)
@@ -62,7 +71,11 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
         return self.store.load(session_id) is not None
 
     def _append(
-        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+        self,
+        session_id: str,
+        batch: builtins.list[tuple[str, bytes]],
+        expected_head: int | None,
+        ts: float,
     ) -> int:
         with self._lock:
             self._check_open()
@@ -77,6 +90,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
                 for seq, (_, data) in enumerate(batch, head + 1)
             )
             self.store.save(session_id, items)
+            self._changed[session_id] = ts
             return len(items)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
@@ -100,6 +114,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
                 items = self._items(session_id)
                 last = items[-1] if items else None
                 mtime = float(last.get("ts", 0.0)) if isinstance(last, dict) else 0.0
+                mtime = max(mtime, self._changed.get(session_id, 0.0))
                 infos.append(SessionInfo(session_id, mtime, len(items)))
         infos.sort(key=lambda info: info.mtime, reverse=True)
         return infos
@@ -108,6 +123,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
         with self._lock:
             self._check_open()
             deleter = getattr(self.store, "delete", None)
+            self._changed.pop(session_id, None)
             if callable(deleter):
                 deleter(session_id)
             elif self._exists(session_id):
@@ -120,6 +136,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
             if to_seq >= len(items):
                 return len(items)
             self.store.save(session_id, items[:to_seq])
+            self._changed[session_id] = ts
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
@@ -129,7 +146,9 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
                 raise SessionNotFoundError(f"no session {session_id!r} to fork")
             items = self._items(session_id)
             if at_seq > len(items):
-                raise ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {len(items)}")
+                raise ValueError(
+                    f"cannot fork {session_id!r} at {at_seq}: its head is {len(items)}"
+                )
             if self._exists(new_session_id):
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
             copied = [
@@ -137,6 +156,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
                 for e in (_record_to_event(seq, item) for seq, item in enumerate(items[:at_seq], 1))
             ]
             self.store.save(new_session_id, copied)
+            self._changed[new_session_id] = ts
             return at_seq
 
     def _close(self) -> None:
@@ -152,6 +172,9 @@ def legacy_store_adapter(store: LegacyStore) -> LegacyStoreCheckpointer:
     New events are saved as records ``{"seq", "ts", "event"}`` appended to
     the same array, so the store's own format and identity are unchanged.
     Every append loads and saves the whole array (that is the legacy store's
-    cost model), and concurrency control covers this process only.
+    cost model), and concurrency control covers this process only. ``list()``
+    needs the store's ``list()``; it orders sessions by their last event, or
+    by the last change made through this adapter (a truncate, a fork), which
+    only this adapter object remembers.
     """
     return LegacyStoreCheckpointer(store)

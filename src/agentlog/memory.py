@@ -43,7 +43,11 @@ class MemoryCheckpointer(BaseCheckpointer):
         return session
 
     def _append(
-        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+        self,
+        session_id: str,
+        batch: builtins.list[tuple[str, bytes]],
+        expected_head: int | None,
+        ts: float,
     ) -> int:
         with self._lock:
             self._check_open()

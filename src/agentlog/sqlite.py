@@ -75,7 +75,11 @@ class SqliteCheckpointer(BaseCheckpointer):
         return str(self._engine.name)
 
     def _append(
-        self, session_id: str, batch: builtins.list[tuple[str, bytes]], expected_head: int | None, ts: float
+        self,
+        session_id: str,
+        batch: builtins.list[tuple[str, bytes]],
+        expected_head: int | None,
+        ts: float,
     ) -> int:
         return int(self._engine.append(self._tenant, session_id, expected_head, ts, batch))
 
