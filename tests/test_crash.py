@@ -1,0 +1,83 @@
+"""kill -9 mid-append: the store reopens holding a gapless prefix of whole batches
+that contains every append whose call had returned."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
+
+from .conftest import PYTHON, TESTS_DIR, child_env
+
+KILLS = 22
+
+
+def open_store(backend: str, location: Path) -> Checkpointer:
+    if backend == "file":
+        return FileCheckpointer(location)
+    return SqliteCheckpointer(location)
+
+
+def check_store(backend: str, location: Path, acknowledged: int) -> int:
+    cp = open_store(backend, location)
+    try:
+        events = list(cp.read("crash"))
+        head = cp.head("crash")
+        if backend != "file":
+            assert cp.check_integrity() == (True, "ok")  # type: ignore[attr-defined]
+    finally:
+        cp.close()
+    assert [e.seq for e in events] == list(range(1, head + 1)), "gap or duplicate"
+    assert head >= acknowledged, f"lost a returned append: head {head} < {acknowledged}"
+    batch_no = 0
+    position = 0
+    while position < len(events):
+        first = events[position].event
+        assert first["batch"] == batch_no + 1, "a batch is missing"
+        batch_no = first["batch"]
+        size = first["n"]
+        batch = [e.event for e in events[position : position + size]]
+        assert [(e["batch"], e["i"]) for e in batch] == [(batch_no, i) for i in range(size)], (
+            "part of a batch"
+        )
+        position += size
+    return head
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite", "sqlite-full"])
+def test_kill_9_mid_append_keeps_a_whole_prefix(tmp_path: Path, backend: str) -> None:
+    location = tmp_path / ("sessions" if backend == "file" else "crash.db")
+    rng = random.Random(backend)
+    acknowledged = 0
+    heads = []
+    for kill in range(KILLS):
+        child = subprocess.Popen(
+            [PYTHON, str(TESTS_DIR / "crash_child.py"), backend, str(location), str(kill)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )
+        assert child.stdout is not None
+        ready = child.stdout.readline()
+        assert ready.startswith("ready"), ready + (child.stderr.read() if child.stderr else "")
+        assert int(ready.split()[1]) >= acknowledged
+        time.sleep(rng.uniform(0.0, 0.15))
+        os.kill(child.pid, signal.SIGKILL)
+        output, _ = child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL
+        # A line cut by the kill has no newline: it is not an acknowledgement.
+        complete_lines = output.split("\n")[:-1]
+        acks = [int(line.split()[1]) for line in complete_lines if line.startswith("ok ")]
+        if acks:
+            acknowledged = acks[-1]
+        heads.append(check_store(backend, location, acknowledged))
+    # The children really appended between kills.
+    assert heads[-1] > KILLS
