@@ -25,7 +25,7 @@ from agentlog.testing import HOSTILE_SESSION_IDS
 
 
 def test_the_nine_event_types() -> None:
-    assert EVENT_TYPES == {
+    assert {
         "user",
         "assistant",
         "tool_started",
@@ -35,7 +35,7 @@ def test_the_nine_event_types() -> None:
         "permission_decision",
         "summary",
         "context_view",
-    }
+    } == EVENT_TYPES
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_SESSION_IDS, ids=repr)

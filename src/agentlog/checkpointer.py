@@ -7,7 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from .errors import CheckpointerClosedError
 from .events import (
@@ -20,6 +20,8 @@ from .events import (
 )
 
 __all__ = ["BaseCheckpointer", "Checkpointer"]
+
+_Self = TypeVar("_Self", bound="BaseCheckpointer")
 
 
 @runtime_checkable
@@ -231,7 +233,7 @@ class BaseCheckpointer(ABC):
             self._closed = True
             self._close()
 
-    def __enter__(self) -> BaseCheckpointer:
+    def __enter__(self: _Self) -> _Self:
         self._check_open()
         return self
 
