@@ -92,9 +92,10 @@ class PyEngine:
         self._memory = path == ":memory:"
         self._busy_timeout_ms = max(0, busy_timeout_ms)
         self._write_lock = threading.Lock()
+        # Idle read-only connections. A reading thread borrows one and gives
+        # it back, so there are never more than the most concurrent reads.
         self._readers_lock = threading.Lock()
-        self._readers: list[sqlite3.Connection] = []
-        self._local = threading.local()
+        self._idle_readers: list[sqlite3.Connection] = []
         self._closed = False
         self._writer = self._connect()
         try:
@@ -185,17 +186,18 @@ class PyEngine:
 
     # -- plumbing ----------------------------------------------------------------
 
-    def _reader(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect(read_only=True)
-            with self._readers_lock:
-                if self._closed:
-                    conn.close()
-                    raise CheckpointerClosedError("the checkpointer is closed")
-                self._readers.append(conn)
-            self._local.conn = conn
-        return conn
+    def _borrow_reader(self) -> sqlite3.Connection:
+        with self._readers_lock:
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        return self._connect(read_only=True)
+
+    def _return_reader(self, conn: sqlite3.Connection) -> None:
+        with self._readers_lock:
+            if not self._closed:
+                self._idle_readers.append(conn)
+                return
+        conn.close()
 
     def _read(self, context: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
@@ -205,7 +207,11 @@ class PyEngine:
                 with self._write_lock:
                     self._check_open()
                     return work(self._writer)
-            return work(self._reader())
+            conn = self._borrow_reader()
+            try:
+                return work(conn)
+            finally:
+                self._return_reader(conn)
         except sqlite3.Error as exc:
             if self._closed:
                 raise CheckpointerClosedError("the checkpointer is closed") from exc
@@ -375,7 +381,7 @@ class PyEngine:
                 return
             self._closed = True
             with self._readers_lock:
-                readers, self._readers = self._readers, []
-            for conn in readers:
+                idle, self._idle_readers = self._idle_readers, []
+            for conn in idle:
                 conn.close()
             self._writer.close()
