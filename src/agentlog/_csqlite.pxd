@@ -27,6 +27,10 @@ cdef extern from "_sqlite_embed.h" nogil:
         SQLITE_OPEN_NOMUTEX
         SQLITE_OPEN_EXRESCODE
         SQLITE_PREPARE_PERSISTENT
+        SQLITE_INTEGER
+        SQLITE_FLOAT
+        SQLITE3_TEXT
+        SQLITE_BLOB
         SQLITE_NULL
 
     sqlite3_destructor_type SQLITE_STATIC
@@ -53,6 +57,7 @@ cdef extern from "_sqlite_embed.h" nogil:
     int sqlite3_clear_bindings(sqlite3_stmt *stmt)
     int sqlite3_finalize(sqlite3_stmt *stmt)
 
+    int sqlite3_bind_null(sqlite3_stmt *stmt, int i)
     int sqlite3_bind_int64(sqlite3_stmt *stmt, int i, sqlite3_int64 value)
     int sqlite3_bind_double(sqlite3_stmt *stmt, int i, double value)
     int sqlite3_bind_text(sqlite3_stmt *stmt, int i, const char *text, int n,

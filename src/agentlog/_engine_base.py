@@ -138,28 +138,34 @@ class EngineBase:
         if self._closed:
             raise CheckpointerClosedError("the checkpointer is closed")
 
+    def _borrow_reader(self) -> Any:
+        """A read connection from the pool (a new one when none is idle)."""
+        self._check_open()
+        with self._readers_lock:
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        return self._connect(read_only=True)
+
+    def _return_reader(self, conn: Any) -> None:
+        with self._readers_lock:
+            if not self._closed:
+                self._idle_readers.append(conn)
+                return
+        self._close_connection(conn)
+
     @contextlib.contextmanager
     def _reader(self) -> Iterator[Any]:
         """A connection to read on: borrowed from the pool, or the only one."""
-        self._check_open()
         if self._memory:
             with self._write_lock:
                 self._check_open()
                 yield self._writer
             return
-        with self._readers_lock:
-            conn = self._idle_readers.pop() if self._idle_readers else None
-        if conn is None:
-            conn = self._connect(read_only=True)
+        conn = self._borrow_reader()
         try:
             yield conn
         finally:
-            with self._readers_lock:
-                if not self._closed:
-                    self._idle_readers.append(conn)
-                    conn = None
-            if conn is not None:
-                self._close_connection(conn)
+            self._return_reader(conn)
 
     def _read(self, context: str, work: Callable[[Any], _T]) -> _T:
         try:

@@ -1,0 +1,130 @@
+"""Build agentlog, with the C engine when it can be built.
+
+Environment switches (also honoured at import time, see agentlog/_engines.py):
+
+* ``AGENTLOG_NO_EXTENSIONS=1`` — build and install the pure-Python engine only.
+* ``AGENTLOG_REQUIRE_EXTENSIONS=1`` (implied by ``CIBUILDWHEEL=1``) — a C engine
+  that fails to build fails the install, so a wheel never ships pure by accident.
+* ``AGENTLOG_ASAN=1`` — compile the C engine with AddressSanitizer.
+
+The C engine embeds the pinned SQLite amalgamation from ``vendor/sqlite``,
+verified against ``sqlite/checksums``. A build from a git checkout fetches it
+when it is missing (``scripts/fetch_sqlite.py``); an sdist carries it. Only
+when no verified copy can be had is the system's SQLite linked instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.sdist import sdist
+
+ROOT = Path(__file__).resolve().parent
+SQLITE_DIR = ROOT / "vendor" / "sqlite"
+
+
+def flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+NO_EXTENSIONS = flag("AGENTLOG_NO_EXTENSIONS")
+REQUIRE_EXTENSIONS = flag("AGENTLOG_REQUIRE_EXTENSIONS") or flag("CIBUILDWHEEL")
+if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
+    sys.exit("AGENTLOG_NO_EXTENSIONS and AGENTLOG_REQUIRE_EXTENSIONS are both set")
+
+
+def notice(text: str) -> None:
+    sys.stderr.write(f"\n*** agentlog: {text}\n\n")
+
+
+def fetcher() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "fetch_sqlite", ROOT / "scripts" / "fetch_sqlite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def verified_amalgamation() -> Path | None:
+    """The verified amalgamation directory, fetching it into a checkout if missing."""
+    fetch = fetcher()
+    if fetch.is_verified(SQLITE_DIR):
+        return SQLITE_DIR
+    if not (ROOT / "PKG-INFO").exists():  # a checkout, not an sdist
+        try:
+            return Path(fetch.fetch(SQLITE_DIR))
+        except Exception as exc:  # no network, no pip: fall back, loudly
+            notice(f"could not fetch the pinned SQLite amalgamation ({exc})")
+    return None
+
+
+def engine_extension() -> Extension:
+    sqlite_dir = verified_amalgamation()
+    compile_args = ["-O2"]
+    link_args: list[str] = []
+    if flag("AGENTLOG_ASAN"):
+        compile_args += ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
+        link_args += ["-fsanitize=address"]
+    if sqlite_dir is None:
+        notice("building the C engine against the system SQLite, not the pinned one")
+    return Extension(
+        "agentlog._engine",
+        ["src/agentlog/_engine.pyx"],
+        include_dirs=["src/agentlog", *([str(sqlite_dir)] if sqlite_dir else [])],
+        define_macros=[("AGENTLOG_EMBEDDED_SQLITE", "1")] if sqlite_dir else [],
+        libraries=[] if sqlite_dir else ["sqlite3"],
+        extra_compile_args=compile_args,
+        extra_link_args=link_args,
+        optional=not REQUIRE_EXTENSIONS,
+    )
+
+
+class BuildExt(build_ext):
+    """Say clearly when the C engine could not be built and pure Python is installed."""
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            if REQUIRE_EXTENSIONS:
+                raise
+            notice(f"the C engine failed to build ({exc}); installing the pure-Python engine")
+            self.extensions.remove(ext)  # nothing to copy or install for it
+
+
+class Sdist(sdist):
+    """An sdist always carries the verified amalgamation, so it installs offline."""
+
+    def run(self) -> None:
+        if verified_amalgamation() is None:
+            sys.exit("cannot build an sdist without the verified SQLite amalgamation")
+        super().run()
+
+
+def extensions() -> list[Extension]:
+    if NO_EXTENSIONS:
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        if REQUIRE_EXTENSIONS:
+            raise
+        notice("Cython is not available; installing the pure-Python engine")
+        return []
+    return cythonize(  # type: ignore[no-any-return]
+        [engine_extension()],
+        include_path=["src"],
+        compiler_directives={"language_level": 3},
+        quiet=True,
+    )
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt, "sdist": Sdist})

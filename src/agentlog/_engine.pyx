@@ -1,0 +1,557 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The C engine: the engine interface driving the SQLite C API directly.
+
+It owns its ``sqlite3*`` handles (never the standard library's), keeps the
+hot statements prepared per connection, appends a whole batch in one C loop
+inside one ``BEGIN IMMEDIATE`` transaction with the GIL released, and scans a
+page by copying the payloads straight from column memory into one buffer that
+is decoded in one call, then builds each ``StoredEvent`` in place. Opening,
+the schema guard and the cold paths are the shared ``EngineBase``.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.float cimport PyFloat_FromDouble
+from cpython.long cimport PyLong_FromLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int64_t
+from libc.string cimport memcmp, memcpy, strlen, strncpy
+
+from agentlog._csqlite cimport *
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    object PyUnicode_DecodeUTF8(const char *data, Py_ssize_t size, const char *errors)
+    object PyMemoryView_FromMemory(char *memory, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+cdef extern from "_engine_support.h":
+    object agentlog_stored_event(object type, object seq, object parent, object ts,
+                                 object kind, object event)
+
+from agentlog import _schema as S
+from agentlog._engine_base import EngineBase
+from agentlog.errors import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    CorruptDatabaseError,
+    StorageUnavailableError,
+)
+from agentlog.events import EVENT_TYPES, StoredEvent, _loads
+
+__all__ = ["CEngine"]
+
+assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
+
+# -- result codes to exceptions: one table, looked up with the code returned --
+
+_ERRORS = {
+    SQLITE_BUSY: StorageUnavailableError,
+    SQLITE_LOCKED: StorageUnavailableError,
+    SQLITE_CORRUPT: CorruptDatabaseError,
+    SQLITE_NOTADB: CorruptDatabaseError,
+    SQLITE_CANTOPEN: StorageUnavailableError,
+    SQLITE_IOERR: StorageUnavailableError,
+    SQLITE_FULL: StorageUnavailableError,
+    SQLITE_READONLY: StorageUnavailableError,
+    SQLITE_NOMEM: MemoryError,
+}
+
+
+cdef object _error(int rc, const char *message, str context):
+    primary = rc & 0xFF
+    text = message.decode("utf-8", "replace") if message != NULL else ""
+    kind = _ERRORS.get(primary, StorageUnavailableError)
+    if primary == SQLITE_BUSY or primary == SQLITE_LOCKED:
+        return kind(f"{context}: database is busy ({text})")
+    return kind(f"{context}: {text}")
+
+
+# -- prepared statements ---------------------------------------------------------
+
+cdef enum:
+    ST_BEGIN = 0
+    ST_COMMIT
+    ST_ROLLBACK
+    ST_SELECT_SESSION
+    ST_INSERT_SESSION
+    ST_UPDATE_SESSION
+    ST_INSERT_EVENT
+    ST_SCAN
+    ST_HEAD
+    N_STATEMENTS
+
+cdef list _SQL = [
+    b"BEGIN IMMEDIATE",
+    b"COMMIT",
+    b"ROLLBACK",
+    S.SELECT_SESSION.encode(),
+    S.INSERT_SESSION.encode(),
+    S.UPDATE_SESSION.encode(),
+    S.INSERT_EVENT.encode(),
+    S.SCAN_EVENTS.encode(),
+    S.SELECT_HEAD.encode(),
+]
+
+# append() outcomes beyond SQLite's own codes
+cdef enum:
+    APPEND_CONFLICT = -1
+    APPEND_TOO_LONG = -2
+    APPEND_TOO_MANY_SESSIONS = -3
+
+cdef enum:
+    S_SEQ_BITS = 32  # _schema.SEQ_BITS, checked at import below
+
+cdef int64_t MAX_SEQ = S.MAX_SEQ
+cdef int64_t MAX_SID = S.MAX_SID
+
+
+cdef int _bind(sqlite3_stmt *st, int index, object value) except -1:
+    cdef Py_ssize_t size
+    cdef const char *text
+    if value is None:
+        return sqlite3_bind_null(st, index)
+    if isinstance(value, int):
+        return sqlite3_bind_int64(st, index, value)
+    if isinstance(value, float):
+        return sqlite3_bind_double(st, index, value)
+    if isinstance(value, str):
+        text = PyUnicode_AsUTF8AndSize(value, &size)
+        return sqlite3_bind_text(st, index, text, <int>size, SQLITE_TRANSIENT)
+    if isinstance(value, bytes):
+        return sqlite3_bind_blob(st, index, PyBytes_AS_STRING(value),
+                                 <int>PyBytes_GET_SIZE(value), SQLITE_TRANSIENT)
+    raise TypeError(f"cannot bind {type(value).__name__}")
+
+
+cdef object _column(sqlite3_stmt *st, int index):
+    cdef int kind = sqlite3_column_type(st, index)
+    if kind == SQLITE_INTEGER:
+        return sqlite3_column_int64(st, index)
+    if kind == SQLITE_FLOAT:
+        return sqlite3_column_double(st, index)
+    if kind == SQLITE3_TEXT:
+        return PyUnicode_DecodeUTF8(<const char *>sqlite3_column_text(st, index),
+                                    sqlite3_column_bytes(st, index), NULL)
+    if kind == SQLITE_BLOB:
+        return PyBytes_FromStringAndSize(<const char *>sqlite3_column_blob(st, index),
+                                         sqlite3_column_bytes(st, index))
+    return None
+
+
+cdef class _Connection:
+    """One ``sqlite3*`` handle with its hot statements prepared once."""
+
+    cdef sqlite3 *db
+    cdef sqlite3_stmt *statements[N_STATEMENTS]
+
+    def __cinit__(self):
+        cdef int i
+        self.db = NULL
+        for i in range(N_STATEMENTS):
+            self.statements[i] = NULL
+
+    cdef int open(self, str path, bint read_only, int busy_timeout_ms) except -1:
+        cdef bytes encoded = path.encode("utf-8")
+        cdef const char *filename = encoded
+        cdef int flags = (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+                          | SQLITE_OPEN_EXRESCODE)
+        cdef int rc
+        with nogil:
+            rc = sqlite3_open_v2(filename, &self.db, flags, NULL)
+        if rc != SQLITE_OK:
+            error = _error(rc, sqlite3_errmsg(self.db) if self.db != NULL else sqlite3_errstr(rc),
+                           f"cannot open {path!r}")
+            self.close()
+            raise error
+        sqlite3_busy_timeout(self.db, busy_timeout_ms)
+        if read_only:
+            self.rows("PRAGMA query_only = 1", ())
+        return 0
+
+    cdef sqlite3_stmt *statement(self, int index) except NULL:
+        cdef sqlite3_stmt *st = self.statements[index]
+        cdef bytes sql
+        cdef int rc
+        if st == NULL:
+            if self.db == NULL:
+                raise CheckpointerClosedError("the checkpointer is closed")
+            sql = <bytes>_SQL[index]
+            rc = sqlite3_prepare_v3(self.db, sql, <int>len(sql), SQLITE_PREPARE_PERSISTENT,
+                                    &st, NULL)
+            if rc != SQLITE_OK:
+                raise _error(rc, sqlite3_errmsg(self.db), "prepare")
+            self.statements[index] = st
+        return st
+
+    def rows(self, str sql, params):
+        """Run one statement (prepared afresh); return its rows as tuples."""
+        cdef sqlite3_stmt *st = NULL
+        cdef bytes encoded = sql.encode("utf-8")
+        cdef int rc, i, columns
+        if self.db == NULL:
+            raise CheckpointerClosedError("the checkpointer is closed")
+        rc = sqlite3_prepare_v3(self.db, encoded, <int>len(encoded), 0, &st, NULL)
+        if rc != SQLITE_OK:
+            raise _error(rc, sqlite3_errmsg(self.db), sql)
+        result = []
+        try:
+            for i, value in enumerate(params, 1):
+                _bind(st, i, value)
+            columns = sqlite3_column_count(st)
+            while True:
+                # Without the GIL: BEGIN IMMEDIATE may wait for the busy timeout.
+                with nogil:
+                    rc = sqlite3_step(st)
+                if rc == SQLITE_DONE:
+                    break
+                if rc != SQLITE_ROW:
+                    raise _error(rc, sqlite3_errmsg(self.db), sql.split(" ", 2)[0])
+                result.append(tuple([_column(st, i) for i in range(columns)]))
+        finally:
+            sqlite3_finalize(st)
+        return result
+
+    cdef void close(self) noexcept:
+        cdef int i
+        for i in range(N_STATEMENTS):
+            if self.statements[i] != NULL:
+                sqlite3_finalize(self.statements[i])
+                self.statements[i] = NULL
+        if self.db != NULL:
+            sqlite3_close_v2(self.db)
+            self.db = NULL
+
+    def __dealloc__(self):
+        self.close()
+
+
+# -- the append loop, without the GIL ----------------------------------------------
+
+cdef int _fail(sqlite3 *db, sqlite3_stmt *rollback, int rc, char *errbuf) noexcept nogil:
+    strncpy(errbuf, sqlite3_errmsg(db), 255)
+    errbuf[255] = 0
+    if not sqlite3_get_autocommit(db):
+        sqlite3_step(rollback)
+        sqlite3_reset(rollback)
+    return rc
+
+
+cdef int _append_batch(
+    sqlite3 *db, sqlite3_stmt **st,
+    const char *tenant, int tenant_size, const char *name, int name_size,
+    int64_t expected, double ts, Py_ssize_t count,
+    const char **kinds, int *kind_sizes, const char **payloads, int *payload_sizes,
+    int64_t *head_out, char *errbuf,
+) noexcept nogil:
+    cdef int rc
+    cdef int64_t sid = 0, head = 0, new_head, base
+    cdef bint exists
+    cdef Py_ssize_t i
+    cdef sqlite3_stmt *select = st[ST_SELECT_SESSION]
+    cdef sqlite3_stmt *insert = st[ST_INSERT_EVENT]
+
+    rc = sqlite3_step(st[ST_BEGIN])
+    sqlite3_reset(st[ST_BEGIN])
+    if rc != SQLITE_DONE:
+        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
+    sqlite3_bind_text(select, 1, tenant, tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(select, 2, name, name_size, SQLITE_STATIC)
+    rc = sqlite3_step(select)
+    exists = rc == SQLITE_ROW
+    if exists:
+        sid = sqlite3_column_int64(select, 0)
+        head = sqlite3_column_int64(select, 1)
+    sqlite3_reset(select)
+    if rc != SQLITE_ROW and rc != SQLITE_DONE:
+        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
+    head_out[0] = head
+    if expected >= 0 and expected != head:
+        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
+        return APPEND_CONFLICT
+    new_head = head + count
+    if new_head > MAX_SEQ:
+        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
+        return APPEND_TOO_LONG
+    if exists:
+        sqlite3_bind_int64(st[ST_UPDATE_SESSION], 1, new_head)
+        sqlite3_bind_double(st[ST_UPDATE_SESSION], 2, ts)
+        sqlite3_bind_int64(st[ST_UPDATE_SESSION], 3, sid)
+        rc = sqlite3_step(st[ST_UPDATE_SESSION])
+        sqlite3_reset(st[ST_UPDATE_SESSION])
+    else:
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 1, tenant, tenant_size, SQLITE_STATIC)
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 2, name, name_size, SQLITE_STATIC)
+        sqlite3_bind_int64(st[ST_INSERT_SESSION], 3, new_head)
+        sqlite3_bind_double(st[ST_INSERT_SESSION], 4, ts)
+        sqlite3_bind_double(st[ST_INSERT_SESSION], 5, ts)
+        rc = sqlite3_step(st[ST_INSERT_SESSION])
+        sqlite3_reset(st[ST_INSERT_SESSION])
+        sid = sqlite3_last_insert_rowid(db)
+    if rc != SQLITE_DONE:
+        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
+    if sid > MAX_SID:
+        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
+        return APPEND_TOO_MANY_SESSIONS
+    base = (sid << S_SEQ_BITS) + head
+    sqlite3_bind_double(insert, 2, ts)
+    for i in range(count):
+        sqlite3_bind_int64(insert, 1, base + i + 1)
+        sqlite3_bind_text(insert, 3, kinds[i], kind_sizes[i], SQLITE_STATIC)
+        sqlite3_bind_blob(insert, 4, payloads[i], payload_sizes[i], SQLITE_STATIC)
+        rc = sqlite3_step(insert)
+        sqlite3_reset(insert)
+        if rc != SQLITE_DONE:
+            return _fail(db, st[ST_ROLLBACK], rc, errbuf)
+    rc = sqlite3_step(st[ST_COMMIT])
+    sqlite3_reset(st[ST_COMMIT])
+    if rc != SQLITE_DONE:
+        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
+    head_out[0] = new_head
+    return SQLITE_OK
+
+
+# -- scanning: canonical type strings are shared, not decoded per row ----------------
+
+cdef tuple _KIND_OBJECTS = tuple(sorted(EVENT_TYPES))
+cdef tuple _KIND_BYTES = tuple(kind.encode() for kind in _KIND_OBJECTS)
+
+
+cdef object _kind(const char *text, int size):
+    cdef Py_ssize_t i
+    cdef bytes known
+    for i in range(len(_KIND_BYTES)):
+        known = <bytes>_KIND_BYTES[i]
+        if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), text, size) == 0:
+            return _KIND_OBJECTS[i]
+    return PyUnicode_DecodeUTF8(text, size, NULL)
+
+
+cdef list _scan_page(_Connection conn, str tenant, str name, int64_t since_seq, int64_t limit):
+    cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
+    cdef Py_ssize_t tenant_size, name_size
+    cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
+    cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
+    cdef char *buffer = NULL
+    cdef char *grown
+    cdef size_t capacity = 0, size = 1, needed
+    cdef int64_t *seqs = NULL
+    cdef double *stamps = NULL
+    cdef Py_ssize_t count = 0, allocated = 0, i
+    cdef int rc, blob_size
+    cdef const void *blob
+    cdef list kinds = []
+    cdef list result = []
+
+    sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
+    sqlite3_bind_int64(st, 3, since_seq)
+    sqlite3_bind_int64(st, 4, limit)
+    try:
+        while True:
+            with nogil:
+                rc = sqlite3_step(st)
+            if rc == SQLITE_DONE:
+                break
+            if rc != SQLITE_ROW:
+                raise _error(rc, sqlite3_errmsg(conn.db), "read")
+            if count == allocated:
+                allocated = allocated * 2 if allocated else 64
+                seqs = <int64_t *>PyMem_Realloc(seqs, allocated * sizeof(int64_t))
+                stamps = <double *>PyMem_Realloc(stamps, allocated * sizeof(double))
+                if seqs == NULL or stamps == NULL:
+                    raise MemoryError()
+            seqs[count] = sqlite3_column_int64(st, 0)
+            stamps[count] = sqlite3_column_double(st, 1)
+            kinds.append(_kind(<const char *>sqlite3_column_text(st, 2),
+                               sqlite3_column_bytes(st, 2)))
+            blob = sqlite3_column_blob(st, 3)
+            blob_size = sqlite3_column_bytes(st, 3)
+            needed = size + <size_t>blob_size + 2
+            if needed > capacity:
+                capacity = needed * 2 if needed > 65536 else 131072
+                grown = <char *>PyMem_Realloc(buffer, capacity)
+                if grown == NULL:
+                    raise MemoryError()
+                buffer = grown
+            if count:
+                buffer[size] = b","
+                size += 1
+            memcpy(buffer + size, blob, blob_size)
+            size += blob_size
+            count += 1
+        sqlite3_reset(st)  # ends the read transaction before any Python work
+        if count == 0:
+            return result
+        buffer[0] = b"["
+        buffer[size] = b"]"
+        size += 1
+        # One decode call for the page, straight from the buffer, no copy.
+        view = PyMemoryView_FromMemory(buffer, size, PyBUF_READ)
+        try:
+            events = _loads(view)
+        finally:
+            view.release()
+        if len(events) != count:
+            raise CorruptDatabaseError("stored event payloads do not decode one to one")
+        stored_type = StoredEvent
+        previous_seq = PyLong_FromLongLong(seqs[0] - 1)
+        previous_ts = None
+        for i in range(count):
+            seq = PyLong_FromLongLong(seqs[i])
+            parent = previous_seq if i == 0 or seqs[i - 1] == seqs[i] - 1 else PyLong_FromLongLong(seqs[i] - 1)
+            if previous_ts is None or stamps[i] != stamps[i - 1]:
+                previous_ts = PyFloat_FromDouble(stamps[i])
+            result.append(agentlog_stored_event(stored_type, seq, parent, previous_ts,
+                                                kinds[i], events[i]))
+            previous_seq = seq
+        return result
+    finally:
+        sqlite3_reset(st)
+        PyMem_Free(buffer)
+        PyMem_Free(seqs)
+        PyMem_Free(stamps)
+
+
+cdef int64_t _head(_Connection conn, str tenant, str name) except -1:
+    cdef sqlite3_stmt *st = conn.statement(ST_HEAD)
+    cdef Py_ssize_t tenant_size, name_size
+    cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
+    cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
+    cdef int rc
+    cdef int64_t head = 0
+    sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
+    with nogil:
+        rc = sqlite3_step(st)
+        if rc == SQLITE_ROW:
+            head = sqlite3_column_int64(st, 0)
+        sqlite3_reset(st)
+    if rc != SQLITE_ROW and rc != SQLITE_DONE:
+        raise _error(rc, sqlite3_errmsg(conn.db), "head")
+    return head
+
+
+def _sqlite_info():
+    """Version, source id and compile options of the SQLite compiled in."""
+    options = []
+    cdef int i = 0
+    cdef const char *option
+    while True:
+        option = sqlite3_compileoption_get(i)
+        if option == NULL:
+            break
+        options.append(option.decode())
+        i += 1
+    return {
+        "sqlite_version": sqlite3_libversion().decode(),
+        "sqlite_source_id": sqlite3_sourceid().decode(),
+        "compile_options": options,
+    }
+
+
+class CEngine(EngineBase):
+    """The engine interface on the SQLite C API (see the module docstring)."""
+
+    name = "c"
+    sqlite_info = staticmethod(_sqlite_info)
+
+    def _connect(self, read_only):
+        conn = _Connection()
+        conn.open(self.path, read_only, self._busy_timeout_ms)
+        return conn
+
+    def _rows(self, conn, sql, params=()):
+        return (<_Connection>conn).rows(sql, params)
+
+    def _in_transaction(self, conn):
+        return not sqlite3_get_autocommit((<_Connection>conn).db)
+
+    def _close_connection(self, conn):
+        (<_Connection>conn).close()
+
+    def append(self, str tenant, str name, expected_head, double ts, list batch):
+        """Append a batch atomically; return the new head."""
+        cdef Py_ssize_t count = len(batch), i, size
+        cdef int64_t expected = -1 if expected_head is None else expected_head
+        cdef int64_t head = 0
+        cdef int rc
+        cdef char errbuf[256]
+        cdef Py_ssize_t tenant_size, name_size
+        cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
+        cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
+        cdef const char **kinds
+        cdef const char **payloads
+        cdef int *kind_sizes
+        cdef int *payload_sizes
+        cdef sqlite3_stmt *statements[N_STATEMENTS]
+        cdef _Connection conn
+        if count == 0:
+            head = self.head(tenant, name)
+            if expected >= 0 and expected != head:
+                raise CheckpointConflictError(name, expected, head)
+            return head
+        kinds = <const char **>PyMem_Malloc(count * sizeof(char *))
+        payloads = <const char **>PyMem_Malloc(count * sizeof(char *))
+        kind_sizes = <int *>PyMem_Malloc(count * sizeof(int))
+        payload_sizes = <int *>PyMem_Malloc(count * sizeof(int))
+        try:
+            if kinds == NULL or payloads == NULL or kind_sizes == NULL or payload_sizes == NULL:
+                raise MemoryError()
+            # Pointers into objects that `batch` keeps alive for the whole call.
+            for i in range(count):
+                kind, payload = <tuple>batch[i]
+                kinds[i] = PyUnicode_AsUTF8AndSize(kind, &size)
+                kind_sizes[i] = <int>size
+                size = PyBytes_GET_SIZE(payload)
+                if size > 0x7FFFFFFF:
+                    raise ValueError(f"event {i} is larger than 2 GiB")
+                payloads[i] = PyBytes_AS_STRING(payload)
+                payload_sizes[i] = <int>size
+            with self._write_lock:
+                if self._closed:
+                    raise CheckpointerClosedError("the checkpointer is closed")
+                conn = <_Connection>self._writer
+                for i in range(ST_SCAN):
+                    statements[i] = conn.statement(i)
+                with nogil:
+                    rc = _append_batch(conn.db, statements, tenant_text, <int>tenant_size,
+                                       name_text, <int>name_size, expected, ts, count,
+                                       kinds, kind_sizes, payloads, payload_sizes, &head, errbuf)
+        finally:
+            PyMem_Free(kinds)
+            PyMem_Free(payloads)
+            PyMem_Free(kind_sizes)
+            PyMem_Free(payload_sizes)
+        if rc == SQLITE_OK:
+            return head
+        if rc == APPEND_CONFLICT:
+            raise CheckpointConflictError(name, expected, head)
+        if rc == APPEND_TOO_LONG:
+            raise ValueError(f"session {name!r} would exceed {MAX_SEQ} events")
+        if rc == APPEND_TOO_MANY_SESSIONS:
+            raise StorageUnavailableError("the database holds too many sessions")
+        raise _error(rc, errbuf, "append")
+
+    def scan(self, str tenant, str name, int64_t since_seq, int64_t limit):
+        """One page of events after ``since_seq``, at most ``limit`` of them."""
+        if self._memory:
+            with self._write_lock:
+                self._check_open()
+                return _scan_page(<_Connection>self._writer, tenant, name, since_seq, limit)
+        conn = self._borrow_reader()
+        try:
+            return _scan_page(<_Connection>conn, tenant, name, since_seq, limit)
+        finally:
+            self._return_reader(conn)
+
+    def head(self, str tenant, str name):
+        """The session's head; 0 when it is empty or unknown."""
+        if self._memory:
+            with self._write_lock:
+                self._check_open()
+                return _head(<_Connection>self._writer, tenant, name)
+        conn = self._borrow_reader()
+        try:
+            return _head(<_Connection>conn, tenant, name)
+        finally:
+            self._return_reader(conn)
