@@ -6,6 +6,13 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from agentlog._engines import AVAILABLE_ENGINES
+
+#: The SQLite engines every SQLite test runs on.
+ENGINES = list(AVAILABLE_ENGINES)
+
 # Child processes (crash and two-process tests) run helper modules from here.
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -20,3 +27,9 @@ def child_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each SQLite engine in turn."""
+    return str(request.param)

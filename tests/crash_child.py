@@ -12,9 +12,11 @@ from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
 
 
 def open_store(backend: str, location: str) -> Checkpointer:
+    """``file``, or ``sqlite-<synchronous>-<engine>``."""
     if backend == "file":
         return FileCheckpointer(location)
-    return SqliteCheckpointer(location, synchronous=backend.partition("-")[2] or "normal")
+    _, synchronous, engine = backend.split("-")
+    return SqliteCheckpointer(location, synchronous=synchronous, engine=engine)
 
 
 def main() -> None:
@@ -34,7 +36,7 @@ def main() -> None:
                 "batch": batch_no,
                 "i": i,
                 "n": size,
-                "pad": "x" * rng.randint(0, 20_000),
+                "pad": "x" * rng.randint(0, 8_000),
             }
             for i in range(size)
         ]

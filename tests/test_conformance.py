@@ -14,6 +14,8 @@ from agentlog import (
 )
 from agentlog.testing import CheckpointerConformance, checkpointer_conformance
 
+from .conftest import ENGINES
+
 
 class TestMemoryCheckpointer(CheckpointerConformance):
     durable = False
@@ -34,25 +36,37 @@ class TestFileCheckpointerFsync(CheckpointerConformance):
         return FileCheckpointer(location / "sessions", fsync=True)
 
 
-class TestSqliteCheckpointer(CheckpointerConformance):
+class SqliteConformance(CheckpointerConformance):
+    engine: ClassVar[str]
     multiprocess = True
 
     def open_checkpointer(self, location: Path) -> Checkpointer:
-        return SqliteCheckpointer(location / "agentlog.db")
+        return SqliteCheckpointer(location / "agentlog.db", engine=self.engine)
 
 
-class TestSqliteCheckpointerInMemory(CheckpointerConformance):
+class SqliteInMemoryConformance(CheckpointerConformance):
+    engine: ClassVar[str]
     durable = False
 
     def open_checkpointer(self, location: Path) -> Checkpointer:
-        return SqliteCheckpointer(":memory:")
+        return SqliteCheckpointer(":memory:", engine=self.engine)
+
+
+# One class per engine, bound to a module-level name so that the two-process
+# tests' children (started with spawn) can import it.
+for _engine in ENGINES:
+    for _base, _name in [
+        (SqliteConformance, f"TestSqliteCheckpointer_{_engine}"),
+        (SqliteInMemoryConformance, f"TestSqliteInMemory_{_engine}"),
+    ]:
+        globals()[_name] = type(_name, (_base,), {"engine": _engine, "__qualname__": _name})
 
 
 def open_sqlite_full(location: Path) -> Checkpointer:
     return SqliteCheckpointer(location / "full.db", synchronous="full")
 
 
-# The function form of the suite, as a third party would use it.
+# The function form of the suite, as a third party would use it (default engine).
 TestSqliteSynchronousFull = checkpointer_conformance(
     open_sqlite_full, multiprocess=True, name="TestSqliteSynchronousFull"
 )

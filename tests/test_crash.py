@@ -14,7 +14,7 @@ import pytest
 
 from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
 
-from .conftest import PYTHON, TESTS_DIR, child_env
+from .conftest import ENGINES, PYTHON, TESTS_DIR, child_env
 
 KILLS = 22
 
@@ -22,7 +22,14 @@ KILLS = 22
 def open_store(backend: str, location: Path) -> Checkpointer:
     if backend == "file":
         return FileCheckpointer(location)
-    return SqliteCheckpointer(location)
+    return SqliteCheckpointer(location, engine=backend.split("-")[2])
+
+
+BACKENDS = [
+    "file",
+    *(f"sqlite-normal-{engine}" for engine in ENGINES),
+    f"sqlite-full-{ENGINES[0]}",
+]
 
 
 def check_store(backend: str, location: Path, acknowledged: int) -> int:
@@ -51,7 +58,7 @@ def check_store(backend: str, location: Path, acknowledged: int) -> int:
     return head
 
 
-@pytest.mark.parametrize("backend", ["file", "sqlite", "sqlite-full"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_kill_9_mid_append_keeps_a_whole_prefix(tmp_path: Path, backend: str) -> None:
     location = tmp_path / ("sessions" if backend == "file" else "crash.db")
     rng = random.Random(backend)

@@ -19,9 +19,10 @@ connection, so there reads take the lock too.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from . import _schema as S
 from .errors import (
@@ -57,13 +58,54 @@ class EngineBase:
         self._readers_lock = threading.Lock()
         self._idle_readers: list[Any] = []
         self._closed = False
+        self._file_key: tuple[int, int] | None = None
         self._writer = self._connect(read_only=False)
         try:
+            self._claim_file()
             with self._translating(f"cannot open {path!r}"):
                 self._prepare(_SYNCHRONOUS[synchronous], integrity_check_on_open)
         except BaseException:
+            self._release_file()
             self._close_connection(self._writer)
             raise
+
+    # SQLite's locks are POSIX advisory locks, which belong to the process: two
+    # SQLite libraries in one process (the C engine's embedded one and the
+    # standard library's) cannot see each other's locks, and closing a file in
+    # one drops the other's. So one process opens a file with one engine at a
+    # time; a second engine is refused instead of risking the file.
+    _open_files: ClassVar[dict[tuple[int, int], tuple[str, int]]] = {}
+    _open_files_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def _claim_file(self) -> None:
+        if self._memory:
+            return
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
+        key = (stat.st_dev, stat.st_ino)
+        with EngineBase._open_files_lock:
+            engine, count = EngineBase._open_files.get(key, (self.name, 0))
+            if engine != self.name:
+                raise StorageUnavailableError(
+                    f"{self.path!r} is open with the {engine!r} engine in this process; "
+                    f"close it before opening it with the {self.name!r} engine (two SQLite "
+                    "libraries in one process do not see each other's locks)"
+                )
+            EngineBase._open_files[key] = (engine, count + 1)
+        self._file_key = key
+
+    def _release_file(self) -> None:
+        key, self._file_key = self._file_key, None
+        if key is None:
+            return
+        with EngineBase._open_files_lock:
+            engine, count = EngineBase._open_files[key]
+            if count > 1:
+                EngineBase._open_files[key] = (engine, count - 1)
+            else:
+                del EngineBase._open_files[key]
 
     # -- the driver ----------------------------------------------------------------
 
@@ -239,6 +281,8 @@ class EngineBase:
                 raise SessionExistsError(f"session {new_name!r} already exists")
             self._rows(conn, S.INSERT_SESSION, (tenant, new_name, at_seq, ts, ts))
             new_sid = self._rows(conn, S.SELECT_SESSION, (tenant, new_name))[0][0]
+            if new_sid > S.MAX_SID:
+                raise StorageUnavailableError("the database holds too many sessions")
             self._rows(conn, S.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq))
             return at_seq
 
@@ -266,3 +310,4 @@ class EngineBase:
             for conn in idle:
                 self._close_connection(conn)
             self._close_connection(self._writer)
+            self._release_file()

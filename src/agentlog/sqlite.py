@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import os
 
-from ._engines import Engine
+from ._engines import engine_class
 from ._schema import DEFAULT_TENANT
 from .checkpointer import BaseCheckpointer
 from .events import SessionInfo, StoredEvent
@@ -34,6 +34,9 @@ class SqliteCheckpointer(BaseCheckpointer):
       before anything in it is changed.
     * ``":memory:"`` opens a private database that lives as long as the
       checkpointer.
+    * ``engine`` picks the engine: ``"c"`` (the compiled one, the default when
+      it is built) or ``"python"`` (the standard library's ``sqlite3``). Both
+      read and write the same file format.
 
     One object is safe to share between threads.
     """
@@ -44,6 +47,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         synchronous: str = "normal",
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
+        engine: str | None = None,
     ) -> None:
         if not isinstance(file, (str, os.PathLike)):
             raise TypeError(f"file must be a path, not {type(file).__name__}")
@@ -55,7 +59,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
             raise TypeError("busy_timeout_ms must be an int")
         self.file = path
-        self._engine = Engine(
+        self._engine = engine_class(engine)(
             path,
             synchronous=synchronous,
             busy_timeout_ms=max(0, busy_timeout_ms),
