@@ -28,6 +28,8 @@ cdef extern from "_engine_support.h":
     object agentlog_stored_event(object type, object seq, object parent, object ts,
                                  object kind, object event)
 
+import threading
+
 from agentlog import _schema as S
 from agentlog._engine_base import EngineBase
 from agentlog.errors import (
@@ -76,6 +78,7 @@ cdef enum:
     ST_INSERT_SESSION
     ST_UPDATE_SESSION
     ST_INSERT_EVENT
+    ST_MAX_SID
     ST_SCAN
     ST_HEAD
     N_STATEMENTS
@@ -88,15 +91,17 @@ cdef list _SQL = [
     S.INSERT_SESSION.encode(),
     S.UPDATE_SESSION.encode(),
     S.INSERT_EVENT.encode(),
+    b"SELECT coalesce(max(sid), 0) FROM sessions",
     S.SCAN_EVENTS.encode(),
     S.SELECT_HEAD.encode(),
 ]
 
-# append() outcomes beyond SQLite's own codes
+# append() outcomes beyond SQLite's own codes (negative: refused on its own)
 cdef enum:
     APPEND_CONFLICT = -1
     APPEND_TOO_LONG = -2
     APPEND_TOO_MANY_SESSIONS = -3
+    _CLOSED = -4
 
 cdef enum:
     S_SEQ_BITS = 32  # _schema.SEQ_BITS, checked at import below
@@ -225,37 +230,84 @@ cdef class _Connection:
         self.close()
 
 
-# -- the append loop, without the GIL ----------------------------------------------
+# -- group commit: appends queued by many threads, written in one transaction ------
 
-cdef int _fail(sqlite3 *db, sqlite3_stmt *rollback, int rc, char *errbuf) noexcept nogil:
-    strncpy(errbuf, sqlite3_errmsg(db), 255)
-    errbuf[255] = 0
-    if not sqlite3_get_autocommit(db):
-        sqlite3_step(rollback)
-        sqlite3_reset(rollback)
-    return rc
+cdef struct Request:
+    const char *tenant
+    int tenant_size
+    const char *name
+    int name_size
+    int64_t expected  # -1: no expectation
+    double ts
+    Py_ssize_t count
+    const char **kinds
+    int *kind_sizes
+    const char **payloads
+    int *payload_sizes
+    int status  # SQLITE_OK, an APPEND_* outcome, or the SQLite error that failed the group
+    int64_t head  # the new head, or the actual head on a conflict
 
 
-cdef int _append_batch(
-    sqlite3 *db, sqlite3_stmt **st,
-    const char *tenant, int tenant_size, const char *name, int name_size,
-    int64_t expected, double ts, Py_ssize_t count,
-    const char **kinds, int *kind_sizes, const char **payloads, int *payload_sizes,
-    int64_t *head_out, char *errbuf,
-) noexcept nogil:
+cdef class _Append:
+    """One caller's append: C views of its batch, kept alive by the references here."""
+
+    cdef Request request
+    cdef object tenant, name, batch
+    cdef bint done
+    cdef str error
+
+    def __cinit__(self):
+        self.request.kinds = NULL
+        self.request.kind_sizes = NULL
+        self.request.payloads = NULL
+        self.request.payload_sizes = NULL
+
+    cdef int prepare(self, str tenant, str name, int64_t expected, double ts, list batch) except -1:
+        cdef Py_ssize_t count = len(batch), i, size
+        cdef Request *r = &self.request
+        self.tenant, self.name, self.batch = tenant, name, batch
+        r.tenant = PyUnicode_AsUTF8AndSize(tenant, &size)
+        r.tenant_size = <int>size
+        r.name = PyUnicode_AsUTF8AndSize(name, &size)
+        r.name_size = <int>size
+        r.expected = expected
+        r.ts = ts
+        r.count = count
+        r.kinds = <const char **>PyMem_Malloc(count * sizeof(char *))
+        r.payloads = <const char **>PyMem_Malloc(count * sizeof(char *))
+        r.kind_sizes = <int *>PyMem_Malloc(count * sizeof(int))
+        r.payload_sizes = <int *>PyMem_Malloc(count * sizeof(int))
+        if r.kinds == NULL or r.payloads == NULL or r.kind_sizes == NULL or r.payload_sizes == NULL:
+            raise MemoryError()
+        for i in range(count):
+            kind, payload = <tuple>batch[i]
+            r.kinds[i] = PyUnicode_AsUTF8AndSize(kind, &size)
+            r.kind_sizes[i] = <int>size
+            size = PyBytes_GET_SIZE(payload)
+            if size > 0x7FFFFFFF:
+                raise ValueError(f"event {i} is larger than 2 GiB")
+            r.payloads[i] = PyBytes_AS_STRING(payload)
+            r.payload_sizes[i] = <int>size
+        return 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.request.kinds)
+        PyMem_Free(self.request.payloads)
+        PyMem_Free(self.request.kind_sizes)
+        PyMem_Free(self.request.payload_sizes)
+
+
+cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
+    """One append inside the open transaction. A conflict (or a bound) is found
+    before anything of this append is written, so it never touches the others."""
     cdef int rc
     cdef int64_t sid = 0, head = 0, new_head, base
     cdef bint exists
     cdef Py_ssize_t i
     cdef sqlite3_stmt *select = st[ST_SELECT_SESSION]
     cdef sqlite3_stmt *insert = st[ST_INSERT_EVENT]
-
-    rc = sqlite3_step(st[ST_BEGIN])
-    sqlite3_reset(st[ST_BEGIN])
-    if rc != SQLITE_DONE:
-        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
-    sqlite3_bind_text(select, 1, tenant, tenant_size, SQLITE_STATIC)
-    sqlite3_bind_text(select, 2, name, name_size, SQLITE_STATIC)
+    sqlite3_bind_text(select, 1, r.tenant, r.tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(select, 2, r.name, r.name_size, SQLITE_STATIC)
     rc = sqlite3_step(select)
     exists = rc == SQLITE_ROW
     if exists:
@@ -263,51 +315,84 @@ cdef int _append_batch(
         head = sqlite3_column_int64(select, 1)
     sqlite3_reset(select)
     if rc != SQLITE_ROW and rc != SQLITE_DONE:
-        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
-    head_out[0] = head
-    if expected >= 0 and expected != head:
-        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
+        return rc
+    r.head = head
+    if r.expected >= 0 and r.expected != head:
         return APPEND_CONFLICT
-    new_head = head + count
+    new_head = head + r.count
     if new_head > MAX_SEQ:
-        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
         return APPEND_TOO_LONG
     if exists:
         sqlite3_bind_int64(st[ST_UPDATE_SESSION], 1, new_head)
-        sqlite3_bind_double(st[ST_UPDATE_SESSION], 2, ts)
+        sqlite3_bind_double(st[ST_UPDATE_SESSION], 2, r.ts)
         sqlite3_bind_int64(st[ST_UPDATE_SESSION], 3, sid)
         rc = sqlite3_step(st[ST_UPDATE_SESSION])
         sqlite3_reset(st[ST_UPDATE_SESSION])
     else:
-        sqlite3_bind_text(st[ST_INSERT_SESSION], 1, tenant, tenant_size, SQLITE_STATIC)
-        sqlite3_bind_text(st[ST_INSERT_SESSION], 2, name, name_size, SQLITE_STATIC)
+        # A new session takes the next number; refuse before writing when none is left.
+        rc = sqlite3_step(st[ST_MAX_SID])
+        sid = sqlite3_column_int64(st[ST_MAX_SID], 0) + 1 if rc == SQLITE_ROW else 1
+        sqlite3_reset(st[ST_MAX_SID])
+        if rc != SQLITE_ROW:
+            return rc
+        if sid > MAX_SID:
+            return APPEND_TOO_MANY_SESSIONS
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 1, r.tenant, r.tenant_size, SQLITE_STATIC)
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 2, r.name, r.name_size, SQLITE_STATIC)
         sqlite3_bind_int64(st[ST_INSERT_SESSION], 3, new_head)
-        sqlite3_bind_double(st[ST_INSERT_SESSION], 4, ts)
-        sqlite3_bind_double(st[ST_INSERT_SESSION], 5, ts)
+        sqlite3_bind_double(st[ST_INSERT_SESSION], 4, r.ts)
+        sqlite3_bind_double(st[ST_INSERT_SESSION], 5, r.ts)
         rc = sqlite3_step(st[ST_INSERT_SESSION])
         sqlite3_reset(st[ST_INSERT_SESSION])
         sid = sqlite3_last_insert_rowid(db)
     if rc != SQLITE_DONE:
-        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
-    if sid > MAX_SID:
-        _fail(db, st[ST_ROLLBACK], SQLITE_OK, errbuf)
-        return APPEND_TOO_MANY_SESSIONS
+        return rc
     base = (sid << S_SEQ_BITS) + head
-    sqlite3_bind_double(insert, 2, ts)
-    for i in range(count):
+    sqlite3_bind_double(insert, 2, r.ts)
+    for i in range(r.count):
         sqlite3_bind_int64(insert, 1, base + i + 1)
-        sqlite3_bind_text(insert, 3, kinds[i], kind_sizes[i], SQLITE_STATIC)
-        sqlite3_bind_blob(insert, 4, payloads[i], payload_sizes[i], SQLITE_STATIC)
+        sqlite3_bind_text(insert, 3, r.kinds[i], r.kind_sizes[i], SQLITE_STATIC)
+        sqlite3_bind_blob(insert, 4, r.payloads[i], r.payload_sizes[i], SQLITE_STATIC)
         rc = sqlite3_step(insert)
         sqlite3_reset(insert)
         if rc != SQLITE_DONE:
-            return _fail(db, st[ST_ROLLBACK], rc, errbuf)
-    rc = sqlite3_step(st[ST_COMMIT])
-    sqlite3_reset(st[ST_COMMIT])
-    if rc != SQLITE_DONE:
-        return _fail(db, st[ST_ROLLBACK], rc, errbuf)
-    head_out[0] = new_head
+            return rc
+    r.head = new_head
     return SQLITE_OK
+
+
+cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize_t size,
+                       char *errbuf) noexcept nogil:
+    """Apply every request of ``group`` in one BEGIN IMMEDIATE transaction.
+
+    Returns SQLITE_OK, or the SQLite error that rolled the whole group back
+    (then every request that had not already been refused fails with it)."""
+    cdef int rc
+    cdef Py_ssize_t i
+    rc = sqlite3_step(st[ST_BEGIN])
+    sqlite3_reset(st[ST_BEGIN])
+    if rc == SQLITE_DONE:
+        for i in range(size):
+            rc = _apply(db, st, group[i])
+            group[i].status = rc
+            if rc == SQLITE_OK or rc < 0:
+                rc = SQLITE_OK  # refused alone, or applied: the group goes on
+                continue
+            break
+        if rc == SQLITE_OK:
+            rc = sqlite3_step(st[ST_COMMIT])
+            sqlite3_reset(st[ST_COMMIT])
+            if rc == SQLITE_DONE:
+                return SQLITE_OK
+    strncpy(errbuf, sqlite3_errmsg(db), 255)
+    errbuf[255] = 0
+    if not sqlite3_get_autocommit(db):
+        sqlite3_step(st[ST_ROLLBACK])
+        sqlite3_reset(st[ST_ROLLBACK])
+    for i in range(size):
+        if group[i].status >= 0:  # not already refused on its own
+            group[i].status = rc
+    return rc
 
 
 # -- scanning: canonical type strings are shared, not decoded per row ----------------
@@ -455,6 +540,13 @@ class CEngine(EngineBase):
     name = "c"
     sqlite_info = staticmethod(_sqlite_info)
 
+    def __init__(self, path, **options):
+        self.commits = 0  # write transactions that appends used, for tests and tuning
+        self._pending = []
+        self._commit_cond = threading.Condition(threading.Lock())
+        self._leading = False
+        super().__init__(path, **options)
+
     def _connect(self, read_only):
         conn = _Connection()
         conn.open(self.path, read_only, self._busy_timeout_ms)
@@ -470,67 +562,100 @@ class CEngine(EngineBase):
         (<_Connection>conn).close()
 
     def append(self, str tenant, str name, expected_head, double ts, list batch):
-        """Append a batch atomically; return the new head."""
-        cdef Py_ssize_t count = len(batch), i, size
+        """Append a batch atomically; return the new head.
+
+        Group commit: the caller queues its append. When no commit is under
+        way it leads: it takes the write lock and writes every queued append
+        in one transaction. Appends that arrive meanwhile wait for that
+        commit, and the next leader writes them all together. A caller
+        returns only after the commit that holds its events; a conflict
+        refuses that append alone.
+        """
         cdef int64_t expected = -1 if expected_head is None else expected_head
-        cdef int64_t head = 0
-        cdef int rc
-        cdef char errbuf[256]
-        cdef Py_ssize_t tenant_size, name_size
-        cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
-        cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
-        cdef const char **kinds
-        cdef const char **payloads
-        cdef int *kind_sizes
-        cdef int *payload_sizes
-        cdef sqlite3_stmt *statements[N_STATEMENTS]
-        cdef _Connection conn
-        if count == 0:
+        cdef int64_t head
+        cdef _Append mine
+        if not batch:
             head = self.head(tenant, name)
             if expected >= 0 and expected != head:
                 raise CheckpointConflictError(name, expected, head)
             return head
-        kinds = <const char **>PyMem_Malloc(count * sizeof(char *))
-        payloads = <const char **>PyMem_Malloc(count * sizeof(char *))
-        kind_sizes = <int *>PyMem_Malloc(count * sizeof(int))
-        payload_sizes = <int *>PyMem_Malloc(count * sizeof(int))
-        try:
-            if kinds == NULL or payloads == NULL or kind_sizes == NULL or payload_sizes == NULL:
-                raise MemoryError()
-            # Pointers into objects that `batch` keeps alive for the whole call.
-            for i in range(count):
-                kind, payload = <tuple>batch[i]
-                kinds[i] = PyUnicode_AsUTF8AndSize(kind, &size)
-                kind_sizes[i] = <int>size
-                size = PyBytes_GET_SIZE(payload)
-                if size > 0x7FFFFFFF:
-                    raise ValueError(f"event {i} is larger than 2 GiB")
-                payloads[i] = PyBytes_AS_STRING(payload)
-                payload_sizes[i] = <int>size
-            with self._write_lock:
-                if self._closed:
-                    raise CheckpointerClosedError("the checkpointer is closed")
-                conn = <_Connection>self._writer
-                for i in range(ST_SCAN):
-                    statements[i] = conn.statement(i)
-                with nogil:
-                    rc = _append_batch(conn.db, statements, tenant_text, <int>tenant_size,
-                                       name_text, <int>name_size, expected, ts, count,
-                                       kinds, kind_sizes, payloads, payload_sizes, &head, errbuf)
-        finally:
-            PyMem_Free(kinds)
-            PyMem_Free(payloads)
-            PyMem_Free(kind_sizes)
-            PyMem_Free(payload_sizes)
-        if rc == SQLITE_OK:
-            return head
-        if rc == APPEND_CONFLICT:
-            raise CheckpointConflictError(name, expected, head)
-        if rc == APPEND_TOO_LONG:
+        mine = _Append()
+        mine.prepare(tenant, name, expected, ts, batch)
+        commit = self._commit_cond
+        with commit:
+            self._pending.append(mine)
+            # Followers wait here for the leader's commit, not on the write lock,
+            # so one commit releases all of them at once.
+            while not mine.done and self._leading:
+                commit.wait()
+            lead = not mine.done
+            if lead:
+                self._leading = True
+        if lead:
+            try:
+                with self._write_lock:
+                    self._commit_pending()
+            finally:
+                with commit:
+                    self._leading = False
+                    commit.notify_all()
+        status = mine.request.status
+        if status == SQLITE_OK:
+            return mine.request.head
+        if status == APPEND_CONFLICT:
+            raise CheckpointConflictError(name, expected, mine.request.head)
+        if status == APPEND_TOO_LONG:
             raise ValueError(f"session {name!r} would exceed {MAX_SEQ} events")
-        if rc == APPEND_TOO_MANY_SESSIONS:
+        if status == APPEND_TOO_MANY_SESSIONS:
             raise StorageUnavailableError("the database holds too many sessions")
-        raise _error(rc, errbuf, "append")
+        if status == _CLOSED:
+            raise CheckpointerClosedError("the checkpointer is closed")
+        raise _error(status, mine.error.encode(), "append")
+
+    def _commit_pending(self):
+        """Under the write lock: write every queued append in one transaction."""
+        cdef char errbuf[256]
+        cdef sqlite3_stmt *statements[N_STATEMENTS]
+        cdef Request **group
+        cdef Py_ssize_t size, i
+        cdef _Connection conn
+        cdef _Append item
+        errbuf[0] = 0
+        with self._commit_cond:
+            pending, self._pending = self._pending, []
+        size = len(pending)
+        if self._closed:
+            for item in pending:
+                item.request.status = _CLOSED
+                item.done = True
+            return
+        conn = <_Connection>self._writer
+        self.commits += 1
+        group = <Request **>PyMem_Malloc(size * sizeof(Request *))
+        try:
+            if group == NULL:
+                raise MemoryError()
+            for i in range(ST_SCAN):
+                statements[i] = conn.statement(i)
+            for i in range(size):
+                item = <_Append>pending[i]
+                item.request.status = SQLITE_OK
+                group[i] = &item.request
+            with nogil:
+                _commit_group(conn.db, statements, group, size, errbuf)
+            message = errbuf.decode("utf-8", "replace")
+            for item in pending:
+                if item.request.status > 0:
+                    item.error = message
+        except BaseException as exc:
+            for item in pending:
+                item.request.status = SQLITE_ERROR
+                item.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            PyMem_Free(group)
+            for item in pending:
+                item.done = True
 
     def scan(self, str tenant, str name, int64_t since_seq, int64_t limit):
         """One page of events after ``since_seq``, at most ``limit`` of them."""

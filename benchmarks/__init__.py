@@ -1,0 +1,1 @@
+"""agentlog's benchmark: ``python -m benchmarks`` (or ``agentlog bench``) from a checkout."""

@@ -1,0 +1,324 @@
+"""Run the benchmark: every scenario on every system, side by side, in one run.
+
+    python -m benchmarks [--quick] [--rounds N] [--json FILE] [--only S1,S3]
+
+Systems: the raw-C baseline (benchmarks/baseline.c compiled against the same
+SQLite the C engine embeds), agentlog's C engine, agentlog's pure engine, and,
+when installed (``pip install -e ".[bench]"``), the OpenAI Agents SDK's
+``SQLiteSession``, LangGraph's ``SqliteSaver`` and ``eventsourcing``. Every
+measurement runs in a fresh process; the table shows medians of the rounds,
+the ratio to raw C in the same run, database bytes per event and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import systems
+
+AGENTLOG = ("agentlog-c", "agentlog-python")
+PEERS = {"openai-agents": "agents", "langgraph": "langgraph", "eventsourcing": "eventsourcing"}
+#: LangGraph stores the whole history in every checkpoint (O(n^2) bytes);
+#: beyond this many steps a run takes minutes and gigabytes, so it stops here.
+LANGGRAPH_MAX_STEPS = 2_000
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    kind: str  # append | threads | replay | heads
+    count: int
+    batch: int = 1
+    sessions: int = 1
+    sync: str = "normal"
+    threads: int = 0
+    decode: bool = False
+    systems: tuple[str, ...] = ()
+    unit: str = "events/s"
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    k = 1_000
+    small, large = (2 * k, 10 * k) if quick else (10 * k, 100 * k)
+    appenders = ("raw-c", *AGENTLOG, *PEERS)
+    readers = ("raw-c", *AGENTLOG, "openai-agents")
+    return [
+        Scenario(
+            f"S1 {small // k}k",
+            f"S1 append 1/call, {small // k}k",
+            "append",
+            small,
+            systems=appenders,
+        ),
+        *(
+            []
+            if quick
+            else [
+                Scenario(
+                    "S1 100k",
+                    "S1 append 1/call, 100k",
+                    "append",
+                    large,
+                    systems=("raw-c", *AGENTLOG),
+                )
+            ]
+        ),
+        Scenario(
+            f"S1 full {small // 10 // k or 1}k",
+            f"S1 append 1/call, synchronous=full, {small // 10}",
+            "append",
+            small // 10,
+            sync="full",
+            systems=("raw-c", *AGENTLOG),
+        ),
+        Scenario(
+            f"S2 {large // k}k",
+            f"S2 append 100/call, {large // k}k",
+            "append",
+            large,
+            batch=100,
+            systems=appenders,
+        ),
+        Scenario(
+            f"S3 {small // k}k",
+            f"S3 replay {small // k}k to StoredEvent",
+            "replay",
+            small,
+            systems=readers,
+        ),
+        Scenario(
+            f"S3 {large // k}k",
+            f"S3 replay {large // k}k to StoredEvent",
+            "replay",
+            large,
+            systems=readers,
+        ),
+        Scenario(
+            f"S3 {large // k}k dec",
+            f"S3 replay {large // k}k, every payload read",
+            "replay",
+            large,
+            decode=True,
+            systems=("raw-c", *AGENTLOG),
+        ),
+        Scenario(
+            "S4 head()",
+            f"S4 head() of {large // 100} sessions x 20 events",
+            "heads",
+            large // 100 * 20,
+            batch=20,
+            sessions=large // 100,
+            systems=("raw-c", *AGENTLOG),
+            unit="calls/s",
+        ),
+        Scenario(
+            f"S5 {large // k}k",
+            f"S5 4 threads, 1 event/call, {large // k}k (ratio: to raw C's S1)",
+            "threads",
+            large,
+            threads=4,
+            systems=AGENTLOG,
+        ),
+    ]
+
+
+@dataclass
+class Cell:
+    system: str
+    rates: list[float] = field(default_factory=list)
+    db_bytes: int = 0
+    peak_rss_kb: int = 0
+    rss_growth_kb: int = 0
+    count: int = 0
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates) if self.rates else 0.0
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"{spec['system']} {spec['kind']}: {run.stderr.strip()[-800:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def populate(scenario: Scenario, directory: Path, system: str) -> str:
+    """A database holding the scenario's events, written by ``system`` (untimed)."""
+    owner = "openai-agents" if system == "openai-agents" else "agentlog-python"
+    path = directory / f"{scenario.key.replace(' ', '_')}-{owner}.db"
+    if not path.exists():
+        worker(
+            {
+                "system": owner,
+                "kind": "append",
+                "path": str(path),
+                "count": scenario.count,
+                "sessions": scenario.sessions,
+                "batch": scenario.batch if scenario.kind == "heads" else 1000,
+                "sync": "normal",
+            }
+        )
+    return str(path)
+
+
+def available_engines() -> list[str]:
+    from agentlog._engines import AVAILABLE_ENGINES
+
+    return list(AVAILABLE_ENGINES)
+
+
+def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]:
+    cells = []
+    for system in scenario.systems:
+        cell = Cell(system)
+        cells.append(cell)
+        if system in PEERS and not systems.installed(PEERS[system]):
+            cell.note = "not installed"
+            continue
+        if (
+            system.startswith("agentlog-")
+            and system.removeprefix("agentlog-") not in available_engines()
+        ):
+            cell.note = "engine not built"
+            continue
+        if system == "langgraph" and scenario.count // scenario.batch > LANGGRAPH_MAX_STEPS:
+            cell.note = f"skipped: > {LANGGRAPH_MAX_STEPS} steps"
+            continue
+        for round_no in range(rounds):
+            spec = asdict(scenario) | {"system": system}
+            if scenario.kind in ("replay", "heads"):
+                spec["path"] = populate(scenario, directory, system)
+            else:
+                spec["path"] = str(
+                    directory / f"{scenario.key.replace(' ', '_')}-{system}-{round_no}.db"
+                )
+            try:
+                result = worker(spec)
+            except RuntimeError as exc:
+                cell.note = f"failed: {exc}"
+                break
+            cell.rates.append(result["count"] / result["seconds"])
+            cell.count = result["count"]
+            cell.db_bytes = result["db_bytes"]
+            cell.peak_rss_kb = max(cell.peak_rss_kb, result["peak_rss_kb"])
+            cell.rss_growth_kb = max(cell.rss_growth_kb, result["rss_growth_kb"])
+    return cells
+
+
+def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> str:
+    lines = [
+        f"{'scenario':<44}{'system':<17}{'rate':>13}{'vs raw C':>10}{'B/event':>9}{'peak MB':>9}",
+        "-" * 102,
+    ]
+    for scenario, cells in results:
+        raw = next((c.rate for c in cells if c.system == "raw-c" and c.rates), None)
+        if scenario.kind == "threads":
+            raw = s1_raw
+        for n, cell in enumerate(cells):
+            title = scenario.title if n == 0 else ""
+            if not cell.rates:
+                lines.append(f"{title:<44}{cell.system:<17}{cell.note:>13}")
+                continue
+            ratio = f"{cell.rate / raw:.2f}" if raw else "-"
+            per_event = (
+                f"{cell.db_bytes / cell.count:.0f}"
+                if scenario.kind in ("append", "threads") and cell.count
+                else ""
+            )
+            rate = f"{cell.rate:,.0f}"
+            lines.append(
+                f"{title:<44}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
+                f"{cell.peak_rss_kb / 1024:>9.0f}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, one round (a smoke test)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (median)")
+    parser.add_argument("--only", help="comma-separated scenario prefixes, e.g. S1,S3")
+    parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    rounds = 1 if args.quick and args.rounds == 3 else max(1, args.rounds)
+
+    from agentlog import engine_info
+
+    info = engine_info()
+    chosen = [
+        s
+        for s in scenarios(args.quick)
+        if not args.only or any(s.key.startswith(p) for p in args.only.split(","))
+    ]
+    machine = f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs"
+    print(
+        f"agentlog benchmark: engines {info['available']},"
+        f" SQLite {info['sqlite_version']} (default engine), {machine},"
+        f" median of {rounds} round(s)\n",
+        flush=True,
+    )
+    systems.baseline_binary()
+    results: list[tuple[Scenario, list[Cell]]] = []
+    with tempfile.TemporaryDirectory(prefix="agentlog-bench-") as tmp:
+        for scenario in chosen:
+            print(f"  running {scenario.title} …", file=sys.stderr, flush=True)
+            results.append((scenario, run_scenario(scenario, rounds, Path(tmp))))
+    s1_raw = next(
+        (
+            c.rate
+            for s, cells in results
+            if s.kind == "append" and s.batch == 1 and s.sync == "normal"
+            for c in cells
+            if c.system == "raw-c" and c.rates
+        ),
+        None,
+    )
+    print(table(results, s1_raw))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "engine_info": {k: v for k, v in info.items() if k != "compile_options"},
+                    "rounds": rounds,
+                    "results": [
+                        {
+                            "scenario": asdict(s),
+                            "cells": [asdict(c) | {"rate": c.rate} for c in cells],
+                        }
+                        for s, cells in results
+                    ],
+                },
+                indent=2,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

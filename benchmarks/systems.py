@@ -1,0 +1,253 @@
+"""The systems under test, each measured in a fresh process by ``worker``.
+
+A system implements some of: ``append(path, events, sessions, batch, sync)``
+(S1, S2, S5 with threads), ``replay(path, count, decode)`` (S3) and
+``heads(path)`` (S4). Each returns ``(seconds, operations)`` for the timed part
+only. Populating a database for S3/S4 happens in a separate process, so the
+timed process's peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- agentlog ------------------------------------------------------------------------
+
+
+def agentlog_append(
+    engine: str, path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    from agentlog import SqliteCheckpointer
+
+    with SqliteCheckpointer(path, synchronous=sync, engine=engine) as cp:
+        heads = [0] * sessions
+        start = time.perf_counter()
+        for call, i in enumerate(range(0, len(events), batch)):
+            slot = call % sessions
+            heads[slot] = cp.append(f"s{slot}", events[i : i + batch], expected_head=heads[slot])
+        return time.perf_counter() - start, len(events)
+
+
+def agentlog_threads(
+    engine: str, path: str, events: list[dict[str, Any]], threads: int, sync: str
+) -> tuple[float, int]:
+    """S5: ``threads`` threads, one session each, one event per call."""
+    from agentlog import SqliteCheckpointer
+
+    with SqliteCheckpointer(path, synchronous=sync, engine=engine) as cp:
+        share = len(events) // threads
+        barrier = threading.Barrier(threads + 1)
+
+        def writer(slot: int) -> None:
+            head = 0
+            mine = events[slot * share : (slot + 1) * share]
+            barrier.wait()
+            for event in mine:
+                head = cp.append(f"t{slot}", [event], expected_head=head)
+
+        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+        for worker in workers:
+            worker.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        return time.perf_counter() - start, share * threads
+
+
+def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[float, int]:
+    from agentlog import SqliteCheckpointer
+
+    with SqliteCheckpointer(path, engine=engine) as cp:
+        start = time.perf_counter()
+        seen = 0
+        if decode:
+            for event in cp.read("s0"):
+                seen += len(event.event)
+        else:
+            for event in cp.read("s0"):
+                seen += event.seq
+        elapsed = time.perf_counter() - start
+    assert seen > 0
+    return elapsed, count
+
+
+def agentlog_heads(engine: str, path: str) -> tuple[float, int]:
+    from agentlog import SqliteCheckpointer
+
+    with SqliteCheckpointer(path, engine=engine) as cp:
+        names = [info.id for info in cp.list()]
+        start = time.perf_counter()
+        for name in names:
+            cp.head(name)
+        heads = time.perf_counter() - start
+        start = time.perf_counter()
+        listed = len(cp.list())
+        assert listed == len(names)
+        return heads, len(names)
+
+
+# -- the raw-C baseline ----------------------------------------------------------------
+
+
+def baseline_binary() -> Path:
+    """Compile benchmarks/baseline.c against the embedded SQLite (cached by content)."""
+    import hashlib
+
+    sqlite_dir = ROOT / "vendor" / "sqlite"
+    source = Path(__file__).with_name("baseline.c")
+    header = ROOT / "src" / "agentlog" / "_sqlite_embed.h"
+    embedded = (sqlite_dir / "sqlite3.c").exists()
+    digest = hashlib.sha256(source.read_bytes() + header.read_bytes() + bytes([embedded]))
+    binary = ROOT / ".bench-cache" / f"baseline-{digest.hexdigest()[:16]}"
+    if not binary.exists():
+        binary.parent.mkdir(exist_ok=True)
+        command = [os.environ.get("CC", "cc"), "-O2", "-o", str(binary), str(source)]
+        command += ["-I", str(header.parent)]
+        if embedded:
+            command += ["-DAGENTLOG_EMBEDDED_SQLITE=1", "-I", str(sqlite_dir), "-lpthread", "-lm"]
+        else:
+            command += ["-lsqlite3"]
+        subprocess.run(command, check=True)
+    return binary
+
+
+def write_payloads(path: Path, events: list[dict[str, Any]]) -> None:
+    import orjson
+
+    with open(path, "wb") as out:
+        for event in events:
+            kind = event["type"].encode()
+            data = orjson.dumps(event)
+            out.write(struct.pack("<I", len(kind)) + kind + struct.pack("<I", len(data)) + data)
+
+
+def raw_c(*args: str) -> tuple[float, int]:
+    import json
+
+    run = subprocess.run(
+        [str(baseline_binary()), *args], check=True, capture_output=True, text=True
+    )
+    result = json.loads(run.stdout)
+    return float(result["seconds"]), int(result["count"])
+
+
+def raw_c_append(
+    path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    from agentlog import SqliteCheckpointer
+
+    SqliteCheckpointer(path).close()  # the schema, exactly as agentlog writes it
+    payloads = Path(path + ".payloads")
+    write_payloads(payloads, events)
+    return raw_c(path, str(payloads), "append", str(sessions), str(batch), sync.upper())
+
+
+# -- peers, when installed ---------------------------------------------------------------
+
+
+def openai_append(
+    path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    from agents.memory import SQLiteSession
+
+    stores = [SQLiteSession(f"s{n}", path) for n in range(sessions)]
+    items = [{"role": "user", "content": str(e)} for e in events]
+
+    async def main() -> float:
+        start = time.perf_counter()
+        for call, i in enumerate(range(0, len(items), batch)):
+            await stores[call % sessions].add_items(items[i : i + batch])
+        return time.perf_counter() - start
+
+    elapsed = asyncio.run(main())
+    for store in stores:
+        store.close()
+    return elapsed, len(events)
+
+
+def openai_replay(path: str, count: int, decode: bool) -> tuple[float, int]:
+    from agents.memory import SQLiteSession
+
+    store = SQLiteSession("s0", path)
+
+    async def main() -> float:
+        start = time.perf_counter()
+        items = await store.get_items()
+        assert len(items) == count
+        return time.perf_counter() - start
+
+    elapsed = asyncio.run(main())
+    store.close()
+    return elapsed, count
+
+
+def langgraph_append(
+    path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    """One checkpoint per step, holding the whole message list (LangGraph's model)."""
+    import sqlite3
+
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    config: dict[str, Any] = {"configurable": {"thread_id": "s0", "checkpoint_ns": ""}}
+    messages: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for step, i in enumerate(range(0, len(events), batch)):
+        messages = messages + events[i : i + batch]
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": messages}
+        checkpoint["channel_versions"] = {"messages": step + 1}
+        config = saver.put(
+            config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1}
+        )
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed, len(events)
+
+
+def eventsourcing_append(
+    path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate, event
+
+    class Conversation(Aggregate):
+        @event("Appended")
+        def append(self, body: dict[str, Any]) -> None:
+            pass
+
+    app = Application(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path})
+    conversations = [Conversation() for _ in range(sessions)]
+    for conversation in conversations:
+        app.save(conversation)
+    start = time.perf_counter()
+    for call, i in enumerate(range(0, len(events), batch)):
+        conversation = conversations[call % sessions]
+        for body in events[i : i + batch]:
+            conversation.append(body)
+        app.save(conversation)
+    return time.perf_counter() - start, len(events)
+
+
+def installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
