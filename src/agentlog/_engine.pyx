@@ -657,17 +657,33 @@ class CEngine(EngineBase):
             for item in pending:
                 item.done = True
 
+    # The read paths borrow a pooled connection without the pool's lock: with
+    # the GIL held, nothing runs between the checks and the list operations
+    # below, and close() sets _closed before it empties the pool.
+
+    def _take_reader(self):
+        if self._closed:
+            raise CheckpointerClosedError("the checkpointer is closed")
+        idle = self._idle_readers
+        return idle.pop() if idle else self._connect(True)
+
+    def _give_back(self, conn):
+        if self._closed:
+            (<_Connection>conn).close()
+        else:
+            self._idle_readers.append(conn)
+
     def scan(self, str tenant, str name, int64_t since_seq, int64_t limit):
         """One page of events after ``since_seq``, at most ``limit`` of them."""
         if self._memory:
             with self._write_lock:
                 self._check_open()
                 return _scan_page(<_Connection>self._writer, tenant, name, since_seq, limit)
-        conn = self._borrow_reader()
+        conn = self._take_reader()
         try:
             return _scan_page(<_Connection>conn, tenant, name, since_seq, limit)
         finally:
-            self._return_reader(conn)
+            self._give_back(conn)
 
     def head(self, str tenant, str name):
         """The session's head; 0 when it is empty or unknown."""
@@ -675,8 +691,11 @@ class CEngine(EngineBase):
             with self._write_lock:
                 self._check_open()
                 return _head(<_Connection>self._writer, tenant, name)
-        conn = self._borrow_reader()
+        if self._closed:
+            raise CheckpointerClosedError("the checkpointer is closed")
+        idle = self._idle_readers
+        conn = idle.pop() if idle else self._connect(True)
         try:
             return _head(<_Connection>conn, tenant, name)
         finally:
-            self._return_reader(conn)
+            self._give_back(conn)

@@ -160,7 +160,24 @@ def encode_events(events: Iterable[SessionEvent]) -> list[tuple[str, bytes]]:
     """
     if isinstance(events, (Mapping, str, bytes)) or not isinstance(events, Iterable):
         raise TypeError(f"events must be a list of event mappings, not {type(events).__name__}")
-    return [_encode_one(index, event) for index, event in enumerate(events)]
+    encoded: list[tuple[str, bytes]] = []
+    add = encoded.append
+    for index, event in enumerate(events):
+        # The common case inline: a dict of a known type whose encoding holds
+        # no null (so no NaN either). Anything else takes the careful path.
+        if type(event) is dict:
+            kind = event.get("type")
+            if type(kind) is str and kind in EVENT_TYPES:
+                try:
+                    payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
+                except TypeError:
+                    pass
+                else:
+                    if b"null" not in payload:
+                        add((kind, payload))
+                        continue
+        add(_encode_one(index, event))
+    return encoded
 
 
 def decode_payload(payload: bytes | str) -> dict[str, Any]:

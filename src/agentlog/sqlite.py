@@ -8,7 +8,7 @@ import os
 from ._engines import engine_class
 from ._schema import DEFAULT_TENANT
 from .checkpointer import BaseCheckpointer
-from .events import SessionInfo, StoredEvent
+from .events import SessionInfo, StoredEvent, check_session_id
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -89,6 +89,13 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._engine.scan(self._tenant, session_id, since_seq, limit)  # type: ignore[no-any-return]
+
+    def head(self, session_id: str) -> int:
+        """The seq of the last event; 0 for an empty or unknown session."""
+        # The base class's method, one call shorter: head() is a hot path.
+        if self._closed:
+            self._check_open()
+        return int(self._engine.head(self._tenant, check_session_id(session_id)))
 
     def _head(self, session_id: str) -> int:
         return int(self._engine.head(self._tenant, session_id))
