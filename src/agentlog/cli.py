@@ -205,6 +205,18 @@ def _cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps(engine_info(), indent=2))
 
 
+def _cmd_bench(args: argparse.Namespace) -> None:
+    # The benchmark lives in the checkout's benchmarks/ package (with its C
+    # baseline), not in the installed package: run it from the checkout.
+    sys.path.insert(0, os.getcwd())
+    try:
+        from benchmarks.run import main as bench_main
+    except ImportError:
+        print("agentlog bench: run it from a checkout of agentlog (benchmarks/)", file=sys.stderr)
+        raise SystemExit(2) from None
+    bench_main(args.bench_args)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentlog", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -245,6 +257,11 @@ def _parser() -> argparse.ArgumentParser:
     truncate.set_defaults(func=_cmd_truncate)
     store_command("check", "run SQLite's quick_check on a database").set_defaults(func=_cmd_check)
     sub.add_parser("info", help="which engine and SQLite run").set_defaults(func=_cmd_info)
+    bench = sub.add_parser(
+        "bench", help="run the benchmark (from a checkout); options as python -m benchmarks"
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 
