@@ -256,9 +256,12 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
                 else ""
             )
             rate = f"{cell.rate:,.0f}"
+            note = cell.note
+            if scenario.kind == "replay" and cell.system != "raw-c":
+                note = f"RSS +{cell.rss_growth_kb / 1024:.0f} MB while replaying {note}"
             lines.append(
                 f"{title:<44}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
-                f"{cell.peak_rss_kb / 1024:>9.0f}  {cell.note}".rstrip()
+                f"{cell.peak_rss_kb / 1024:>9.0f}  {note}".rstrip()
             )
         lines.append("")
     return "\n".join(lines)

@@ -253,7 +253,7 @@ cdef class _Append:
 
     cdef Request request
     cdef object tenant, name, batch
-    cdef bint done
+    cdef bint done  # written (or refused); its status says which
     cdef str error
 
     def __cinit__(self):
@@ -542,9 +542,11 @@ class CEngine(EngineBase):
 
     def __init__(self, path, **options):
         self.commits = 0  # write transactions that appends used, for tests and tuning
-        self._pending = []
-        self._commit_cond = threading.Condition(threading.Lock())
-        self._leading = False
+        self._pending = []  # queued appends, oldest first
+        self._pending_lock = threading.Lock()
+        self._committed = threading.Condition(self._pending_lock)
+        self._leading = False  # whether some caller is writing (or about to)
+        self._waiting = 0  # callers asleep on _committed
         super().__init__(path, **options)
 
     def _connect(self, read_only):
@@ -564,12 +566,12 @@ class CEngine(EngineBase):
     def append(self, str tenant, str name, expected_head, double ts, list batch):
         """Append a batch atomically; return the new head.
 
-        Group commit: the caller queues its append. When no commit is under
-        way it leads: it takes the write lock and writes every queued append
-        in one transaction. Appends that arrive meanwhile wait for that
-        commit, and the next leader writes them all together. A caller
-        returns only after the commit that holds its events; a conflict
-        refuses that append alone.
+        Group commit: the caller queues its append. When no one is writing it
+        leads: it takes the write lock and writes every queued append in one
+        transaction. Appends that arrive meanwhile wait for that commit; then
+        one of those still queued leads the next group. A caller returns only
+        after the commit that holds its events; a conflict refuses that
+        append alone.
         """
         cdef int64_t expected = -1 if expected_head is None else expected_head
         cdef int64_t head
@@ -581,13 +583,16 @@ class CEngine(EngineBase):
             return head
         mine = _Append()
         mine.prepare(tenant, name, expected, ts, batch)
-        commit = self._commit_cond
-        with commit:
+        with self._pending_lock:
             self._pending.append(mine)
-            # Followers wait here for the leader's commit, not on the write lock,
-            # so one commit releases all of them at once.
-            while not mine.done and self._leading:
-                commit.wait()
+            if self._leading:
+                # Wait for the leader's commit. Followers sleep on a condition,
+                # not on the write lock, so one commit wakes them all; the
+                # uncontended path never touches the (pure-Python) condition.
+                self._waiting += 1
+                while not mine.done and self._leading:
+                    self._committed.wait()
+                self._waiting -= 1
             lead = not mine.done
             if lead:
                 self._leading = True
@@ -596,9 +601,10 @@ class CEngine(EngineBase):
                 with self._write_lock:
                     self._commit_pending()
             finally:
-                with commit:
+                with self._pending_lock:
                     self._leading = False
-                    commit.notify_all()
+                    if self._waiting:
+                        self._committed.notify_all()
         status = mine.request.status
         if status == SQLITE_OK:
             return mine.request.head
@@ -621,7 +627,7 @@ class CEngine(EngineBase):
         cdef _Connection conn
         cdef _Append item
         errbuf[0] = 0
-        with self._commit_cond:
+        with self._pending_lock:
             pending, self._pending = self._pending, []
         size = len(pending)
         if self._closed:

@@ -1,0 +1,34 @@
+"""The benchmark runs end to end in its quick mode (a smoke test: no timings asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from .conftest import ENGINES, PYTHON, TESTS_DIR, child_env
+
+ROOT = TESTS_DIR.parent
+
+
+def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
+    env = child_env()
+    env["PYTHONPATH"] = str(ROOT)
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [PYTHON, "-m", "benchmarks", "--quick", "--only", "S1 2k,S3 2k,S4", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "vs raw C" in run.stdout
+    results = json.loads(out.read_text())["results"]
+    assert [r["scenario"]["key"] for r in results] == ["S1 2k", "S3 2k", "S4 head()"]
+    for result in results:
+        cells = {cell["system"]: cell for cell in result["cells"]}
+        for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in ENGINES else [])):
+            assert cells[system]["rate"] > 0, (result["scenario"]["key"], system, cells[system])
+            assert cells[system]["peak_rss_kb"] > 0
