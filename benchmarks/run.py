@@ -131,7 +131,7 @@ def scenarios(quick: bool) -> list[Scenario]:
         ),
         Scenario(
             f"S5 {large // k}k",
-            f"S5 4 threads, 1 event/call, {large // k}k (ratio: to raw C's S1)",
+            f"S5 4 threads x 1 event/call, {large // k}k",
             "threads",
             large,
             threads=4,
