@@ -162,6 +162,8 @@ static double scan(sqlite3 *db, long *rows) {
     return elapsed;
 }
 
+static double list_seconds = 0;
+
 static double heads(sqlite3 *db, long *calls) {
     sqlite3_stmt *names = prepare(db, "SELECT name FROM sessions");
     sqlite3_stmt *st = prepare(db, SELECT_HEAD);
@@ -180,6 +182,16 @@ static double heads(sqlite3 *db, long *calls) {
         sqlite3_reset(st);
     }
     double elapsed = now() - start;
+    /* Then list(): every session, most recently active first. */
+    sqlite3_stmt *list = prepare(db, LIST_SESSIONS);
+    start = now();
+    sqlite3_bind_text(list, 1, "default", 7, SQLITE_STATIC);
+    while (sqlite3_step(list) == SQLITE_ROW) {
+        total += sqlite3_column_bytes(list, 0) + sqlite3_column_int64(list, 2);
+        total += (sqlite3_int64)sqlite3_column_double(list, 1);
+    }
+    sqlite3_reset(list);
+    list_seconds = now() - start;
     if (total == -1) fprintf(stderr, "!");
     *calls = n;
     return elapsed;
@@ -210,7 +222,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "baseline: unknown mode %s\n", argv[3]);
         return 2;
     }
-    printf("{\"seconds\": %.9f, \"count\": %ld, \"sqlite\": \"%s\"}\n", seconds, done, sqlite3_libversion());
+    printf("{\"seconds\": %.9f, \"count\": %ld, \"list_seconds\": %.9f, \"sqlite\": \"%s\"}\n",
+           seconds, done, list_seconds, sqlite3_libversion());
     /* Finalize everything so closing checkpoints the WAL, as agentlog's close does. */
     sqlite3_stmt *st;
     while ((st = sqlite3_next_stmt(db, NULL)) != NULL) sqlite3_finalize(st);

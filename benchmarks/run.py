@@ -82,10 +82,10 @@ def scenarios(quick: bool) -> list[Scenario]:
             ]
         ),
         Scenario(
-            f"S1 full {small // 10 // k or 1}k",
-            f"S1 append 1/call, synchronous=full, {small // 10}",
+            f"S1 full {small // k}k" if not quick else "S1 full 200",
+            f"S1 append 1/call, synchronous=full, {small if not quick else 200:,}",
             "append",
-            small // 10,
+            small if not quick else 200,
             sync="full",
             systems=("raw-c", *AGENTLOG),
         ),
@@ -149,6 +149,7 @@ class Cell:
     rss_growth_kb: int = 0
     count: int = 0
     note: str = ""
+    list_seconds: list[float] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -232,6 +233,8 @@ def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]
             cell.db_bytes = result["db_bytes"]
             cell.peak_rss_kb = max(cell.peak_rss_kb, result["peak_rss_kb"])
             cell.rss_growth_kb = max(cell.rss_growth_kb, result["rss_growth_kb"])
+            if result.get("list_seconds") is not None:
+                cell.list_seconds.append(result["list_seconds"])
     return cells
 
 
@@ -259,6 +262,8 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
             note = cell.note
             if scenario.kind == "replay" and cell.system != "raw-c":
                 note = f"RSS +{cell.rss_growth_kb / 1024:.0f} MB while replaying {note}"
+            if cell.list_seconds:
+                note = f"list() of all: {statistics.median(cell.list_seconds) * 1000:.2f} ms {note}"
             lines.append(
                 f"{title:<44}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
                 f"{cell.peak_rss_kb / 1024:>9.0f}  {note}".rstrip()

@@ -82,7 +82,7 @@ def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[f
     return elapsed, count
 
 
-def agentlog_heads(engine: str, path: str) -> tuple[float, int]:
+def agentlog_heads(engine: str, path: str) -> tuple[float, int, float]:
     from agentlog import SqliteCheckpointer
 
     with SqliteCheckpointer(path, engine=engine) as cp:
@@ -94,7 +94,7 @@ def agentlog_heads(engine: str, path: str) -> tuple[float, int]:
         start = time.perf_counter()
         listed = len(cp.list())
         assert listed == len(names)
-        return heads, len(names)
+        return heads, len(names), time.perf_counter() - start
 
 
 # -- the raw-C baseline ----------------------------------------------------------------
@@ -133,13 +133,19 @@ def write_payloads(path: Path, events: list[dict[str, Any]]) -> None:
 
 
 def raw_c(*args: str) -> tuple[float, int]:
+    seconds, count, _ = raw_c_with_list(*args)
+    return seconds, count
+
+
+def raw_c_with_list(*args: str) -> tuple[float, int, float]:
+    """Run the baseline; (seconds, operations, seconds its list() took)."""
     import json
 
     run = subprocess.run(
         [str(baseline_binary()), *args], check=True, capture_output=True, text=True
     )
     result = json.loads(run.stdout)
-    return float(result["seconds"]), int(result["count"])
+    return float(result["seconds"]), int(result["count"]), float(result["list_seconds"])
 
 
 def raw_c_append(

@@ -54,13 +54,17 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             run = lambda: systems.agentlog_replay(engine, path, spec["count"], spec["decode"])  # noqa: E731
     elif kind == "heads":
         if system == "raw-c":
-            run = lambda: systems.raw_c(path, "-", "heads")  # noqa: E731
+            heads = lambda: systems.raw_c_with_list(path, "-", "heads")  # noqa: E731
         else:
-            run = lambda: systems.agentlog_heads(engine, path)  # noqa: E731
+            heads = lambda: systems.agentlog_heads(engine, path)  # noqa: E731
     else:
         raise ValueError(kind)
     before = rss_kb()
-    seconds, count = run()
+    list_seconds = None
+    if kind == "heads":
+        seconds, count, list_seconds = heads()
+    else:
+        seconds, count = run()
     who = resource.RUSAGE_CHILDREN if system == "raw-c" else resource.RUSAGE_SELF
     peak = resource.getrusage(who).ru_maxrss
     return {
@@ -69,6 +73,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "db_bytes": db_bytes(path),
         "peak_rss_kb": peak,
         "rss_growth_kb": max(0, peak - before) if system != "raw-c" else 0,
+        "list_seconds": list_seconds,
     }
 
 

@@ -81,3 +81,13 @@ def test_check_and_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().out.strip() == "ok"
     main(["info"])
     assert json.loads(capsys.readouterr().out)["engine"] in ("c", "python")
+
+
+def test_bench_runs_the_checkouts_benchmark(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--help"])
+    assert info.value.code == 0
+    assert "--quick" in capsys.readouterr().out

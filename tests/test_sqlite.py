@@ -6,6 +6,7 @@ import contextlib
 import gc
 import hashlib
 import itertools
+import json
 import os
 import sqlite3
 import subprocess
@@ -271,6 +272,17 @@ def test_extension_loaded_when_required() -> None:
         assert "OMIT_LOAD_EXTENSION" in info["compile_options"]
     elif "c" not in ENGINES:
         assert info["extension_error"]
+
+
+def test_no_extensions_forces_the_pure_engine_at_import() -> None:
+    script = "import agentlog, json; print(json.dumps(agentlog.engine_info()))"
+    env = dict(os.environ, AGENTLOG_NO_EXTENSIONS="1")
+    env.pop("AGENTLOG_REQUIRE_EXTENSIONS", None)
+    run = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, env=env)
+    info = json.loads(run.stdout)
+    assert info["engine"] == "python"
+    assert info["available"] == ["python"]
+    assert "AGENTLOG_NO_EXTENSIONS" in info["extension_error"]
 
 
 def test_unknown_engine_is_refused(tmp_path: Path) -> None:
