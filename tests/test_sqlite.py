@@ -414,3 +414,23 @@ def test_group_commit_shares_transactions_and_keeps_results_exact(tmp_path: Path
     # Every successful append returned after a commit holding it; fewer
     # transactions than appends means concurrent appends shared them.
     assert 0 < commits < threads * calls * 2  # two appends per round
+
+
+def test_rows_written_by_hand_are_read_as_they_are(tmp_path: Path, engine: str) -> None:
+    """A type outside the nine (a hand-edited or future file) comes back verbatim."""
+    db = tmp_path / "hand.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", [EVENT])
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT sid FROM sessions WHERE name = 's'").fetchone()[0]
+    conn.execute(
+        "INSERT INTO events (id, ts, type, data) VALUES (?, 2.5, 'custom-kind', ?)",
+        ((sid << 32) | 2, b'{"type":"custom-kind","x":1}'),
+    )
+    conn.execute("UPDATE sessions SET head = 2 WHERE sid = ?", (sid,))
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        first, second = cp.read("s")
+        assert (first.type, second.type, second.ts) == ("user", "custom-kind", 2.5)
+        assert second.event == {"type": "custom-kind", "x": 1}

@@ -14,7 +14,8 @@ from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int64_t
-from libc.string cimport memcmp, memcpy, strlen, strncpy
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy, memset, strlen, strncpy
 
 from agentlog._csqlite cimport *
 
@@ -395,106 +396,158 @@ cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize
     return rc
 
 
-# -- scanning: canonical type strings are shared, not decoded per row ----------------
+# -- scanning: a page is stepped without the GIL into flat buffers, then built ------
 
 cdef tuple _KIND_OBJECTS = tuple(sorted(EVENT_TYPES))
 cdef tuple _KIND_BYTES = tuple(kind.encode() for kind in _KIND_OBJECTS)
+cdef enum:
+    N_KINDS = 9
+cdef const char *_KIND_TEXT[N_KINDS]
+cdef int _KIND_SIZE[N_KINDS]
+assert len(_KIND_BYTES) == N_KINDS
+for _i, _known in enumerate(_KIND_BYTES):
+    _KIND_TEXT[_i] = PyBytes_AS_STRING(_known)  # kept alive by _KIND_BYTES
+    _KIND_SIZE[_i] = <int>PyBytes_GET_SIZE(_known)
 
 
-cdef object _kind(const char *text, int size):
-    cdef Py_ssize_t i
-    cdef bytes known
-    for i in range(len(_KIND_BYTES)):
-        known = <bytes>_KIND_BYTES[i]
-        if PyBytes_GET_SIZE(known) == size and memcmp(PyBytes_AS_STRING(known), text, size) == 0:
-            return _KIND_OBJECTS[i]
-    return PyUnicode_DecodeUTF8(text, size, NULL)
+cdef struct Page:
+    char *payloads  # "[" p1 "," p2 ... : one JSON array once closed with "]"
+    size_t size
+    size_t capacity
+    int64_t *seqs
+    double *stamps
+    int *kinds  # index into the canonical kinds, or -1 - offset into `others`
+    Py_ssize_t count
+    Py_ssize_t allocated
+    char *others  # [int size][bytes] for any kind outside the canonical nine
+    size_t others_size
+    size_t others_capacity
+
+
+cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
+    cdef size_t wanted
+    cdef char *grown
+    if needed <= capacity[0]:
+        return 0
+    wanted = needed * 2 if needed > 65536 else 131072
+    grown = <char *>realloc(buffer[0], wanted)
+    if grown == NULL:
+        return -1
+    buffer[0] = grown
+    capacity[0] = wanted
+    return 0
+
+
+cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
+    """Step every row of the page into ``page``; SQLITE_DONE or an error code."""
+    cdef int rc, k, kind_size, blob_size
+    cdef const char *kind_text
+    cdef const void *blob
+    cdef Py_ssize_t wanted
+    while True:
+        rc = sqlite3_step(st)
+        if rc == SQLITE_DONE:
+            return rc
+        if rc != SQLITE_ROW:
+            return rc
+        if page.count == page.allocated:
+            wanted = page.allocated * 2 if page.allocated else 256
+            page.seqs = <int64_t *>realloc(page.seqs, wanted * sizeof(int64_t))
+            page.stamps = <double *>realloc(page.stamps, wanted * sizeof(double))
+            page.kinds = <int *>realloc(page.kinds, wanted * sizeof(int))
+            if page.seqs == NULL or page.stamps == NULL or page.kinds == NULL:
+                return SQLITE_NOMEM
+            page.allocated = wanted
+        page.seqs[page.count] = sqlite3_column_int64(st, 0)
+        page.stamps[page.count] = sqlite3_column_double(st, 1)
+        kind_text = <const char *>sqlite3_column_text(st, 2)
+        kind_size = sqlite3_column_bytes(st, 2)
+        page.kinds[page.count] = -1
+        for k in range(N_KINDS):
+            if _KIND_SIZE[k] == kind_size and memcmp(_KIND_TEXT[k], kind_text, kind_size) == 0:
+                page.kinds[page.count] = k
+                break
+        if page.kinds[page.count] < 0:
+            if _grow(&page.others, &page.others_capacity,
+                     page.others_size + sizeof(int) + kind_size) < 0:
+                return SQLITE_NOMEM
+            page.kinds[page.count] = -1 - <int>page.others_size
+            memcpy(page.others + page.others_size, &kind_size, sizeof(int))
+            memcpy(page.others + page.others_size + sizeof(int), kind_text, kind_size)
+            page.others_size += sizeof(int) + kind_size
+        blob = sqlite3_column_blob(st, 3)
+        blob_size = sqlite3_column_bytes(st, 3)
+        if _grow(&page.payloads, &page.capacity, page.size + <size_t>blob_size + 2) < 0:
+            return SQLITE_NOMEM
+        if page.count:
+            page.payloads[page.size] = b","
+            page.size += 1
+        memcpy(page.payloads + page.size, blob, blob_size)
+        page.size += blob_size
+        page.count += 1
 
 
 cdef list _scan_page(_Connection conn, str tenant, str name, int64_t since_seq, int64_t limit):
     cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
-    cdef Py_ssize_t tenant_size, name_size
+    cdef Py_ssize_t tenant_size, name_size, i
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
     cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
-    cdef char *buffer = NULL
-    cdef char *grown
-    cdef size_t capacity = 0, size = 1, needed
-    cdef int64_t *seqs = NULL
-    cdef double *stamps = NULL
-    cdef Py_ssize_t count = 0, allocated = 0, i
-    cdef int rc, blob_size
-    cdef const void *blob
-    cdef list kinds = []
+    cdef Page page
+    cdef int rc, k, other_size
     cdef list result = []
-
+    memset(&page, 0, sizeof(Page))
+    page.size = 1  # room for the opening bracket
     sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
     sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
     sqlite3_bind_int64(st, 3, since_seq)
     sqlite3_bind_int64(st, 4, limit)
     try:
-        while True:
-            with nogil:
-                rc = sqlite3_step(st)
-            if rc == SQLITE_DONE:
-                break
-            if rc != SQLITE_ROW:
-                raise _error(rc, sqlite3_errmsg(conn.db), "read")
-            if count == allocated:
-                allocated = allocated * 2 if allocated else 64
-                seqs = <int64_t *>PyMem_Realloc(seqs, allocated * sizeof(int64_t))
-                stamps = <double *>PyMem_Realloc(stamps, allocated * sizeof(double))
-                if seqs == NULL or stamps == NULL:
-                    raise MemoryError()
-            seqs[count] = sqlite3_column_int64(st, 0)
-            stamps[count] = sqlite3_column_double(st, 1)
-            kinds.append(_kind(<const char *>sqlite3_column_text(st, 2),
-                               sqlite3_column_bytes(st, 2)))
-            blob = sqlite3_column_blob(st, 3)
-            blob_size = sqlite3_column_bytes(st, 3)
-            needed = size + <size_t>blob_size + 2
-            if needed > capacity:
-                capacity = needed * 2 if needed > 65536 else 131072
-                grown = <char *>PyMem_Realloc(buffer, capacity)
-                if grown == NULL:
-                    raise MemoryError()
-                buffer = grown
-            if count:
-                buffer[size] = b","
-                size += 1
-            memcpy(buffer + size, blob, blob_size)
-            size += blob_size
-            count += 1
-        sqlite3_reset(st)  # ends the read transaction before any Python work
-        if count == 0:
+        with nogil:
+            rc = _step_page(st, &page)
+            sqlite3_reset(st)  # ends the read transaction before any Python work
+        if rc == SQLITE_NOMEM:
+            raise MemoryError()
+        if rc != SQLITE_DONE:
+            raise _error(rc, sqlite3_errmsg(conn.db), "read")
+        if page.count == 0:
             return result
-        buffer[0] = b"["
-        buffer[size] = b"]"
-        size += 1
+        page.payloads[0] = b"["
+        page.payloads[page.size] = b"]"
+        page.size += 1
         # One decode call for the page, straight from the buffer, no copy.
-        view = PyMemoryView_FromMemory(buffer, size, PyBUF_READ)
+        view = PyMemoryView_FromMemory(page.payloads, page.size, PyBUF_READ)
         try:
             events = _loads(view)
         finally:
             view.release()
-        if len(events) != count:
+        if len(events) != page.count:
             raise CorruptDatabaseError("stored event payloads do not decode one to one")
         stored_type = StoredEvent
+        seqs, stamps = page.seqs, page.stamps
         previous_seq = PyLong_FromLongLong(seqs[0] - 1)
         previous_ts = None
-        for i in range(count):
+        for i in range(page.count):
             seq = PyLong_FromLongLong(seqs[i])
-            parent = previous_seq if i == 0 or seqs[i - 1] == seqs[i] - 1 else PyLong_FromLongLong(seqs[i] - 1)
+            if i and seqs[i - 1] != seqs[i] - 1:
+                previous_seq = PyLong_FromLongLong(seqs[i] - 1)
             if previous_ts is None or stamps[i] != stamps[i - 1]:
                 previous_ts = PyFloat_FromDouble(stamps[i])
-            result.append(agentlog_stored_event(stored_type, seq, parent, previous_ts,
-                                                kinds[i], events[i]))
+            k = page.kinds[i]
+            if k >= 0:
+                kind = _KIND_OBJECTS[k]
+            else:
+                memcpy(&other_size, page.others + (-1 - k), sizeof(int))
+                kind = PyUnicode_DecodeUTF8(page.others + (-1 - k) + sizeof(int), other_size, NULL)
+            result.append(agentlog_stored_event(stored_type, seq, previous_seq, previous_ts,
+                                                kind, events[i]))
             previous_seq = seq
         return result
     finally:
-        sqlite3_reset(st)
-        PyMem_Free(buffer)
-        PyMem_Free(seqs)
-        PyMem_Free(stamps)
+        free(page.payloads)
+        free(page.seqs)
+        free(page.stamps)
+        free(page.kinds)
+        free(page.others)
 
 
 cdef int64_t _head(_Connection conn, str tenant, str name) except -1:
