@@ -98,6 +98,26 @@ def _open_with_suite(suite: type[CheckpointerConformance], location: Path) -> Ch
     return suite().open_checkpointer(location)
 
 
+def _race(checkpointer: Checkpointer, worker: int, rounds: int, barrier: Any) -> tuple[int, int]:
+    """One of two racers: every round both append with the same expected head
+    (the round number), so exactly one must win; returns (wins, conflicts)."""
+    wins = conflicts = 0
+    for round_no in range(rounds):
+        barrier.wait(timeout=60)
+        try:
+            checkpointer.append(
+                "race",
+                [make_event("user", worker=worker, round=round_no)],
+                expected_head=round_no,
+            )
+            wins += 1
+        except CheckpointConflictError as exc:
+            if (exc.expected, exc.actual) != (round_no, round_no + 1):
+                raise AssertionError(f"bad conflict {exc}") from None
+            conflicts += 1
+    return wins, conflicts
+
+
 def _race_worker(
     opener: Callable[[Path], Checkpointer],
     location: str,
@@ -106,24 +126,10 @@ def _race_worker(
     barrier: Any,
     results: Any,
 ) -> None:
-    """One of two processes racing: every round both append with the same
-    expected head; exactly one must win."""
+    """A racing child process: opens the store itself and reports its tally."""
     checkpointer = opener(Path(location))
-    wins = conflicts = 0
     try:
-        for round_no in range(rounds):
-            barrier.wait(timeout=60)
-            try:
-                checkpointer.append(
-                    "race",
-                    [make_event("user", worker=worker, round=round_no)],
-                    expected_head=round_no,
-                )
-                wins += 1
-            except CheckpointConflictError as exc:
-                if exc.expected != round_no or exc.actual != round_no + 1:
-                    raise AssertionError(f"bad conflict {exc}") from None
-                conflicts += 1
+        wins, conflicts = _race(checkpointer, worker, rounds, barrier)
     finally:
         checkpointer.close()
     results.put((worker, wins, conflicts))
@@ -585,17 +591,7 @@ class CheckpointerConformance:
 
         def racer(worker: int) -> None:
             try:
-                for round_no in range(rounds):
-                    barrier.wait(timeout=60)
-                    try:
-                        cp.append(
-                            "race",
-                            [make_event("user", worker=worker, round=round_no)],
-                            expected_head=round_no,
-                        )
-                        wins[worker] += 1
-                    except CheckpointConflictError as exc:
-                        assert (exc.expected, exc.actual) == (round_no, round_no + 1)
+                wins[worker], _ = _race(cp, worker, rounds, barrier)
             except BaseException as exc:
                 failures.append(exc)
                 barrier.abort()
