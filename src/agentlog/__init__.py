@@ -22,6 +22,9 @@ from .errors import (
     SchemaVersionError,
     SessionExistsError,
     SessionNotFoundError,
+    StorageConflictError,
+    StorageDataError,
+    StorageNotFoundError,
     StorageUnavailableError,
     UnserializableEventError,
 )
@@ -39,10 +42,18 @@ from .fold import fold_events
 from .legacy import legacy_store_adapter
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
+from .storage import (
+    DEFAULT_TENANT,
+    InMemoryStorage,
+    MemoryRecord,
+    MemoryStore,
+    SqliteStorage,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_TENANT",
     "EVENT_TYPES",
     "MAX_SESSION_ID_LENGTH",
     "AgentlogError",
@@ -53,15 +64,22 @@ __all__ = [
     "CorruptDatabaseError",
     "DirectoryLockedError",
     "FileCheckpointer",
+    "InMemoryStorage",
     "InvalidEventError",
     "InvalidSessionIdError",
     "MemoryCheckpointer",
+    "MemoryRecord",
+    "MemoryStore",
     "SchemaVersionError",
     "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",
     "SqliteCheckpointer",
+    "SqliteStorage",
+    "StorageConflictError",
+    "StorageDataError",
+    "StorageNotFoundError",
     "StorageUnavailableError",
     "StoredEvent",
     "UnserializableEventError",

@@ -148,7 +148,7 @@ class EngineBase:
                 )
         self._rows(self._writer, f"PRAGMA synchronous = {synchronous}")
         if version < S.SCHEMA_VERSION:
-            self._write("create schema", self._create_schema)
+            self._write("migrate schema", self._migrate)
 
     def _check_identity(self) -> int:
         """Refuse a file of another application or a newer version; return its version."""
@@ -167,11 +167,13 @@ class EngineBase:
             raise SchemaVersionError(f"{self.path!r} is a SQLite database of another application")
         return version
 
-    def _create_schema(self, conn: Any) -> None:
-        # Inside the write transaction: another process may have created it
-        # while we waited for the lock.
-        if self._check_identity() == 0:
-            for statement in S.CREATE_SCHEMA:
+    def _migrate(self, conn: Any) -> None:
+        # Inside the write transaction: another process may have created or
+        # migrated it while we waited for the lock. An older file is brought
+        # forward through every step it lacks, all in this one transaction.
+        version = self._check_identity()
+        if version < S.SCHEMA_VERSION:
+            for statement in S.migration(version):
                 self._rows(conn, statement)
 
     # -- plumbing ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -27,26 +27,56 @@ SEQ_BITS = 32
 MAX_SEQ = (1 << SEQ_BITS) - 1
 MAX_SID = (1 << 31) - 1
 
-CREATE_SCHEMA = (
-    """CREATE TABLE sessions (
-        sid INTEGER PRIMARY KEY,
-        tenant TEXT NOT NULL,
-        name TEXT NOT NULL,
-        head INTEGER NOT NULL,
-        created REAL NOT NULL,
-        mtime REAL NOT NULL,
-        UNIQUE (tenant, name)
-    )""",
-    "CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)",
-    """CREATE TABLE events (
-        id INTEGER PRIMARY KEY,
-        ts REAL NOT NULL,
-        type TEXT NOT NULL,
-        data BLOB NOT NULL
-    )""",
-    f"PRAGMA application_id = {APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
+# The statements that take a file from version N - 1 to N; a file is brought
+# forward through every step it lacks in one transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE sessions (
+            sid INTEGER PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            name TEXT NOT NULL,
+            head INTEGER NOT NULL,
+            created REAL NOT NULL,
+            mtime REAL NOT NULL,
+            UNIQUE (tenant, name)
+        )""",
+        "CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            ts REAL NOT NULL,
+            type TEXT NOT NULL,
+            data BLOB NOT NULL
+        )""",
+    ),
+    2: (
+        """CREATE TABLE memory (
+            tenant TEXT NOT NULL,
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value BLOB NOT NULL,
+            revision INTEGER NOT NULL,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (tenant, namespace, key)
+        ) WITHOUT ROWID""",
+    ),
+}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def migration(from_version: int) -> list[str]:
+    """Every statement from ``from_version`` to the current version, marks included."""
+    steps = [
+        sql
+        for version in range(from_version + 1, SCHEMA_VERSION + 1)
+        for sql in MIGRATIONS[version]
+    ]
+    return [
+        *steps,
+        f"PRAGMA application_id = {APPLICATION_ID}",
+        f"PRAGMA user_version = {SCHEMA_VERSION}",
+    ]
+
 
 SELECT_SESSION = "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
 SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"

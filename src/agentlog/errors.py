@@ -19,6 +19,9 @@ __all__ = [
     "SchemaVersionError",
     "SessionExistsError",
     "SessionNotFoundError",
+    "StorageConflictError",
+    "StorageDataError",
+    "StorageNotFoundError",
     "StorageUnavailableError",
     "UnserializableEventError",
 ]
@@ -96,3 +99,35 @@ class DirectoryLockedError(AgentlogError):
 
 class StorageUnavailableError(AgentlogError):
     """The store could not be reached in time (busy database, I/O failure)."""
+
+
+class StorageConflictError(AgentlogError):
+    """A store write named a revision other than the record's current one.
+
+    ``actual_revision`` is ``None`` when the record does not exist (and
+    ``expected_revision`` is ``None`` when the write expected it not to).
+    Nothing was written; stores never fall back to last-write-wins.
+    """
+
+    def __init__(
+        self, resource: str, expected_revision: int | None, actual_revision: int | None
+    ) -> None:
+        super().__init__(
+            f"{resource}: expected revision {expected_revision}, found {actual_revision}"
+        )
+        self.resource = resource
+        self.expected_revision = expected_revision
+        self.actual_revision = actual_revision
+
+    def __reduce__(
+        self,
+    ) -> tuple[type[StorageConflictError], tuple[str, int | None, int | None]]:
+        return (type(self), (self.resource, self.expected_revision, self.actual_revision))
+
+
+class StorageNotFoundError(AgentlogError, LookupError):
+    """The record asked for does not exist."""
+
+
+class StorageDataError(AgentlogError, ValueError):
+    """Invalid data given to a store (bad key, non-JSON value), or corrupt data read."""

@@ -84,37 +84,47 @@ class SessionInfo(NamedTuple):
     """The seq of the last event; 0 for an empty session."""
 
 
-def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a safe session id, else raise.
+def check_identifier(
+    value: object, what: str = "session id", error: type[Exception] = InvalidSessionIdError
+) -> str:
+    """Return ``value`` if it is a safe identifier, else raise ``error``.
 
-    A safe id is a ``str`` of 1 to :data:`MAX_SESSION_ID_LENGTH` printable
-    characters, without ``/`` or ``\\``, and not ``.`` or ``..``. "Printable"
-    is Python's ``str.isprintable``: it excludes NUL and every other control,
-    format, surrogate and line/paragraph separator character, so an id can
-    neither escape a directory nor break a key or a log line in any backend.
+    A safe identifier is a ``str`` of 1 to :data:`MAX_SESSION_ID_LENGTH`
+    printable characters, without ``/`` or ``\\``, and not ``.`` or ``..``.
+    "Printable" is Python's ``str.isprintable``: it excludes NUL and every
+    other control, format, surrogate and line/paragraph separator character,
+    so an identifier can neither escape a directory nor break a key or a log
+    line in any backend.
     """
-    if type(session_id) is not str:
-        if isinstance(session_id, str):
-            session_id = str(session_id)
+    if type(value) is not str:
+        if isinstance(value, str):
+            value = str(value)
         else:
-            raise InvalidSessionIdError(
-                f"session id must be a str, not {type(session_id).__name__}"
-            )
-    if not 0 < len(session_id) <= MAX_SESSION_ID_LENGTH:
-        raise InvalidSessionIdError(
-            f"session id must have 1 to {MAX_SESSION_ID_LENGTH} characters, got {len(session_id)}"
-        )
-    if (
-        not session_id.isprintable()
-        or "/" in session_id
-        or "\\" in session_id
-        or session_id in (".", "..")
-    ):
-        raise InvalidSessionIdError(
-            f"session id {session_id[:60]!r} is not allowed: no control or "
+            raise error(f"{what} must be a str, not {type(value).__name__}")
+    if not 0 < len(value) <= MAX_SESSION_ID_LENGTH:
+        raise error(f"{what} must have 1 to {MAX_SESSION_ID_LENGTH} characters, got {len(value)}")
+    if not value.isprintable() or "/" in value or "\\" in value or value in (".", ".."):
+        raise error(
+            f"{what} {value[:60]!r} is not allowed: no control or "
             "format characters, no '/' or '\\', and not '.' or '..'"
         )
-    return session_id
+    return value
+
+
+def check_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a safe session id, else raise
+    :class:`InvalidSessionIdError` (see :func:`check_identifier` for the rules)."""
+    # The common case without a call: a plain, valid id.
+    if (
+        type(session_id) is str
+        and session_id.isprintable()
+        and 0 < len(session_id) <= MAX_SESSION_ID_LENGTH
+        and "/" not in session_id
+        and "\\" not in session_id
+        and session_id not in (".", "..")
+    ):
+        return session_id
+    return check_identifier(session_id)
 
 
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -125,6 +135,25 @@ _loads = orjson.loads
 
 def _refuse(value: object) -> NoReturn:
     raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
+def encode_json(value: object) -> bytes:
+    """``value`` as compact JSON bytes.
+
+    Raises ``TypeError`` for what JSON cannot hold (sets, bytes, objects,
+    non-string keys, integers beyond 64 bits, cycles) and ``ValueError`` for
+    NaN and Infinity.
+    """
+    try:
+        payload = _dumps(value, default=_refuse, option=_DUMPS_OPTIONS)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise TypeError(f"cannot be encoded as JSON: {exc}") from None
+    if b"null" in payload:
+        try:
+            _strict_dumps(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot be encoded as JSON: {exc}") from None
+    return payload
 
 
 def _encode_one(index: int, event: object) -> tuple[str, bytes]:
@@ -140,14 +169,11 @@ def _encode_one(index: int, event: object) -> tuple[str, bytes]:
             f"unknown event type {event_type!r}; expected one of " + ", ".join(sorted(EVENT_TYPES)),
         )
     try:
-        payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
-    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
-        raise UnserializableEventError(index, f"cannot be encoded as JSON: {exc}") from None
-    if b"null" in payload:
-        try:
-            _strict_dumps(event)
-        except ValueError as exc:
-            raise InvalidEventError(index, f"cannot be encoded as JSON: {exc}") from None
+        payload = encode_json(event)
+    except TypeError as exc:
+        raise UnserializableEventError(index, str(exc)) from None
+    except ValueError as exc:
+        raise InvalidEventError(index, str(exc)) from None
     return event_type, payload
 
 

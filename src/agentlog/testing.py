@@ -45,12 +45,16 @@ from .errors import (
     InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
+    StorageConflictError,
+    StorageDataError,
+    StorageNotFoundError,
 )
 from .events import MAX_SESSION_ID_LENGTH, SessionInfo, StoredEvent
 
 __all__ = [
     "HOSTILE_SESSION_IDS",
     "CheckpointerConformance",
+    "MemoryStoreConformance",
     "checkpointer_conformance",
     "make_event",
 ]
@@ -736,3 +740,273 @@ def checkpointer_conformance(
             "__module__": getattr(opener, "__module__", __name__),
         },
     )
+
+
+# -- MemoryStore ---------------------------------------------------------------------
+
+
+def _memory_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tuple[int, int]:
+    """Every round both racers write the counter expecting the same revision;
+    exactly one must win. Returns (wins, conflicts)."""
+    wins = conflicts = 0
+    for round_no in range(rounds):
+        expected = None if round_no == 0 else round_no - 1
+        barrier.wait(timeout=60)
+        try:
+            storage.memory.put(
+                "tenant", "race", "counter", {"worker": worker, "round": round_no}, expected
+            )
+            wins += 1
+        except StorageConflictError as exc:
+            if (exc.expected_revision, exc.actual_revision) != (expected, round_no):
+                raise AssertionError(f"bad conflict {exc}") from None
+            conflicts += 1
+    return wins, conflicts
+
+
+def _memory_race_worker(
+    opener: Callable[[Path], Any],
+    location: str,
+    worker: int,
+    rounds: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    storage = opener(Path(location))
+    try:
+        outcome = _memory_race(storage, worker, rounds, barrier)
+    finally:
+        storage.close()
+    results.put((worker, *outcome))
+
+
+def _open_storage_with_suite(suite: type[MemoryStoreConformance], location: Path) -> Any:
+    return suite().open_storage(location)
+
+
+class MemoryStoreConformance:
+    """The :class:`agentlog.storage.MemoryStore` contract as tests.
+
+    Implement :meth:`open_storage` returning an object with a ``memory``
+    attribute and a ``close()`` method (a ``SqliteStorage``, say).
+    """
+
+    durable: ClassVar[bool] = True
+    multiprocess: ClassVar[bool] = False
+    race_rounds: ClassVar[int] = 60
+
+    def open_storage(self, location: Path) -> Any:
+        """Open (or reopen) the storage at ``location``, a directory."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> Path:
+        path = tmp_path / "storage"
+        path.mkdir()
+        return path
+
+    @pytest.fixture
+    def storage(self, location: Path) -> Iterator[Any]:
+        opened = self.open_storage(location)
+        yield opened
+        opened.close()
+
+    def test_create_read_update(self, storage: Any) -> None:
+        memory = storage.memory
+        before = time.time()
+        created = memory.put("t", "prefs", "theme", {"mode": "dark"}, None)
+        assert (created.revision, created.value) == (0, {"mode": "dark"})
+        assert (created.tenant_id, created.namespace, created.key) == ("t", "prefs", "theme")
+        assert before - 1 <= created.created_at == created.updated_at <= time.time() + 1
+        time.sleep(0.01)
+        updated = memory.put("t", "prefs", "theme", {"mode": "light"}, 0)
+        assert updated.revision == 1
+        assert updated.created_at == created.created_at
+        assert updated.updated_at > created.updated_at
+        got = memory.get("t", "prefs", "theme")
+        assert (got.value, got.revision) == ({"mode": "light"}, 1)
+
+    def test_conflicts_write_nothing(self, storage: Any) -> None:
+        memory = storage.memory
+        memory.put("t", "ns", "k", 1, None)
+        memory.put("t", "ns", "k", 2, 0)
+        for expected, actual in [(None, 1), (0, 1), (5, 1)]:
+            with pytest.raises(StorageConflictError) as info:
+                memory.put("t", "ns", "k", "lost", expected)
+            assert (info.value.expected_revision, info.value.actual_revision) == (expected, actual)
+        with pytest.raises(StorageConflictError) as info:
+            memory.put("t", "ns", "missing", "x", 0)
+        assert info.value.actual_revision is None
+        assert (memory.get("t", "ns", "k").value, memory.get("t", "ns", "k").revision) == (2, 1)
+        with pytest.raises(StorageNotFoundError):
+            memory.get("t", "ns", "missing")
+
+    def test_tenants_and_namespaces_are_part_of_the_key(self, storage: Any) -> None:
+        memory = storage.memory
+        memory.put("a", "ns", "k", "a-ns", None)
+        memory.put("b", "ns", "k", "b-ns", None)
+        memory.put("a", "other", "k", "a-other", None)
+        assert memory.get("a", "ns", "k").value == "a-ns"
+        assert memory.get("b", "ns", "k").value == "b-ns"
+        assert memory.get("a", "other", "k").value == "a-other"
+        memory.put("b", "ns", "k", "b2", 0)
+        assert memory.get("a", "ns", "k").revision == 0
+        assert [r.key for r in memory.list("b", "ns")] == ["k"]
+        assert memory.list("c", "ns") == []
+
+    def test_list_pages_by_key(self, storage: Any) -> None:
+        memory = storage.memory
+        keys = [f"key-{n:02d}" for n in range(25)]
+        for key in reversed(keys):
+            memory.put("t", "ns", key, {"k": key}, None)
+        memory.put("t", "elsewhere", "key-00", 0, None)
+        pages, after = [], None
+        while True:
+            page = memory.list("t", "ns", after=after, limit=10)
+            if not page:
+                break
+            pages.append([r.key for r in page])
+            after = page[-1].key
+        assert [len(p) for p in pages] == [10, 10, 5]
+        assert [key for page in pages for key in page] == keys
+        assert [r.value for r in memory.list("t", "ns", limit=2)] == [
+            {"k": "key-00"},
+            {"k": "key-01"},
+        ]
+        for bad in (0, -1, 1001, "5", True):
+            with pytest.raises(StorageDataError):
+                memory.list("t", "ns", limit=bad)
+
+    def test_delete_is_compare_and_set(self, storage: Any) -> None:
+        memory = storage.memory
+        memory.put("t", "ns", "k", "v", None)
+        memory.put("t", "ns", "k", "v2", 0)
+        with pytest.raises(StorageConflictError):
+            memory.delete("t", "ns", "k", 0)
+        assert memory.get("t", "ns", "k").value == "v2"
+        memory.delete("t", "ns", "k", 1)
+        with pytest.raises(StorageNotFoundError):
+            memory.get("t", "ns", "k")
+        with pytest.raises(StorageNotFoundError):
+            memory.delete("t", "ns", "k", 1)
+        assert memory.put("t", "ns", "k", "again", None).revision == 0
+
+    def test_values_round_trip_and_are_copies(self, storage: Any) -> None:
+        memory = storage.memory
+        values: list[Any] = [
+            None, True, 0, -(2**63), 2**63 - 1, 1.5e-300, "", "héllo 🚀 \u2028",
+            [], {}, [1, [2, [3]]], {"nested": {"list": [None, 1.0, "x"]}},
+        ]  # fmt: skip
+        for n, value in enumerate(values):
+            memory.put("t", "ns", f"v{n}", value, None)
+        assert [memory.get("t", "ns", f"v{n}").value for n in range(len(values))] == values
+        record = memory.get("t", "ns", "v11")
+        record.value["nested"]["list"].append("changed")
+        assert memory.get("t", "ns", "v11").value == values[11]
+        with pytest.raises(AttributeError):
+            record.revision = 9
+
+    @pytest.mark.parametrize(
+        "value",
+        [math.nan, math.inf, {1, 2}, b"bytes", object(), {1: "int key"}, datetime(2024, 1, 1)],
+    )
+    def test_values_json_cannot_hold_are_refused(self, storage: Any, value: Any) -> None:
+        with pytest.raises(StorageDataError):
+            storage.memory.put("t", "ns", "k", {"x": value}, None)
+        with pytest.raises(StorageNotFoundError):
+            storage.memory.get("t", "ns", "k")
+
+    @pytest.mark.parametrize("hostile", HOSTILE_SESSION_IDS, ids=repr)
+    def test_hostile_names_are_refused(self, storage: Any, hostile: Any) -> None:
+        memory = storage.memory
+        calls: list[Callable[[], Any]] = [
+            lambda: memory.put(hostile, "ns", "k", 1, None),
+            lambda: memory.put("t", hostile, "k", 1, None),
+            lambda: memory.put("t", "ns", hostile, 1, None),
+            lambda: memory.get(hostile, "ns", "k"),
+            lambda: memory.list("t", hostile),
+            lambda: memory.delete("t", "ns", hostile, 0),
+        ]
+        for call in calls:
+            with pytest.raises(StorageDataError):
+                call()
+        assert memory.list("t", "ns") == []
+
+    @pytest.mark.parametrize("bad", [-1, "0", 1.0, True])
+    def test_bad_revisions_are_refused(self, storage: Any, bad: Any) -> None:
+        storage.memory.put("t", "ns", "k", 1, None)
+        with pytest.raises(StorageDataError):
+            storage.memory.put("t", "ns", "k", 2, bad)
+        with pytest.raises(StorageDataError):
+            storage.memory.delete("t", "ns", "k", bad)
+        assert storage.memory.get("t", "ns", "k").revision == 0
+
+    def test_reopen_keeps_everything(self, storage: Any, location: Path) -> None:
+        if not self.durable:
+            pytest.skip("this storage does not outlive its object")
+        storage.memory.put("t", "ns", "k", {"v": 1}, None)
+        storage.memory.put("t", "ns", "k", {"v": 2}, 0)
+        storage.memory.put("u", "ns", "k", [1], None)
+        storage.close()
+        reopened = self.open_storage(location)
+        try:
+            record = reopened.memory.get("t", "ns", "k")
+            assert (record.value, record.revision) == ({"v": 2}, 1)
+            assert reopened.memory.get("u", "ns", "k").value == [1]
+            reopened.memory.put("t", "ns", "k", {"v": 3}, 1)
+        finally:
+            reopened.close()
+
+    def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
+        rounds = self.race_rounds
+        barrier = threading.Barrier(2)
+        wins = [0, 0]
+        failures: list[BaseException] = []
+
+        def racer(worker: int) -> None:
+            try:
+                wins[worker], _ = _memory_race(storage, worker, rounds, barrier)
+            except BaseException as exc:
+                failures.append(exc)
+                barrier.abort()
+
+        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert sum(wins) == rounds
+        final = storage.memory.get("tenant", "race", "counter")
+        assert (final.revision, final.value["round"]) == (rounds - 1, rounds - 1)
+
+    def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
+        if not self.multiprocess:
+            pytest.skip("this storage is for one process")
+        rounds = self.race_rounds
+        context = multiprocessing.get_context("spawn")
+        barrier = context.Barrier(2)
+        results = context.Queue()
+        self.open_storage(location).close()
+        opener = functools.partial(_open_storage_with_suite, type(self))
+        children = [
+            context.Process(
+                target=_memory_race_worker,
+                args=(opener, str(location), w, rounds, barrier, results),
+            )
+            for w in (0, 1)
+        ]
+        for child in children:
+            child.start()
+        outcomes = [results.get(timeout=300) for _ in children]
+        for child in children:
+            child.join(timeout=60)
+            assert child.exitcode == 0
+        assert sum(wins for _, wins, _ in outcomes) == rounds
+        assert all(wins + conflicts == rounds for _, wins, conflicts in outcomes)
+        storage = self.open_storage(location)
+        try:
+            final = storage.memory.get("tenant", "race", "counter")
+            assert (final.revision, final.value["round"]) == (rounds - 1, rounds - 1)
+        finally:
+            storage.close()

@@ -1,0 +1,376 @@
+"""Durable stores beside the session log (ADR-004), tenant-scoped with CAS revisions.
+
+This module holds the rules every store shares and the first of the four
+stores, :class:`MemoryStore` (revisable JSON memory keyed by tenant,
+namespace and key), with an in-memory implementation and a SQLite one that
+lives in the same database file as the session log.
+
+Revisions: a record is created with ``expected_revision=None`` ("must not
+exist yet") at revision 0, and every successful write adds one. A write that
+names another revision raises :class:`StorageConflictError` and writes
+nothing — never last-write-wins, never an automatic retry.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from . import _schema as S
+from ._engines import engine_class
+from .errors import (
+    CheckpointerClosedError,
+    StorageConflictError,
+    StorageDataError,
+    StorageNotFoundError,
+)
+from .events import _loads, check_identifier, check_seq, encode_json
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "InMemoryMemoryStore",
+    "InMemoryStorage",
+    "MemoryRecord",
+    "MemoryStore",
+    "SqliteMemoryStore",
+    "SqliteStorage",
+]
+
+#: The tenant used when a host has no tenants of its own (an explicit name, never "").
+DEFAULT_TENANT = S.DEFAULT_TENANT
+
+_MAX_PAGE = 1000
+
+
+def _name(what: str, value: object) -> str:
+    return check_identifier(value, what, StorageDataError)
+
+
+def _revision(value: object) -> int | None:
+    if value is None:
+        return None
+    try:
+        return check_seq("expected_revision", value)
+    except (TypeError, ValueError) as exc:
+        raise StorageDataError(str(exc)) from None
+
+
+def _encode(value: object) -> bytes:
+    try:
+        return encode_json(value)
+    except (TypeError, ValueError) as exc:
+        raise StorageDataError(f"memory value {exc}") from None
+
+
+def _decode(data: bytes, resource: str) -> Any:
+    try:
+        return _loads(data)
+    except ValueError as exc:
+        raise StorageDataError(f"{resource}: stored value is not valid JSON ({exc})") from None
+
+
+def _resource(tenant_id: str, namespace: str, key: str) -> str:
+    return f"memory {tenant_id!r}/{namespace!r}/{key!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One memory entry as stored."""
+
+    tenant_id: str
+    namespace: str
+    key: str
+    value: Any
+    """The JSON value, decoded afresh for every read."""
+    revision: int
+    """0 when created, plus one per successful write."""
+    created_at: float
+    updated_at: float
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Revisable JSON memory keyed by (tenant, namespace, key).
+
+    The namespace is part of the key: the same key in two namespaces (or two
+    tenants) names two records.
+    """
+
+    def put(
+        self,
+        tenant_id: str,
+        namespace: str,
+        key: str,
+        value: Any,
+        expected_revision: int | None,
+    ) -> MemoryRecord:
+        """Create (``expected_revision=None``) or replace (the current revision) a record."""
+        ...
+
+    def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
+        """The record, or :class:`StorageNotFoundError`."""
+        ...
+
+    def list(
+        self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MemoryRecord]:
+        """Records of one namespace in key order, keys strictly after ``after``."""
+        ...
+
+    def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
+        """Remove the record if it is at ``expected_revision``."""
+        ...
+
+
+class _MemoryStoreBase:
+    """Argument checking shared by the implementations."""
+
+    @staticmethod
+    def _keys(tenant_id: object, namespace: object, key: object) -> tuple[str, str, str]:
+        return _name("tenant_id", tenant_id), _name("namespace", namespace), _name("key", key)
+
+    @staticmethod
+    def _page(
+        tenant_id: object, namespace: object, after: object, limit: object
+    ) -> tuple[str, str, str | None, int]:
+        checked_after = None if after is None else _name("after", after)
+        try:
+            checked_limit = check_seq("limit", limit)
+        except (TypeError, ValueError) as exc:
+            raise StorageDataError(str(exc)) from None
+        if not 1 <= checked_limit <= _MAX_PAGE:
+            raise StorageDataError(f"limit must be 1 to {_MAX_PAGE}, got {checked_limit}")
+        return (
+            _name("tenant_id", tenant_id),
+            _name("namespace", namespace),
+            checked_after,
+            checked_limit,
+        )
+
+
+class InMemoryMemoryStore(_MemoryStoreBase):
+    """A :class:`MemoryStore` in this process's memory (values kept encoded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, str, str], tuple[bytes, int, float, float]] = {}
+
+    def put(
+        self,
+        tenant_id: str,
+        namespace: str,
+        key: str,
+        value: Any,
+        expected_revision: int | None,
+    ) -> MemoryRecord:
+        """Create (``expected_revision=None``) or replace (the current revision) a record."""
+        ident = self._keys(tenant_id, namespace, key)
+        expected = _revision(expected_revision)
+        data = _encode(value)
+        now = time.time()
+        with self._lock:
+            current = self._records.get(ident)
+            actual = None if current is None else current[1]
+            if actual != expected:
+                raise StorageConflictError(_resource(*ident), expected, actual)
+            revision = 0 if current is None else current[1] + 1
+            created = now if current is None else current[2]
+            self._records[ident] = (data, revision, created, now)
+        return MemoryRecord(*ident, _loads(data), revision, created, now)
+
+    def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
+        """The record, or :class:`StorageNotFoundError`."""
+        ident = self._keys(tenant_id, namespace, key)
+        with self._lock:
+            current = self._records.get(ident)
+        if current is None:
+            raise StorageNotFoundError(f"no {_resource(*ident)}")
+        data, revision, created, updated = current
+        return MemoryRecord(*ident, _loads(data), revision, created, updated)
+
+    def list(
+        self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MemoryRecord]:
+        """Records of one namespace in key order, keys strictly after ``after``."""
+        tenant, space, start, count = self._page(tenant_id, namespace, after, limit)
+        with self._lock:
+            keys = sorted(
+                k
+                for (t, n, k) in self._records
+                if t == tenant and n == space and (start is None or k > start)
+            )[:count]
+            rows = [(k, self._records[(tenant, space, k)]) for k in keys]
+        return [MemoryRecord(tenant, space, k, _loads(d), r, c, u) for k, (d, r, c, u) in rows]
+
+    def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
+        """Remove the record if it is at ``expected_revision``."""
+        ident = self._keys(tenant_id, namespace, key)
+        expected = _revision(expected_revision)
+        with self._lock:
+            current = self._records.get(ident)
+            if current is None:
+                raise StorageNotFoundError(f"no {_resource(*ident)}")
+            if current[1] != expected:
+                raise StorageConflictError(_resource(*ident), expected, current[1])
+            del self._records[ident]
+
+
+_SELECT_MEMORY = (
+    "SELECT value, revision, created, updated FROM memory"
+    " WHERE tenant = ? AND namespace = ? AND key = ?"
+)
+
+
+class SqliteMemoryStore(_MemoryStoreBase):
+    """A :class:`MemoryStore` in the SQLite file of the session log.
+
+    Each write is one ``BEGIN IMMEDIATE`` transaction that reads the current
+    revision and writes only if it matches, so writers in any number of
+    processes get exactly one winner per revision.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def put(
+        self,
+        tenant_id: str,
+        namespace: str,
+        key: str,
+        value: Any,
+        expected_revision: int | None,
+    ) -> MemoryRecord:
+        """Create (``expected_revision=None``) or replace (the current revision) a record."""
+        ident = self._keys(tenant_id, namespace, key)
+        expected = _revision(expected_revision)
+        data = _encode(value)
+        now = time.time()
+        rows = self._engine._rows
+
+        def work(conn: Any) -> MemoryRecord:
+            current = rows(conn, _SELECT_MEMORY, ident)
+            actual = current[0][1] if current else None
+            if actual != expected:
+                raise StorageConflictError(_resource(*ident), expected, actual)
+            if current:
+                created, revision = current[0][2], int(current[0][1]) + 1
+                rows(
+                    conn,
+                    "UPDATE memory SET value = ?, revision = ?, updated = ?"
+                    " WHERE tenant = ? AND namespace = ? AND key = ?",
+                    (data, revision, now, *ident),
+                )
+                return MemoryRecord(*ident, _loads(data), revision, created, now)
+            rows(
+                conn,
+                "INSERT INTO memory (tenant, namespace, key, value, revision, created, updated)"
+                " VALUES (?, ?, ?, ?, 0, ?, ?)",
+                (*ident, data, now, now),
+            )
+            return MemoryRecord(*ident, _loads(data), 0, now, now)
+
+        return self._engine._write("memory put", work)  # type: ignore[no-any-return]
+
+    def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
+        """The record, or :class:`StorageNotFoundError`."""
+        ident = self._keys(tenant_id, namespace, key)
+        found = self._engine._read(
+            "memory get", lambda conn: self._engine._rows(conn, _SELECT_MEMORY, ident)
+        )
+        if not found:
+            raise StorageNotFoundError(f"no {_resource(*ident)}")
+        data, revision, created, updated = found[0]
+        return MemoryRecord(*ident, _decode(data, _resource(*ident)), revision, created, updated)
+
+    def list(
+        self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
+    ) -> builtins.list[MemoryRecord]:
+        """Records of one namespace in key order, keys strictly after ``after``."""
+        tenant, space, start, count = self._page(tenant_id, namespace, after, limit)
+        found = self._engine._read(
+            "memory list",
+            lambda conn: self._engine._rows(
+                conn,
+                "SELECT key, value, revision, created, updated FROM memory"
+                " WHERE tenant = ? AND namespace = ? AND key > ? ORDER BY key LIMIT ?",
+                (tenant, space, "" if start is None else start, count),
+            ),
+        )
+        return [
+            MemoryRecord(tenant, space, k, _decode(d, _resource(tenant, space, k)), r, c, u)
+            for k, d, r, c, u in found
+        ]
+
+    def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
+        """Remove the record if it is at ``expected_revision``."""
+        ident = self._keys(tenant_id, namespace, key)
+        expected = _revision(expected_revision)
+        rows = self._engine._rows
+
+        def work(conn: Any) -> None:
+            current = rows(conn, _SELECT_MEMORY, ident)
+            if not current:
+                raise StorageNotFoundError(f"no {_resource(*ident)}")
+            if current[0][1] != expected:
+                raise StorageConflictError(_resource(*ident), expected, current[0][1])
+            rows(conn, "DELETE FROM memory WHERE tenant = ? AND namespace = ? AND key = ?", ident)
+
+        self._engine._write("memory delete", work)
+
+
+class InMemoryStorage:
+    """The stores in this process's memory: for tests and ephemeral runs."""
+
+    def __init__(self) -> None:
+        self.memory = InMemoryMemoryStore()
+
+    def close(self) -> None:
+        """Nothing to release; present for symmetry with :class:`SqliteStorage`."""
+
+
+class SqliteStorage:
+    """The stores in one SQLite file — the same file (and schema) as the session log."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.memory = SqliteMemoryStore(engine)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = 5000,
+        engine: str | None = None,
+    ) -> SqliteStorage:
+        """Open (creating or migrating forward) the database at ``path``."""
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        return cls(
+            engine_class(engine)(
+                os.fspath(path), synchronous=synchronous, busy_timeout_ms=max(0, busy_timeout_ms)
+            )
+        )
+
+    def close(self) -> None:
+        """Close the database; later use raises :class:`CheckpointerClosedError`."""
+        self._engine.close()
+
+    def __enter__(self) -> SqliteStorage:
+        if self._engine._closed:
+            raise CheckpointerClosedError("the storage is closed")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

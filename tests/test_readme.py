@@ -1,0 +1,30 @@
+"""The README's Python examples run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import PYTHON, TESTS_DIR, child_env
+
+README = (TESTS_DIR.parent / "README.md").read_text()
+EXAMPLES = [
+    block
+    for block in re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    if block.startswith("from agentlog import")
+]
+
+
+def test_the_readme_has_runnable_examples() -> None:
+    assert len(EXAMPLES) >= 2
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda block: block.splitlines()[0][:60])
+def test_readme_example_runs(example: str, tmp_path: Path) -> None:
+    run = subprocess.run(
+        [PYTHON, "-c", example], cwd=tmp_path, capture_output=True, text=True, env=child_env()
+    )
+    assert run.returncode == 0, run.stderr

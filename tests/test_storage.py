@@ -1,0 +1,97 @@
+"""The MemoryStore on every implementation and engine; schema migration forward."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from agentlog import SqliteCheckpointer
+from agentlog._schema import MIGRATIONS, SCHEMA_VERSION
+from agentlog.errors import SchemaVersionError, StorageConflictError
+from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
+from agentlog.testing import MemoryStoreConformance
+
+from .conftest import ENGINES
+
+
+class TestInMemoryMemoryStore(MemoryStoreConformance):
+    durable = False
+
+    def open_storage(self, location: Path) -> Any:
+        return InMemoryStorage()
+
+
+class SqliteMemoryConformance(MemoryStoreConformance):
+    engine: ClassVar[str]
+    multiprocess = True
+
+    def open_storage(self, location: Path) -> Any:
+        return SqliteStorage.open(location / "agentlog.db", engine=self.engine)
+
+
+for _engine in ENGINES:
+    _name = f"TestSqliteMemoryStore_{_engine}"
+    globals()[_name] = type(
+        _name, (SqliteMemoryConformance,), {"engine": _engine, "__qualname__": _name}
+    )
+
+
+def test_default_tenant_is_an_explicit_name() -> None:
+    assert DEFAULT_TENANT == "default"
+
+
+def test_memory_lives_in_the_session_logs_file(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "one.db"
+    with SqliteCheckpointer(db, engine=engine) as log:
+        log.append("s", [{"type": "user", "content": "hi"}])
+        with SqliteStorage.open(db, engine=engine) as storage:
+            storage.memory.put(DEFAULT_TENANT, "facts", "name", "Ada", None)
+            with pytest.raises(StorageConflictError):
+                storage.memory.put(DEFAULT_TENANT, "facts", "name", "Bob", None)
+    with SqliteStorage.open(db, engine=engine) as storage:
+        assert storage.memory.get(DEFAULT_TENANT, "facts", "name").value == "Ada"
+    with SqliteCheckpointer(db, engine=engine) as log:
+        assert log.head("s") == 1
+
+
+def make_version_1_file(path: Path, engine: str) -> None:
+    """A file exactly as schema version 1 wrote it, holding one session."""
+    with SqliteCheckpointer(path, engine=engine) as log:
+        log.append("old", [{"type": "user", "content": "from v1"}])
+    conn = sqlite3.connect(path)
+    for version in range(2, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[version]:
+            table = statement.split("TABLE", 1)[1].split("(", 1)[0].strip()
+            conn.execute(f"DROP TABLE {table}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+def test_an_older_file_is_migrated_forward_in_place(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "v1.db"
+    make_version_1_file(db, engine)
+    with SqliteStorage.open(db, engine=engine) as storage:
+        storage.memory.put("t", "ns", "k", "new", None)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as log:
+        assert [e.event["content"] for e in log.read("old")] == ["from v1"]
+
+
+def test_a_newer_file_is_refused_by_the_stores_too(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "new.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    with pytest.raises(SchemaVersionError):
+        SqliteStorage.open(db, engine=engine)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
