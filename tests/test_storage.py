@@ -13,7 +13,7 @@ from agentlog import SqliteCheckpointer
 from agentlog._schema import MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import SchemaVersionError, StorageConflictError
 from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
-from agentlog.testing import MemoryStoreConformance
+from agentlog.testing import CheckpointStoreConformance, MemoryStoreConformance
 
 from .conftest import ENGINES
 
@@ -25,7 +25,14 @@ class TestInMemoryMemoryStore(MemoryStoreConformance):
         return InMemoryStorage()
 
 
-class SqliteMemoryConformance(MemoryStoreConformance):
+class TestInMemoryCheckpointStore(CheckpointStoreConformance):
+    durable = False
+
+    def open_storage(self, location: Path) -> Any:
+        return InMemoryStorage()
+
+
+class SqliteStorageOpener:
     engine: ClassVar[str]
     multiprocess = True
 
@@ -33,11 +40,16 @@ class SqliteMemoryConformance(MemoryStoreConformance):
         return SqliteStorage.open(location / "agentlog.db", engine=self.engine)
 
 
+# One class per store and engine, at module level so spawned children import it.
 for _engine in ENGINES:
-    _name = f"TestSqliteMemoryStore_{_engine}"
-    globals()[_name] = type(
-        _name, (SqliteMemoryConformance,), {"engine": _engine, "__qualname__": _name}
-    )
+    for _suite, _store in [
+        (MemoryStoreConformance, "MemoryStore"),
+        (CheckpointStoreConformance, "CheckpointStore"),
+    ]:
+        _name = f"TestSqlite{_store}_{_engine}"
+        globals()[_name] = type(
+            _name, (SqliteStorageOpener, _suite), {"engine": _engine, "__qualname__": _name}
+        )
 
 
 def test_default_tenant_is_an_explicit_name() -> None:
@@ -65,8 +77,9 @@ def make_version_1_file(path: Path, engine: str) -> None:
     conn = sqlite3.connect(path)
     for version in range(2, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[version]:
-            table = statement.split("TABLE", 1)[1].split("(", 1)[0].strip()
-            conn.execute(f"DROP TABLE {table}")
+            if statement.startswith("CREATE TABLE"):  # its indexes go with it
+                table = statement.split("TABLE", 1)[1].split("(", 1)[0].strip()
+                conn.execute(f"DROP TABLE {table}")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._engines import engine_info
 from .checkpointer import BaseCheckpointer, Checkpointer
+from .checkpoints import Checkpoint, CheckpointStore, SideEffect
 from .errors import (
     AgentlogError,
     CheckpointConflictError,
@@ -58,7 +59,9 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "AgentlogError",
     "BaseCheckpointer",
+    "Checkpoint",
     "CheckpointConflictError",
+    "CheckpointStore",
     "Checkpointer",
     "CheckpointerClosedError",
     "CorruptDatabaseError",
@@ -75,6 +78,7 @@ __all__ = [
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",
+    "SideEffect",
     "SqliteCheckpointer",
     "SqliteStorage",
     "StorageConflictError",

@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -59,6 +59,23 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             updated REAL NOT NULL,
             PRIMARY KEY (tenant, namespace, key)
         ) WITHOUT ROWID""",
+    ),
+    3: (
+        """CREATE TABLE checkpoints (
+            tenant TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            session_id TEXT,
+            parent_run_id TEXT,
+            status TEXT NOT NULL,
+            data BLOB NOT NULL,
+            revision INTEGER NOT NULL,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (tenant, run_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX checkpoints_by_session ON checkpoints (tenant, session_id, run_id)",
+        "CREATE INDEX checkpoints_by_status ON checkpoints (tenant, status, run_id)",
+        "CREATE INDEX checkpoints_by_parent ON checkpoints (tenant, parent_run_id, run_id)",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

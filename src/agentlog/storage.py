@@ -1,9 +1,9 @@
 """Durable stores beside the session log (ADR-004), tenant-scoped with CAS revisions.
 
-This module holds the rules every store shares and the first of the four
-stores, :class:`MemoryStore` (revisable JSON memory keyed by tenant,
-namespace and key), with an in-memory implementation and a SQLite one that
-lives in the same database file as the session log.
+This module holds :class:`MemoryStore` (revisable JSON memory keyed by
+tenant, namespace and key) and the storages that compose the stores built so
+far — memory and run checkpoints (:mod:`agentlog.checkpoints`) — in memory
+or in the same SQLite file as the session log.
 
 Revisions: a record is created with ``expected_revision=None`` ("must not
 exist yet") at revision 0, and every successful write adds one. A write that
@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from . import _schema as S
 from ._engines import engine_class
-from .errors import (
-    CheckpointerClosedError,
-    StorageConflictError,
-    StorageDataError,
-    StorageNotFoundError,
-)
-from .events import _loads, check_identifier, check_seq, encode_json
+from ._store_common import DEFAULT_TENANT, check_page
+from ._store_common import decode as _decode
+from ._store_common import encode as _encode
+from ._store_common import name as _name
+from ._store_common import revision as _revision
+from .checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
+from .errors import CheckpointerClosedError, StorageConflictError, StorageNotFoundError
+from .events import _loads
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -40,38 +40,6 @@ __all__ = [
     "SqliteMemoryStore",
     "SqliteStorage",
 ]
-
-#: The tenant used when a host has no tenants of its own (an explicit name, never "").
-DEFAULT_TENANT = S.DEFAULT_TENANT
-
-_MAX_PAGE = 1000
-
-
-def _name(what: str, value: object) -> str:
-    return check_identifier(value, what, StorageDataError)
-
-
-def _revision(value: object) -> int | None:
-    if value is None:
-        return None
-    try:
-        return check_seq("expected_revision", value)
-    except (TypeError, ValueError) as exc:
-        raise StorageDataError(str(exc)) from None
-
-
-def _encode(value: object) -> bytes:
-    try:
-        return encode_json(value)
-    except (TypeError, ValueError) as exc:
-        raise StorageDataError(f"memory value {exc}") from None
-
-
-def _decode(data: bytes, resource: str) -> Any:
-    try:
-        return _loads(data)
-    except ValueError as exc:
-        raise StorageDataError(f"{resource}: stored value is not valid JSON ({exc})") from None
 
 
 def _resource(tenant_id: str, namespace: str, key: str) -> str:
@@ -138,19 +106,8 @@ class _MemoryStoreBase:
     def _page(
         tenant_id: object, namespace: object, after: object, limit: object
     ) -> tuple[str, str, str | None, int]:
-        checked_after = None if after is None else _name("after", after)
-        try:
-            checked_limit = check_seq("limit", limit)
-        except (TypeError, ValueError) as exc:
-            raise StorageDataError(str(exc)) from None
-        if not 1 <= checked_limit <= _MAX_PAGE:
-            raise StorageDataError(f"limit must be 1 to {_MAX_PAGE}, got {checked_limit}")
-        return (
-            _name("tenant_id", tenant_id),
-            _name("namespace", namespace),
-            checked_after,
-            checked_limit,
-        )
+        start, count = check_page(after, limit)
+        return _name("tenant_id", tenant_id), _name("namespace", namespace), start, count
 
 
 class InMemoryMemoryStore(_MemoryStoreBase):
@@ -328,6 +285,7 @@ class InMemoryStorage:
 
     def __init__(self) -> None:
         self.memory = InMemoryMemoryStore()
+        self.checkpoints = InMemoryCheckpointStore()
 
     def close(self) -> None:
         """Nothing to release; present for symmetry with :class:`SqliteStorage`."""
@@ -339,6 +297,7 @@ class SqliteStorage:
     def __init__(self, engine: Any) -> None:
         self._engine = engine
         self.memory = SqliteMemoryStore(engine)
+        self.checkpoints = SqliteCheckpointStore(engine)
 
     @classmethod
     def open(

@@ -1,0 +1,520 @@
+"""The CheckpointStore: run state, interruptions and side effects (ADR-004).
+
+A checkpoint is the resumable state of one agent run: its status, its state
+(any JSON), why it stopped (``interruption``), the side effects it has asked
+for, its trace context and, for a nested run, its parent. Like every store it
+is tenant-scoped and written with compare-and-set revisions: a checkpoint is
+created with ``expected_revision=None`` at revision 0 and every save adds one.
+
+Side effects move only forward: ``pending → started → succeeded | failed |
+unknown``, and an ``unknown`` one (the process died between starting it and
+recording the result) is resolved to ``succeeded`` or ``failed`` once the host
+has checked. With the revision check this gives exactly-once execution: two
+resumers both try to move ``pending`` to ``started``; one save wins, the other
+gets :class:`StorageConflictError` and must not perform the effect.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._store_common import check_page
+from ._store_common import encode as _encode
+from ._store_common import name as _name
+from ._store_common import revision as _revision
+from .errors import StorageConflictError, StorageDataError, StorageNotFoundError
+from .events import _loads
+
+__all__ = [
+    "RUN_STATUSES",
+    "SIDE_EFFECT_STATES",
+    "Checkpoint",
+    "CheckpointStore",
+    "InMemoryCheckpointStore",
+    "SideEffect",
+    "SqliteCheckpointStore",
+]
+
+#: Where a run can be. Waiting for a person and waiting for a side effect are
+#: different states, so a host can list the runs that need approval.
+RUN_STATUSES = frozenset(
+    {
+        "running",
+        "interrupted",
+        "awaiting_approval",
+        "awaiting_side_effect",
+        "completed",
+        "failed",
+        "cancelled",
+    }
+)
+
+#: Where a side effect can be.
+SIDE_EFFECT_STATES = frozenset({"pending", "started", "succeeded", "failed", "unknown"})
+
+_NEXT_STATES: dict[str, frozenset[str]] = {
+    "pending": frozenset({"started"}),
+    "started": frozenset({"succeeded", "failed", "unknown"}),
+    "unknown": frozenset({"succeeded", "failed"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SideEffect:
+    """One side effect a run asked for, and how far it got."""
+
+    id: str
+    kind: str
+    state: str = "pending"
+    payload: Any = None
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A run's checkpoint as stored."""
+
+    tenant_id: str
+    run_id: str
+    status: str
+    state: Any
+    revision: int
+    session_id: str | None = None
+    parent_run_id: str | None = None
+    interruption: Any = None
+    side_effects: tuple[SideEffect, ...] = field(default=())
+    trace: Any = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+def _resource(tenant_id: str, run_id: str) -> str:
+    return f"checkpoint {tenant_id!r}/{run_id!r}"
+
+
+def _side_effects(items: Iterable[SideEffect | Mapping[str, Any]]) -> tuple[SideEffect, ...]:
+    effects = []
+    for item in items:
+        if isinstance(item, Mapping):
+            try:
+                item = SideEffect(**item)
+            except TypeError as exc:
+                raise StorageDataError(f"side effect: {exc}") from None
+        if not isinstance(item, SideEffect):
+            raise StorageDataError(f"a side effect must be a SideEffect, not {type(item).__name__}")
+        _name("side effect id", item.id)
+        _name("side effect kind", item.kind)
+        if item.state not in SIDE_EFFECT_STATES:
+            raise StorageDataError(f"side effect {item.id!r}: unknown state {item.state!r}")
+        effects.append(item)
+    if len({effect.id for effect in effects}) != len(effects):
+        raise StorageDataError("side effect ids must be unique within a checkpoint")
+    return tuple(effects)
+
+
+def _check_transitions(
+    resource: str, before: tuple[SideEffect, ...], after: tuple[SideEffect, ...]
+) -> None:
+    known = {effect.id: effect for effect in before}
+    kept = {effect.id for effect in after}
+    for effect in before:
+        if effect.id not in kept:
+            raise StorageDataError(f"{resource}: side effect {effect.id!r} cannot be dropped")
+    for effect in after:
+        old = known.get(effect.id)
+        if old is None:
+            if effect.state != "pending":
+                raise StorageDataError(
+                    f"{resource}: new side effect {effect.id!r} must start pending"
+                )
+        elif effect.state != old.state and effect.state not in _NEXT_STATES[old.state]:
+            raise StorageDataError(
+                f"{resource}: side effect {effect.id!r} cannot go {old.state} -> {effect.state}"
+            )
+        elif old is not None and effect.kind != old.kind:
+            raise StorageDataError(f"{resource}: side effect {effect.id!r} changed its kind")
+
+
+def _encode_body(checkpoint: Checkpoint) -> bytes:
+    return _encode(
+        {
+            "state": checkpoint.state,
+            "interruption": checkpoint.interruption,
+            "trace": checkpoint.trace,
+            "side_effects": [
+                {
+                    "id": e.id,
+                    "kind": e.kind,
+                    "state": e.state,
+                    "payload": e.payload,
+                    "result": e.result,
+                }
+                for e in checkpoint.side_effects
+            ],
+        }
+    )
+
+
+def _from_row(
+    tenant_id: str,
+    run_id: str,
+    session_id: str | None,
+    parent_run_id: str | None,
+    status: str,
+    data: bytes,
+    revision: int,
+    created: float,
+    updated: float,
+) -> Checkpoint:
+    try:
+        body = _loads(data)
+        effects = tuple(SideEffect(**effect) for effect in body["side_effects"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageDataError(f"{_resource(tenant_id, run_id)}: corrupt ({exc})") from None
+    return Checkpoint(
+        tenant_id,
+        run_id,
+        status,
+        body["state"],
+        revision,
+        session_id,
+        parent_run_id,
+        body["interruption"],
+        effects,
+        body["trace"],
+        created,
+        updated,
+    )
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Run checkpoints, tenant-scoped, written with compare-and-set revisions."""
+
+    def save(
+        self,
+        tenant_id: str,
+        run_id: str,
+        expected_revision: int | None,
+        *,
+        status: str,
+        state: Any,
+        session_id: str | None = None,
+        parent_run_id: str | None = None,
+        interruption: Any = None,
+        side_effects: Iterable[SideEffect | Mapping[str, Any]] = (),
+        trace: Any = None,
+    ) -> Checkpoint:
+        """Create (``expected_revision=None``) or replace the run's checkpoint."""
+        ...
+
+    def load(self, tenant_id: str, run_id: str) -> Checkpoint:
+        """The checkpoint, or :class:`StorageNotFoundError`."""
+        ...
+
+    def list(
+        self,
+        tenant_id: str,
+        *,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        parent_run_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Checkpoint]:
+        """Checkpoints matching every filter given, in run id order after ``after``."""
+        ...
+
+    def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
+        """Remove the checkpoint if it is at ``expected_revision``."""
+        ...
+
+
+class _CheckpointStoreBase:
+    """Validation shared by the implementations; each supplies the storage."""
+
+    def _prepare(
+        self,
+        tenant_id: str,
+        run_id: str,
+        expected_revision: int | None,
+        status: str,
+        state: Any,
+        session_id: str | None,
+        parent_run_id: str | None,
+        interruption: Any,
+        side_effects: Iterable[SideEffect | Mapping[str, Any]],
+        trace: Any,
+    ) -> tuple[Checkpoint, int | None]:
+        tenant, run = _name("tenant_id", tenant_id), _name("run_id", run_id)
+        expected = _revision(expected_revision)
+        if status not in RUN_STATUSES:
+            raise StorageDataError(f"unknown run status {status!r}")
+        session = None if session_id is None else _name("session_id", session_id)
+        parent = None if parent_run_id is None else _name("parent_run_id", parent_run_id)
+        if parent == run:
+            raise StorageDataError("a run cannot be its own parent")
+        checkpoint = Checkpoint(
+            tenant, run, status, state, -1, session, parent, interruption,
+            _side_effects(side_effects), trace,
+        )  # fmt: skip
+        return checkpoint, expected
+
+    @staticmethod
+    def _next(
+        checkpoint: Checkpoint, expected: int | None, current: Checkpoint | None, now: float
+    ) -> Checkpoint:
+        """The checkpoint to store over ``current``, or a conflict."""
+        resource = _resource(checkpoint.tenant_id, checkpoint.run_id)
+        actual = None if current is None else current.revision
+        if actual != expected:
+            raise StorageConflictError(resource, expected, actual)
+        if current is not None:
+            _check_transitions(resource, current.side_effects, checkpoint.side_effects)
+        return Checkpoint(
+            checkpoint.tenant_id,
+            checkpoint.run_id,
+            checkpoint.status,
+            checkpoint.state,
+            0 if current is None else current.revision + 1,
+            checkpoint.session_id,
+            checkpoint.parent_run_id,
+            checkpoint.interruption,
+            checkpoint.side_effects,
+            checkpoint.trace,
+            now if current is None else current.created_at,
+            now,
+        )
+
+    @staticmethod
+    def _filters(
+        tenant_id: str,
+        run_id: str | None,
+        session_id: str | None,
+        status: str | None,
+        parent_run_id: str | None,
+        after: str | None,
+        limit: int,
+    ) -> tuple[str, dict[str, str], str | None, int]:
+        tenant = _name("tenant_id", tenant_id)
+        filters = {}
+        for column, value in (
+            ("run_id", run_id),
+            ("session_id", session_id),
+            ("parent_run_id", parent_run_id),
+        ):
+            if value is not None:
+                filters[column] = _name(column, value)
+        if status is not None:
+            if status not in RUN_STATUSES:
+                raise StorageDataError(f"unknown run status {status!r}")
+            filters["status"] = status
+        start, count = check_page(after, limit)
+        return tenant, filters, start, count
+
+
+class InMemoryCheckpointStore(_CheckpointStoreBase):
+    """A :class:`CheckpointStore` in this process's memory (JSON kept encoded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def save(
+        self,
+        tenant_id: str,
+        run_id: str,
+        expected_revision: int | None,
+        *,
+        status: str,
+        state: Any,
+        session_id: str | None = None,
+        parent_run_id: str | None = None,
+        interruption: Any = None,
+        side_effects: Iterable[SideEffect | Mapping[str, Any]] = (),
+        trace: Any = None,
+    ) -> Checkpoint:
+        """Create (``expected_revision=None``) or replace the run's checkpoint."""
+        checkpoint, expected = self._prepare(
+            tenant_id, run_id, expected_revision, status, state, session_id, parent_run_id,
+            interruption, side_effects, trace,
+        )  # fmt: skip
+        data = _encode_body(checkpoint)
+        key = (checkpoint.tenant_id, checkpoint.run_id)
+        with self._lock:
+            row = self._rows.get(key)
+            current = None if row is None else _from_row(*row)
+            stored = self._next(checkpoint, expected, current, time.time())
+            self._rows[key] = (
+                stored.tenant_id, stored.run_id, stored.session_id, stored.parent_run_id,
+                stored.status, data, stored.revision, stored.created_at, stored.updated_at,
+            )  # fmt: skip
+        return _from_row(*self._rows[key])
+
+    def load(self, tenant_id: str, run_id: str) -> Checkpoint:
+        """The checkpoint, or :class:`StorageNotFoundError`."""
+        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
+        with self._lock:
+            row = self._rows.get(key)
+        if row is None:
+            raise StorageNotFoundError(f"no {_resource(*key)}")
+        return _from_row(*row)
+
+    def list(
+        self,
+        tenant_id: str,
+        *,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        parent_run_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Checkpoint]:
+        """Checkpoints matching every filter given, in run id order after ``after``."""
+        tenant, filters, start, count = self._filters(
+            tenant_id, run_id, session_id, status, parent_run_id, after, limit
+        )
+        columns = {"run_id": 1, "session_id": 2, "parent_run_id": 3, "status": 4}
+        with self._lock:
+            rows = sorted(
+                row
+                for (t, run), row in self._rows.items()
+                if t == tenant
+                and (start is None or run > start)
+                and all(row[columns[c]] == v for c, v in filters.items())
+            )[:count]
+        return [_from_row(*row) for row in rows]
+
+    def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
+        """Remove the checkpoint if it is at ``expected_revision``."""
+        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
+        expected = _revision(expected_revision)
+        with self._lock:
+            row = self._rows.get(key)
+            if row is None:
+                raise StorageNotFoundError(f"no {_resource(*key)}")
+            if row[6] != expected:
+                raise StorageConflictError(_resource(*key), expected, row[6])
+            del self._rows[key]
+
+
+_COLUMNS = "tenant, run_id, session_id, parent_run_id, status, data, revision, created, updated"
+
+
+class SqliteCheckpointStore(_CheckpointStoreBase):
+    """A :class:`CheckpointStore` in the SQLite file of the session log.
+
+    Listing by session, status and parent run is served by indexes on
+    ``(tenant, column, run_id)``.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def save(
+        self,
+        tenant_id: str,
+        run_id: str,
+        expected_revision: int | None,
+        *,
+        status: str,
+        state: Any,
+        session_id: str | None = None,
+        parent_run_id: str | None = None,
+        interruption: Any = None,
+        side_effects: Iterable[SideEffect | Mapping[str, Any]] = (),
+        trace: Any = None,
+    ) -> Checkpoint:
+        """Create (``expected_revision=None``) or replace the run's checkpoint."""
+        checkpoint, expected = self._prepare(
+            tenant_id, run_id, expected_revision, status, state, session_id, parent_run_id,
+            interruption, side_effects, trace,
+        )  # fmt: skip
+        data = _encode_body(checkpoint)
+        rows = self._engine._rows
+        key = (checkpoint.tenant_id, checkpoint.run_id)
+
+        def work(conn: Any) -> Checkpoint:
+            found = rows(
+                conn, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
+            )
+            current = _from_row(*found[0]) if found else None
+            stored = self._next(checkpoint, expected, current, time.time())
+            rows(
+                conn,
+                f"INSERT OR REPLACE INTO checkpoints ({_COLUMNS}) VALUES ({', '.join('?' * 9)})",
+                (
+                    stored.tenant_id, stored.run_id, stored.session_id, stored.parent_run_id,
+                    stored.status, data, stored.revision, stored.created_at, stored.updated_at,
+                ),
+            )  # fmt: skip
+            return _from_row(*key, stored.session_id, stored.parent_run_id, stored.status, data,
+                             stored.revision, stored.created_at, stored.updated_at)  # fmt: skip
+
+        return self._engine._write("checkpoint save", work)  # type: ignore[no-any-return]
+
+    def load(self, tenant_id: str, run_id: str) -> Checkpoint:
+        """The checkpoint, or :class:`StorageNotFoundError`."""
+        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
+        found = self._engine._read(
+            "checkpoint load",
+            lambda conn: self._engine._rows(
+                conn, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
+            ),
+        )
+        if not found:
+            raise StorageNotFoundError(f"no {_resource(*key)}")
+        return _from_row(*found[0])
+
+    def list(
+        self,
+        tenant_id: str,
+        *,
+        run_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        parent_run_id: str | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> builtins.list[Checkpoint]:
+        """Checkpoints matching every filter given, in run id order after ``after``."""
+        tenant, filters, start, count = self._filters(
+            tenant_id, run_id, session_id, status, parent_run_id, after, limit
+        )
+        where = "".join(f" AND {column} = ?" for column in filters)
+        sql = (
+            f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ?{where} AND run_id > ?"
+            " ORDER BY run_id LIMIT ?"
+        )
+        params = (tenant, *filters.values(), "" if start is None else start, count)
+        found = self._engine._read(
+            "checkpoint list", lambda conn: self._engine._rows(conn, sql, params)
+        )
+        return [_from_row(*row) for row in found]
+
+    def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
+        """Remove the checkpoint if it is at ``expected_revision``."""
+        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
+        expected = _revision(expected_revision)
+        rows = self._engine._rows
+
+        def work(conn: Any) -> None:
+            found = rows(
+                conn, "SELECT revision FROM checkpoints WHERE tenant = ? AND run_id = ?", key
+            )
+            if not found:
+                raise StorageNotFoundError(f"no {_resource(*key)}")
+            if found[0][0] != expected:
+                raise StorageConflictError(_resource(*key), expected, found[0][0])
+            rows(conn, "DELETE FROM checkpoints WHERE tenant = ? AND run_id = ?", key)
+
+        self._engine._write("checkpoint delete", work)
