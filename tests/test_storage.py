@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,9 +14,13 @@ from agentlog import SqliteCheckpointer
 from agentlog._schema import MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import SchemaVersionError, StorageConflictError
 from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
-from agentlog.testing import CheckpointStoreConformance, MemoryStoreConformance
+from agentlog.testing import (
+    ArtifactStoreConformance,
+    CheckpointStoreConformance,
+    MemoryStoreConformance,
+)
 
-from .conftest import ENGINES
+from .conftest import ENGINES, PYTHON
 
 
 class TestInMemoryMemoryStore(MemoryStoreConformance):
@@ -32,6 +37,18 @@ class TestInMemoryCheckpointStore(CheckpointStoreConformance):
         return InMemoryStorage()
 
 
+class TestInMemoryArtifactStore(ArtifactStoreConformance):
+    durable = False
+
+    def open_storage(self, location: Path) -> Any:
+        return InMemoryStorage()
+
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        chunks = storage.artifacts._blobs[sha256][0]
+        chunks[0] = b"X" + chunks[0][1:]
+        return True
+
+
 class SqliteStorageOpener:
     engine: ClassVar[str]
     multiprocess = True
@@ -39,12 +56,26 @@ class SqliteStorageOpener:
     def open_storage(self, location: Path) -> Any:
         return SqliteStorage.open(location / "agentlog.db", engine=self.engine)
 
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        # From another process: this one has the file open with an engine
+        # whose SQLite may not be the standard library's.
+        script = (
+            "import sqlite3, sys\n"
+            "conn = sqlite3.connect(sys.argv[1])\n"
+            "conn.execute(\"UPDATE blob_chunks SET data = CAST(X'00' || substr(data, 2) AS BLOB)"
+            ' WHERE sha256 = ? AND n = 0", (sys.argv[2],))\n'
+            "conn.commit()\n"
+        )
+        subprocess.run([PYTHON, "-c", script, str(location / "agentlog.db"), sha256], check=True)
+        return True
+
 
 # One class per store and engine, at module level so spawned children import it.
 for _engine in ENGINES:
     for _suite, _store in [
         (MemoryStoreConformance, "MemoryStore"),
         (CheckpointStoreConformance, "CheckpointStore"),
+        (ArtifactStoreConformance, "ArtifactStore"),
     ]:
         _name = f"TestSqlite{_store}_{_engine}"
         globals()[_name] = type(

@@ -10,6 +10,7 @@ embedded default).
 from __future__ import annotations
 
 from ._engines import engine_info
+from .artifacts import ArtifactInfo, ArtifactStore
 from .checkpointer import BaseCheckpointer, Checkpointer
 from .checkpoints import Checkpoint, CheckpointStore, SideEffect
 from .errors import (
@@ -58,6 +59,8 @@ __all__ = [
     "EVENT_TYPES",
     "MAX_SESSION_ID_LENGTH",
     "AgentlogError",
+    "ArtifactInfo",
+    "ArtifactStore",
     "BaseCheckpointer",
     "Checkpoint",
     "CheckpointConflictError",

@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -76,6 +76,35 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX checkpoints_by_session ON checkpoints (tenant, session_id, run_id)",
         "CREATE INDEX checkpoints_by_status ON checkpoints (tenant, status, run_id)",
         "CREATE INDEX checkpoints_by_parent ON checkpoints (tenant, parent_run_id, run_id)",
+    ),
+    4: (
+        # Artifact bytes are stored once per content (sha256), in chunks, and
+        # counted by the artifacts that refer to them.
+        """CREATE TABLE blobs (
+            sha256 TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            refcount INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        # A rowid table: its rows are 1 MiB chunks, far too large to sit in
+        # the B-tree of a WITHOUT ROWID table's key.
+        """CREATE TABLE blob_chunks (
+            sha256 TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (sha256, n)
+        )""",
+        """CREATE TABLE artifacts (
+            tenant TEXT NOT NULL,
+            artifact_id TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            media_type TEXT NOT NULL,
+            metadata BLOB NOT NULL,
+            revision INTEGER NOT NULL,
+            created REAL NOT NULL,
+            updated REAL NOT NULL,
+            PRIMARY KEY (tenant, artifact_id)
+        ) WITHOUT ROWID""",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

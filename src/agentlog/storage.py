@@ -2,8 +2,9 @@
 
 This module holds :class:`MemoryStore` (revisable JSON memory keyed by
 tenant, namespace and key) and the storages that compose the stores built so
-far — memory and run checkpoints (:mod:`agentlog.checkpoints`) — in memory
-or in the same SQLite file as the session log.
+far — memory, run checkpoints (:mod:`agentlog.checkpoints`) and artifacts
+(:mod:`agentlog.artifacts`) — in memory or in the same SQLite file as the
+session log.
 
 Revisions: a record is created with ``expected_revision=None`` ("must not
 exist yet") at revision 0, and every successful write adds one. A write that
@@ -27,6 +28,7 @@ from ._store_common import decode as _decode
 from ._store_common import encode as _encode
 from ._store_common import name as _name
 from ._store_common import revision as _revision
+from .artifacts import InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from .errors import CheckpointerClosedError, StorageConflictError, StorageNotFoundError
 from .events import _loads
@@ -286,6 +288,7 @@ class InMemoryStorage:
     def __init__(self) -> None:
         self.memory = InMemoryMemoryStore()
         self.checkpoints = InMemoryCheckpointStore()
+        self.artifacts = InMemoryArtifactStore()
 
     def close(self) -> None:
         """Nothing to release; present for symmetry with :class:`SqliteStorage`."""
@@ -298,6 +301,7 @@ class SqliteStorage:
         self._engine = engine
         self.memory = SqliteMemoryStore(engine)
         self.checkpoints = SqliteCheckpointStore(engine)
+        self.artifacts = SqliteArtifactStore(engine)
 
     @classmethod
     def open(
