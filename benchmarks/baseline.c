@@ -76,8 +76,8 @@ static payload *load_payloads(const char *path, long *count) {
 }
 
 #define SELECT_SESSION "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
-#define INSERT_SESSION "INSERT INTO sessions (tenant, name, head, created, mtime) VALUES (?, ?, ?, ?, ?)"
-#define UPDATE_SESSION "UPDATE sessions SET head = ?, mtime = ? WHERE sid = ?"
+#define INSERT_SESSION "INSERT INTO sessions (tenant, name, head, created, mtime, revision) VALUES (?, ?, ?, ?, ?, 1)"
+#define UPDATE_SESSION "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
 #define INSERT_EVENT "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
 #define SCAN_EVENTS "SELECT e.id & 4294967295, e.ts, e.type, e.data FROM sessions s JOIN events e" \
     " ON e.id > (s.sid << 32) + ?3 AND e.id <= (s.sid << 32) + 4294967295" \

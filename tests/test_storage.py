@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from agentlog import SqliteCheckpointer
-from agentlog._schema import MIGRATIONS, SCHEMA_VERSION
+from agentlog._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import SchemaVersionError, StorageConflictError
 from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
 from agentlog.testing import (
@@ -101,24 +101,25 @@ def test_memory_lives_in_the_session_logs_file(tmp_path: Path, engine: str) -> N
         assert log.head("s") == 1
 
 
-def make_version_1_file(path: Path, engine: str) -> None:
-    """A file exactly as schema version 1 wrote it, holding one session."""
-    with SqliteCheckpointer(path, engine=engine) as log:
-        log.append("old", [{"type": "user", "content": "from v1"}])
+def make_version_1_file(path: Path) -> None:
+    """A file as schema version 1 wrote it (its statements, its marks), with one session."""
     conn = sqlite3.connect(path)
-    for version in range(2, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[version]:
-            if statement.startswith("CREATE TABLE"):  # its indexes go with it
-                table = statement.split("TABLE", 1)[1].split("(", 1)[0].strip()
-                conn.execute(f"DROP TABLE {table}")
+    for statement in MIGRATIONS[1]:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO sessions VALUES (1, 'default', 'old', 1, 1.0, 1.0)")
+    conn.execute(
+        "INSERT INTO events VALUES (?, 1.0, 'user', ?)",
+        ((1 << 32) | 1, b'{"type":"user","content":"from v1"}'),
+    )
     conn.commit()
     conn.close()
 
 
 def test_an_older_file_is_migrated_forward_in_place(tmp_path: Path, engine: str) -> None:
     db = tmp_path / "v1.db"
-    make_version_1_file(db, engine)
+    make_version_1_file(db)
     with SqliteStorage.open(db, engine=engine) as storage:
         storage.memory.put("t", "ns", "k", "new", None)
     conn = sqlite3.connect(db)
@@ -126,6 +127,7 @@ def test_an_older_file_is_migrated_forward_in_place(tmp_path: Path, engine: str)
     conn.close()
     with SqliteCheckpointer(db, engine=engine) as log:
         assert [e.event["content"] for e in log.read("old")] == ["from v1"]
+        assert log.append("old", [{"type": "assistant", "content": "v5"}], expected_head=1) == 2
 
 
 def test_a_newer_file_is_refused_by_the_stores_too(tmp_path: Path, engine: str) -> None:

@@ -248,6 +248,7 @@ class EngineBase:
             for sid, _ in self._rows(conn, S.SELECT_SESSION, (tenant, name)):
                 bounds = (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ))
                 self._rows(conn, S.DELETE_EVENTS_AFTER, bounds)
+                self._rows(conn, S.DELETE_SNAPSHOTS_AFTER, (sid, -1))
                 self._rows(conn, S.DELETE_SESSION, (sid,))
 
         self._write("delete", work)
@@ -264,6 +265,8 @@ class EngineBase:
                 return int(head)
             bounds = (S.event_key(sid, to_seq), S.event_key(sid, S.MAX_SEQ))
             self._rows(conn, S.DELETE_EVENTS_AFTER, bounds)
+            # A snapshot of events that are gone would resurrect them on load.
+            self._rows(conn, S.DELETE_SNAPSHOTS_AFTER, (sid, to_seq))
             self._rows(conn, S.UPDATE_SESSION, (to_seq, ts, sid))
             return to_seq
 
@@ -286,6 +289,7 @@ class EngineBase:
             if new_sid > S.MAX_SID:
                 raise StorageUnavailableError("the database holds too many sessions")
             self._rows(conn, S.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq))
+            self._rows(conn, S.COPY_SNAPSHOTS, (sid, new_sid, at_seq))
             return at_seq
 
         return self._write("fork", work)

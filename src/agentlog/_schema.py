@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -106,6 +106,24 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, artifact_id)
         ) WITHOUT ROWID""",
     ),
+    5: (
+        # The SessionStore face of the log: a revision per session (every
+        # write through either face adds one), metadata, item ids unique
+        # within a session, and snapshots.
+        "ALTER TABLE sessions ADD COLUMN revision INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sessions ADD COLUMN metadata BLOB",
+        "UPDATE sessions SET revision = 1",
+        "ALTER TABLE events ADD COLUMN item_id TEXT",
+        "CREATE UNIQUE INDEX events_by_item ON events (id >> 32, item_id)"
+        " WHERE item_id IS NOT NULL",
+        """CREATE TABLE snapshots (
+            sid INTEGER NOT NULL,
+            through_seq INTEGER NOT NULL,
+            state BLOB NOT NULL,
+            created REAL NOT NULL,
+            PRIMARY KEY (sid, through_seq)
+        )""",
+    ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 
@@ -126,8 +144,11 @@ def migration(from_version: int) -> list[str]:
 
 SELECT_SESSION = "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
 SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
-INSERT_SESSION = "INSERT INTO sessions (tenant, name, head, created, mtime) VALUES (?, ?, ?, ?, ?)"
-UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ? WHERE sid = ?"
+# A session created by its first append: created (revision 0) and appended to (1).
+INSERT_SESSION = (
+    "INSERT INTO sessions (tenant, name, head, created, mtime, revision) VALUES (?, ?, ?, ?, ?, 1)"
+)
+UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
 INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
 # One page of a forward scan; the session lookup and the range are one
 # statement so a page is one consistent snapshot.
@@ -141,10 +162,15 @@ LIST_SESSIONS = (
     "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 )
 DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
+DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
 DELETE_EVENTS_AFTER = "DELETE FROM events WHERE id > ? AND id <= ?"
 COPY_EVENTS = (
-    "INSERT INTO events (id, ts, type, data)"
-    " SELECT id - ?1 + ?2, ts, type, data FROM events WHERE id > ?1 AND id <= ?1 + ?3"
+    "INSERT INTO events (id, ts, type, data, item_id)"
+    " SELECT id - ?1 + ?2, ts, type, data, item_id FROM events WHERE id > ?1 AND id <= ?1 + ?3"
+)
+COPY_SNAPSHOTS = (
+    "INSERT INTO snapshots (sid, through_seq, state, created)"
+    " SELECT ?2, through_seq, state, created FROM snapshots WHERE sid = ?1 AND through_seq <= ?3"
 )
 
 
