@@ -18,6 +18,7 @@ from agentlog.testing import (
     ArtifactStoreConformance,
     CheckpointStoreConformance,
     MemoryStoreConformance,
+    SessionStoreConformance,
 )
 
 from .conftest import ENGINES, PYTHON
@@ -31,6 +32,13 @@ class TestInMemoryMemoryStore(MemoryStoreConformance):
 
 
 class TestInMemoryCheckpointStore(CheckpointStoreConformance):
+    durable = False
+
+    def open_storage(self, location: Path) -> Any:
+        return InMemoryStorage()
+
+
+class TestInMemorySessionStore(SessionStoreConformance):
     durable = False
 
     def open_storage(self, location: Path) -> Any:
@@ -76,6 +84,7 @@ for _engine in ENGINES:
         (MemoryStoreConformance, "MemoryStore"),
         (CheckpointStoreConformance, "CheckpointStore"),
         (ArtifactStoreConformance, "ArtifactStore"),
+        (SessionStoreConformance, "SessionStore"),
     ]:
         _name = f"TestSqlite{_store}_{_engine}"
         globals()[_name] = type(
@@ -141,3 +150,42 @@ def test_a_newer_file_is_refused_by_the_stores_too(tmp_path: Path, engine: str) 
     with pytest.raises(SchemaVersionError):
         SqliteStorage.open(db, engine=engine)
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_one_log_two_faces(tmp_path: Path, engine: str) -> None:
+    """The Checkpointer and the SessionStore read and write the same sessions."""
+    db = tmp_path / "one.db"
+    user = {"type": "user", "content": "hi"}
+    with (
+        SqliteCheckpointer(db, engine=engine) as log,
+        SqliteStorage.open(db, engine=engine) as storage,
+    ):
+        sessions = storage.sessions
+        log.append("chat", [user, {"type": "assistant", "content": "hello"}])
+        record = sessions.get(DEFAULT_TENANT, "chat")
+        assert (record.head, record.revision, record.metadata) == (2, 1, None)
+        record = sessions.append(
+            DEFAULT_TENANT, "chat", record.revision, [{"type": "user", "id": "m3", "content": "x"}]
+        )
+        assert [e.seq for e in log.read("chat")] == [1, 2, 3]
+        assert log.append("chat", [user], expected_head=3) == 4
+        record = sessions.get(DEFAULT_TENANT, "chat")
+        assert (record.head, record.revision) == (4, 3)
+        sessions.compact(DEFAULT_TENANT, "chat", record.revision, 3, {"summary": "three"})
+        loaded = sessions.load(DEFAULT_TENANT, "chat")
+        assert loaded.snapshot is not None and loaded.snapshot.through_sequence == 3
+        assert [e.seq for e in loaded.items] == [4]
+        assert len(list(log.read("chat"))) == 4  # compaction keeps the journal
+        # Time travel through the log drops snapshots of what it removed.
+        log.truncate("chat", 2)
+        loaded = sessions.load(DEFAULT_TENANT, "chat")
+        assert (loaded.snapshot, [e.seq for e in loaded.items]) == (None, [1, 2])
+        log.fork("chat", 2, "chat-b")
+        assert sessions.get(DEFAULT_TENANT, "chat-b").head == 2
+        # Other tenants are invisible to the Checkpointer face.
+        sessions.create("acme", "private", metadata={"owner": "acme"})
+        sessions.create(DEFAULT_TENANT, "empty")
+        assert {info.id: info.head for info in log.list()} == {"chat": 2, "chat-b": 2, "empty": 0}
+        assert log.head("private") == 0
+        sessions.delete(DEFAULT_TENANT, "chat", sessions.get(DEFAULT_TENANT, "chat").revision)
+        assert log.head("chat") == 0

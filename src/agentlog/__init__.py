@@ -43,6 +43,7 @@ from .file import FileCheckpointer
 from .fold import fold_events
 from .legacy import legacy_store_adapter
 from .memory import MemoryCheckpointer
+from .sessions import SessionLoad, SessionRecord, SessionStore, Snapshot
 from .sqlite import SqliteCheckpointer
 from .storage import (
     DEFAULT_TENANT,
@@ -80,8 +81,12 @@ __all__ = [
     "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
+    "SessionLoad",
     "SessionNotFoundError",
+    "SessionRecord",
+    "SessionStore",
     "SideEffect",
+    "Snapshot",
     "SqliteCheckpointer",
     "SqliteStorage",
     "StorageConflictError",

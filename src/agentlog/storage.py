@@ -1,10 +1,11 @@
 """Durable stores beside the session log (ADR-004), tenant-scoped with CAS revisions.
 
 This module holds :class:`MemoryStore` (revisable JSON memory keyed by
-tenant, namespace and key) and the storages that compose the stores built so
-far — memory, run checkpoints (:mod:`agentlog.checkpoints`) and artifacts
-(:mod:`agentlog.artifacts`) — in memory or in the same SQLite file as the
-session log.
+tenant, namespace and key) and the two ``DurableStorage`` compositions of the
+four stores — sessions (:mod:`agentlog.sessions`), run checkpoints
+(:mod:`agentlog.checkpoints`), memory and artifacts
+(:mod:`agentlog.artifacts`) — in memory, or in the same SQLite file as the
+session log. Callers depend only on the store they use.
 
 Revisions: a record is created with ``expected_revision=None`` ("must not
 exist yet") at revision 0, and every successful write adds one. A write that
@@ -32,6 +33,7 @@ from .artifacts import InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import InMemoryCheckpointStore, SqliteCheckpointStore
 from .errors import CheckpointerClosedError, StorageConflictError, StorageNotFoundError
 from .events import _loads
+from .sessions import InMemorySessionStore, SqliteSessionStore
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -283,11 +285,12 @@ class SqliteMemoryStore(_MemoryStoreBase):
 
 
 class InMemoryStorage:
-    """The stores in this process's memory: for tests and ephemeral runs."""
+    """The four stores in this process's memory: for tests and ephemeral runs."""
 
     def __init__(self) -> None:
-        self.memory = InMemoryMemoryStore()
+        self.sessions = InMemorySessionStore()
         self.checkpoints = InMemoryCheckpointStore()
+        self.memory = InMemoryMemoryStore()
         self.artifacts = InMemoryArtifactStore()
 
     def close(self) -> None:
@@ -295,12 +298,13 @@ class InMemoryStorage:
 
 
 class SqliteStorage:
-    """The stores in one SQLite file — the same file (and schema) as the session log."""
+    """The four stores in one SQLite file — the same file (and schema) as the session log."""
 
     def __init__(self, engine: Any) -> None:
         self._engine = engine
-        self.memory = SqliteMemoryStore(engine)
+        self.sessions = SqliteSessionStore(engine)
         self.checkpoints = SqliteCheckpointStore(engine)
+        self.memory = SqliteMemoryStore(engine)
         self.artifacts = SqliteArtifactStore(engine)
 
     @classmethod
