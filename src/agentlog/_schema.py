@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -123,6 +123,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             created REAL NOT NULL,
             PRIMARY KEY (sid, through_seq)
         )""",
+    ),
+    6: (
+        # One row per migrated source file: re-running an unchanged source is
+        # a no-op, and a changed one is caught.
+        """CREATE TABLE migration_ledger (
+            source_id TEXT NOT NULL,
+            source_key TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            migrated REAL NOT NULL,
+            PRIMARY KEY (source_id, source_key)
+        ) WITHOUT ROWID""",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

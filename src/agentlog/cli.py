@@ -24,6 +24,7 @@ from .events import StoredEvent
 from .file import FileCheckpointer
 from .fold import fold_events
 from .sqlite import SqliteCheckpointer
+from .storage import DEFAULT_TENANT
 
 __all__ = ["main"]
 
@@ -201,6 +202,31 @@ def _cmd_check(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _cmd_migrate(args: argparse.Namespace) -> None:
+    from .migrate import migrate
+
+    report = migrate(
+        args.source,
+        args.target,
+        dry_run=args.dry_run,
+        tenant=args.tenant,
+        source_id=args.source_id,
+        backup_dir=args.backup,
+    )
+    print(f"{report.source_kind} source, {len(report.sessions)} sessions")
+    for planned in report.sessions:
+        print(f"  {planned.action:<8} {planned.session_id}  ({planned.source_key})")
+    if report.dry_run:
+        verdict = "conflicts: nothing would be migrated" if report.conflicts else "ready"
+        print(f"dry run: nothing written; {verdict}")
+        if report.conflicts:
+            raise SystemExit(1)
+    else:
+        print(f"migrated {report.migrated}, skipped {report.skipped}")
+        if report.backup:
+            print(f"backup (source, and the target as it was): {report.backup}")
+
+
 def _cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps(engine_info(), indent=2))
 
@@ -257,6 +283,18 @@ def _parser() -> argparse.ArgumentParser:
     truncate.set_defaults(func=_cmd_truncate)
     store_command("check", "run SQLite's quick_check on a database").set_defaults(func=_cmd_check)
     sub.add_parser("info", help="which engine and SQLite run").set_defaults(func=_cmd_info)
+    migrate = sub.add_parser(
+        "migrate", help="copy JSON v1 sessions or a file store into SQLite, backup first"
+    )
+    migrate.add_argument(
+        "source", help="a JSON v1 sessions directory or a FileCheckpointer directory"
+    )
+    migrate.add_argument("target", help="the SQLite file to write")
+    migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
+    migrate.add_argument("--tenant", default=DEFAULT_TENANT)
+    migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
+    migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
+    migrate.set_defaults(func=_cmd_migrate)
     # Listed for --help; its options are the benchmark's own (see main()).
     sub.add_parser(
         "bench", help="run the benchmark (from a checkout); options as python -m benchmarks"

@@ -95,6 +95,73 @@ class _Session:
         return len(self.offsets) - 1
 
 
+def parse_session_file(
+    data: bytes, name: str, expected_id: str | None = None
+) -> tuple[str, array[int]] | None:
+    """Read a session file's bytes without changing anything.
+
+    Returns ``(session_id, offsets)`` where ``offsets[k]`` is where event k+1
+    starts and ``offsets[-1]`` is the end of the committed log (a torn tail or
+    a half-written batch after it is left out), or ``None`` for a file whose
+    header never completed (or, with no ``expected_id``, one that is not ours).
+    """
+    header_end = data.find(b"\n") + 1
+    if header_end == 0:
+        # The creating append never finished (nothing of it returned); the
+        # next append to this id starts the file afresh.
+        return None
+    try:
+        header = orjson.loads(data[:header_end])
+        session_id = header["session"]
+        valid = header.get("agentlog") == 1 and isinstance(session_id, str)
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        valid = False
+    if not valid:
+        if expected_id is None:
+            return None  # not one of ours; leave it alone
+        raise CorruptDatabaseError(f"{name}: not an agentlog session file")
+    if expected_id is not None and session_id != expected_id:
+        raise CorruptDatabaseError(f"{name} holds session {session_id!r}, not {expected_id!r}")
+    offsets = array("q", [header_end])
+    find = data.find
+    start = header_end
+    while True:
+        newline = find(b"\n", start)
+        if newline < 0:
+            break
+        start = newline + 1
+        offsets.append(start)
+    # Leave out a torn tail: complete lines of a batch whose last line is missing.
+    while len(offsets) > 1:
+        line = data[offsets[-2] : offsets[-1]]
+        try:
+            record = orjson.loads(line)
+            seq, end = record["seq"], record["end"]
+        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CorruptDatabaseError(f"{name}: unreadable event line {len(offsets) - 1}") from exc
+        if seq != len(offsets) - 1:
+            raise CorruptDatabaseError(f"{name}: line {len(offsets) - 1} holds seq {seq}")
+        if seq == end:
+            break
+        offsets.pop()
+    return session_id, offsets
+
+
+def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, str, bytes]]] | None:
+    """A session file's id and committed events as ``(ts, type, payload)``, read-only."""
+    parsed = parse_session_file(data, name)
+    if parsed is None:
+        return None
+    session_id, offsets = parsed
+    events = []
+    for seq in range(1, len(offsets)):
+        line = data[offsets[seq - 1] : offsets[seq]]
+        record = orjson.loads(line)
+        payload = line[line.index(b'"event":') + 8 : -2]
+        events.append((float(record["ts"]), str(record["event"]["type"]), payload))
+    return session_id, events
+
+
 class FileCheckpointer(BaseCheckpointer):
     """A checkpointer in a directory of JSONL files, one per session.
 
@@ -158,47 +225,10 @@ class FileCheckpointer(BaseCheckpointer):
             return None
         except OSError as exc:
             raise StorageUnavailableError(f"cannot read {path}: {exc}") from exc
-        header_end = data.find(b"\n") + 1
-        if header_end == 0:
-            # The creating append never finished (nothing of it returned); the
-            # next append to this id starts the file afresh.
+        parsed = parse_session_file(data, str(path), expected_id)
+        if parsed is None:
             return None
-        try:
-            header = orjson.loads(data[:header_end])
-            session_id = header["session"]
-            valid = header.get("agentlog") == 1 and isinstance(session_id, str)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-            valid = False
-        if not valid:
-            if expected_id is None:
-                return None  # not one of ours; leave it alone
-            raise CorruptDatabaseError(f"{path}: not an agentlog session file")
-        if expected_id is not None and session_id != expected_id:
-            raise CorruptDatabaseError(f"{path} holds session {session_id!r}, not {expected_id!r}")
-        offsets = array("q", [header_end])
-        find = data.find
-        start = header_end
-        while True:
-            newline = find(b"\n", start)
-            if newline < 0:
-                break
-            start = newline + 1
-            offsets.append(start)
-        # Cut a torn tail: complete lines of a batch whose last line is missing.
-        while len(offsets) > 1:
-            line = data[offsets[-2] : offsets[-1]]
-            try:
-                record = orjson.loads(line)
-                seq, end = record["seq"], record["end"]
-            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                raise CorruptDatabaseError(
-                    f"{path}: unreadable event line {len(offsets) - 1}"
-                ) from exc
-            if seq != len(offsets) - 1:
-                raise CorruptDatabaseError(f"{path}: line {len(offsets) - 1} holds seq {seq}")
-            if seq == end:
-                break
-            offsets.pop()
+        session_id, offsets = parsed
         if offsets[-1] != len(data):
             with open(path, "r+b") as handle:
                 handle.truncate(offsets[-1])

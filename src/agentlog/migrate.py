@@ -1,0 +1,368 @@
+"""Backup-first migration of sessions into SQLite: ``agentlog migrate SRC DST``.
+
+Sources: a directory of JSON v1 session files (``sessions/*.json``, each
+``{"version": 1, "id", "messages": [...], "runs": [...]}``) or a
+:class:`FileCheckpointer` directory. Target: an agentlog SQLite file.
+
+The rules, in order:
+
+1. **Plan** (``dry_run=True`` stops here): read every source file and the
+   target read-only, and classify each session: ``migrate``, ``skip`` (the
+   ledger holds this file with the same sha256), ``changed`` (the ledger holds
+   it with another sha256: an error) or ``exists`` (the target already has a
+   session by that id: a conflict). A dry run writes nothing at all, not even
+   the target's schema.
+2. **Back up**: copy the whole source directory outside itself (and the
+   target database, when it exists) into a backup directory, and verify every
+   copied file's sha256 against the source.
+3. **Write**, from the verified copy: every pending session and a ledger row
+   each, in one transaction. Any failure rolls the whole batch back.
+
+The source is only ever read: never renamed, changed or deleted. Files are
+read one at a time, so a large source is never held in memory at once.
+
+JSON v1 messages become events (``user`` / ``assistant``; ``tool`` →
+``tool_result``) with item ids ``v1-<n>``, each keeping the original message
+under ``legacy``; the file's header and ``runs`` are kept in the session's
+metadata. FileCheckpointer events keep their timestamps and payloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from . import _schema as S
+from ._store_common import DEFAULT_TENANT
+from ._store_common import encode as _encode
+from ._store_common import name as _name
+from .errors import SchemaVersionError, StorageDataError
+from .events import check_session_id, encode_events
+from .file import read_session_file
+from .storage import SqliteStorage
+
+__all__ = ["MigrationError", "MigrationReport", "PlannedSession", "migrate"]
+
+_ROLE_TO_TYPE = {"user": "user", "assistant": "assistant", "tool": "tool_result"}
+
+
+class MigrationError(StorageDataError):
+    """The migration cannot go ahead (conflicts, changed sources, bad files).
+
+    Nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSession:
+    """What the plan says about one source file."""
+
+    source_key: str
+    """The file's path relative to the source directory."""
+    session_id: str
+    sha256: str
+    action: str
+    """``migrate``, ``skip``, ``changed`` or ``exists``."""
+
+
+@dataclass
+class MigrationReport:
+    """The outcome of :func:`migrate` (or its plan, for a dry run)."""
+
+    source_kind: str
+    source_id: str
+    dry_run: bool
+    sessions: list[PlannedSession] = field(default_factory=list)
+    backup: Path | None = None
+    migrated: int = 0
+    skipped: int = 0
+
+    @property
+    def conflicts(self) -> list[PlannedSession]:
+        """Sessions that stop the migration: changed sources and existing targets."""
+        return [s for s in self.sessions if s.action in ("changed", "exists")]
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _source_files(source: Path) -> tuple[str, Path, list[Path]]:
+    """(kind, the directory holding the session files, the files in order)."""
+    if not source.is_dir():
+        raise MigrationError(f"{source} is not a directory")
+    json_dir = source / "sessions" if (source / "sessions").is_dir() else source
+    json_files = sorted(json_dir.glob("*.json"))
+    if json_files:
+        return "json-v1", json_dir, json_files
+    jsonl = sorted(source.glob("*.jsonl"))
+    if jsonl or (source / ".agentlog.lock").exists():
+        return "file", source, jsonl
+    raise MigrationError(
+        f"{source} holds neither JSON v1 session files nor a FileCheckpointer store"
+    )
+
+
+def _json_v1(data: bytes, key: str) -> dict[str, Any]:
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise MigrationError(f"{key}: not valid JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("version") != 1:
+        raise MigrationError(f"{key}: not a JSON v1 session file (version must be 1)")
+    if not isinstance(document.get("messages"), list):
+        raise MigrationError(f"{key}: 'messages' must be a list")
+    if not isinstance(document.get("runs", []), list):
+        raise MigrationError(f"{key}: 'runs' must be a list")
+    try:
+        check_session_id(document.get("id"))
+    except ValueError as exc:
+        raise MigrationError(f"{key}: {exc}") from None
+    return document
+
+
+def _session_id(kind: str, data: bytes, key: str) -> str | None:
+    """The session a source file holds, after checking all of it (a dry run finds bad files)."""
+    if kind == "json-v1":
+        document = _json_v1(data, key)
+        _json_v1_events(document, key)
+        return str(document["id"])
+    parsed = read_session_file(data, key)
+    return None if parsed is None else parsed[0]
+
+
+def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes, str]]:
+    """(type, payload, item id) for each message of a JSON v1 document."""
+    events = []
+    for index, message in enumerate(document["messages"]):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role not in _ROLE_TO_TYPE:
+            raise MigrationError(f"{key}: message {index} has no known role ({role!r})")
+        event = {
+            "type": _ROLE_TO_TYPE[role],
+            "id": f"v1-{index}",
+            "content": message.get("content"),
+            "legacy": message,
+        }
+        if role == "tool":
+            event["tool_use_id"] = message.get("tool_call_id", message.get("tool_use_id"))
+        try:
+            ((kind, payload),) = encode_events([event])
+        except ValueError as exc:
+            raise MigrationError(f"{key}: message {index}: {exc}") from None
+        events.append((kind, payload, f"v1-{index}"))
+    return events
+
+
+def _read_target(target: Path, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+    """(session ids of the tenant, {source_key: sha256} from the ledger), read-only."""
+    if not target.exists():
+        return set(), {}
+    conn = sqlite3.connect(f"file:{quote(str(target.resolve()))}?mode=ro", uri=True)
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app_id not in (0, S.APPLICATION_ID) or version > S.SCHEMA_VERSION:
+            raise SchemaVersionError(f"{target} is not an agentlog database this version can write")
+        if version == 0:
+            return set(), {}
+        sessions = {
+            row[0] for row in conn.execute("SELECT name FROM sessions WHERE tenant = ?", (tenant,))
+        }
+        ledger: dict[str, str] = {}
+        if version >= 6:
+            ledger = dict(
+                conn.execute(
+                    "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ?",
+                    (source_id,),
+                ).fetchall()
+            )
+        return sessions, ledger
+    except sqlite3.DatabaseError as exc:
+        raise SchemaVersionError(f"{target} is not a readable SQLite database ({exc})") from None
+    finally:
+        conn.close()
+
+
+def _progress_bar(total: int) -> Callable[[int], None]:
+    def show(done: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r  [{'#' * filled}{' ' * (width - filled)}] {done}/{total} sessions")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _backup(source: Path, target: Path, backup: Path) -> None:
+    """Copy the source tree (and the target, if any) into ``backup``, verified."""
+    if backup.exists():
+        raise MigrationError(f"backup directory {backup} already exists")
+    resolved = backup.resolve()
+    if resolved == source.resolve() or source.resolve() in resolved.parents:
+        raise MigrationError("the backup must be outside the source")
+    copy = backup / "source"
+    shutil.copytree(source, copy)
+    for original in sorted(p for p in source.rglob("*") if p.is_file()):
+        copied = copy / original.relative_to(source)
+        if _sha256_file(original) != _sha256_file(copied):
+            raise MigrationError(f"backup of {original.name} does not match the source")
+    if target.exists():
+        # SQLite's online backup: a consistent copy even with the WAL in use.
+        live = sqlite3.connect(f"file:{quote(str(target.resolve()))}?mode=ro", uri=True)
+        saved = sqlite3.connect(backup / "target-before.db")
+        try:
+            live.backup(saved)
+        finally:
+            saved.close()
+            live.close()
+
+
+def _files(directory: Path, files: list[Path]) -> Iterator[tuple[str, bytes]]:
+    for path in files:
+        yield str(path.relative_to(directory)), path.read_bytes()
+
+
+def migrate(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    tenant: str = DEFAULT_TENANT,
+    source_id: str | None = None,
+    backup_dir: str | os.PathLike[str] | None = None,
+    engine: str | None = None,
+    progress: bool | None = None,
+) -> MigrationReport:
+    """Migrate the sessions of ``source`` into the SQLite file ``target``.
+
+    ``source_id`` names the source in the ledger (default: its resolved
+    path), so a re-run recognises it. ``backup_dir`` defaults to
+    ``<target>.migration-<UTC time>`` beside the target. ``progress``
+    shows a progress bar on standard error (default: when it is a terminal).
+    Raises :class:`MigrationError` when the plan has conflicts; nothing is
+    written then.
+    """
+    source_path, target_path = Path(source), Path(target)
+    tenant = _name("tenant", tenant)
+    kind, directory, files = _source_files(source_path)
+    source_name = source_id or str(source_path.resolve())
+    existing, ledger = _read_target(target_path, tenant, source_name)
+    report = MigrationReport(kind, source_name, dry_run)
+    seen: dict[str, str] = {}
+    for key, data in _files(directory, files):
+        session_id = _session_id(kind, data, key)
+        if session_id is None:
+            continue  # an unfinished or foreign file in a FileCheckpointer directory
+        if session_id in seen:
+            raise MigrationError(f"{key} and {seen[session_id]} both hold session {session_id!r}")
+        seen[session_id] = key
+        sha = hashlib.sha256(data).hexdigest()
+        if key in ledger:
+            action = "skip" if ledger[key] == sha else "changed"
+        else:
+            action = "exists" if session_id in existing else "migrate"
+        report.sessions.append(PlannedSession(key, session_id, sha, action))
+    report.skipped = sum(1 for s in report.sessions if s.action == "skip")
+    if dry_run:
+        return report
+    if report.conflicts:
+        details = ", ".join(f"{s.source_key} ({s.action})" for s in report.conflicts)
+        raise MigrationError(f"nothing migrated: {details}")
+    pending = [s for s in report.sessions if s.action == "migrate"]
+    if not pending:
+        return report
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    backup = (
+        Path(backup_dir)
+        if backup_dir
+        else target_path.with_name(f"{target_path.name}.migration-{stamp}")
+    )
+    _backup(source_path, target_path, backup)
+    report.backup = backup
+    copied = backup / "source" / directory.relative_to(source_path)
+    show = (
+        _progress_bar(len(pending))
+        if (sys.stderr.isatty() if progress is None else progress)
+        else None
+    )
+
+    with SqliteStorage.open(target_path, engine=engine) as storage:
+        rows = storage._engine._rows
+
+        def work(conn: Any) -> None:
+            for done, planned in enumerate(pending, 1):
+                data = (copied / planned.source_key).read_bytes()
+                if hashlib.sha256(data).hexdigest() != planned.sha256:
+                    raise MigrationError(f"{planned.source_key} changed while migrating")
+                now = time.time()
+                events: list[tuple[float, str, bytes, str | None]]
+                metadata: bytes | None
+                if kind == "json-v1":
+                    document = _json_v1(data, planned.source_key)
+                    events = [
+                        (now, k, p, i) for k, p, i in _json_v1_events(document, planned.source_key)
+                    ]
+                    header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
+                    try:
+                        metadata = _encode(
+                            {"legacy": {"header": header, "runs": document.get("runs", [])}}
+                        )
+                    except StorageDataError as exc:
+                        raise MigrationError(f"{planned.source_key}: {exc}") from None
+                else:
+                    parsed = read_session_file(data, planned.source_key)
+                    assert parsed is not None
+                    events = [(ts, k, p, None) for ts, k, p in parsed[1]]
+                    metadata = None
+                if rows(conn, S.SELECT_SESSION, (tenant, planned.session_id)):
+                    raise MigrationError(f"session {planned.session_id!r} appeared in the target")
+                sid = rows(conn, "SELECT coalesce(max(sid), 0) + 1 FROM sessions")[0][0]
+                rows(
+                    conn,
+                    "INSERT INTO sessions"
+                    " (sid, tenant, name, head, created, mtime, revision, metadata)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
+                    (sid, tenant, planned.session_id, len(events), now, now, metadata),
+                )  # fmt: skip
+                for seq, (ts, event_type, payload, item_id) in enumerate(events, 1):
+                    rows(
+                        conn,
+                        "INSERT INTO events (id, ts, type, data, item_id) VALUES (?, ?, ?, ?, ?)",
+                        (S.event_key(sid, seq), ts, event_type, payload, item_id),
+                    )
+                rows(
+                    conn,
+                    "INSERT INTO migration_ledger"
+                    " (source_id, source_key, sha256, tenant, session_id, migrated)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        source_name,
+                        planned.source_key,
+                        planned.sha256,
+                        tenant,
+                        planned.session_id,
+                        now,
+                    ),
+                )
+                if show:
+                    show(done)
+
+        storage._engine._write("migrate", work)
+    report.migrated = len(pending)
+    return report

@@ -1,0 +1,217 @@
+"""agentlog migrate: plan and dry-run, backup-first, one transaction, re-runs, rollback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentlog.migrate as migrate_module
+from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage, fold_events
+from agentlog.cli import main
+from agentlog.errors import SchemaVersionError
+from agentlog.migrate import MigrationError, migrate
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def write_v1(directory: Path, session_id: str, messages: list[Any], runs: Any = ()) -> Path:
+    path = directory / f"{session_id}.json"
+    document = {"version": 1, "id": session_id, "messages": messages, "runs": list(runs)}
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture
+def v1_source(tmp_path: Path) -> Path:
+    source = tmp_path / "legacy"
+    sessions = source / "sessions"
+    sessions.mkdir(parents=True)
+    write_v1(
+        sessions,
+        "alpha",
+        [
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "a.py"},
+            {"role": "assistant", "content": "one file", "model": "m-1"},
+        ],
+        runs=[{"id": "run-1", "status": "completed"}],
+    )
+    write_v1(sessions, "beta", [{"role": "user", "content": "hi"}])
+    (source / "notes.txt").write_text("not a session, but part of the source")
+    return source
+
+
+def test_dry_run_writes_nothing_at_all(v1_source: Path, tmp_path: Path) -> None:
+    before = tree_digest(v1_source)
+    target = tmp_path / "target.db"
+    report = migrate(v1_source, target, dry_run=True)
+    assert [(s.session_id, s.action) for s in report.sessions] == [
+        ("alpha", "migrate"),
+        ("beta", "migrate"),
+    ]
+    assert not target.exists()
+    assert list(tmp_path.glob("target.db*")) == []
+    assert tree_digest(v1_source) == before
+
+
+def test_apply_copies_backs_up_and_records(v1_source: Path, tmp_path: Path, engine: str) -> None:
+    before = tree_digest(v1_source)
+    target = tmp_path / "target.db"
+    report = migrate(v1_source, target, backup_dir=tmp_path / "backup", engine=engine)
+    assert (report.migrated, report.skipped) == (2, 0)
+    assert tree_digest(v1_source) == before  # the source is only read
+    assert tree_digest(tmp_path / "backup" / "source") == before  # the backup is verified whole
+    with SqliteCheckpointer(target, engine=engine) as log:
+        assert fold_events(log.read("alpha")) == [
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1"}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}],
+            },
+            {"role": "assistant", "content": "one file"},
+        ]
+        last = list(log.read("alpha"))[-1].event
+        assert last["legacy"] == {"role": "assistant", "content": "one file", "model": "m-1"}
+    with SqliteStorage.open(target, engine=engine) as storage:
+        alpha = storage.sessions.get("default", "alpha")
+        assert alpha.metadata["legacy"]["runs"] == [{"id": "run-1", "status": "completed"}]
+        assert alpha.metadata["legacy"]["header"] == {"version": 1, "id": "alpha"}
+        assert [e.event["id"] for e in storage.sessions.load("default", "beta").items] == ["v1-0"]
+
+
+def test_rerun_unchanged_is_a_no_op_and_a_changed_source_is_an_error(
+    v1_source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "target.db"
+    migrate(v1_source, target, backup_dir=tmp_path / "b1")
+    again = migrate(v1_source, target, backup_dir=tmp_path / "b2")
+    assert [s.action for s in again.sessions] == ["skip", "skip"]
+    assert (again.migrated, again.skipped, again.backup) == (0, 2, None)
+    assert not (tmp_path / "b2").exists()
+    write_v1(v1_source / "sessions", "beta", [{"role": "user", "content": "edited"}])
+    plan = migrate(v1_source, target, dry_run=True)
+    assert [s.action for s in plan.sessions] == ["skip", "changed"]
+    with pytest.raises(MigrationError, match="changed"):
+        migrate(v1_source, target, backup_dir=tmp_path / "b3")
+    with SqliteCheckpointer(target) as log:
+        assert [e.event["content"] for e in log.read("beta")] == ["hi"]
+
+
+def test_sessions_already_in_the_target_are_conflicts(v1_source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "target.db"
+    with SqliteCheckpointer(target) as log:
+        log.append("beta", [{"type": "user", "content": "already here"}])
+    plan = migrate(v1_source, target, dry_run=True)
+    assert [s.action for s in plan.conflicts] == ["exists"]
+    with pytest.raises(MigrationError, match="exists"):
+        migrate(v1_source, target)
+    with SqliteCheckpointer(target) as log:
+        assert {info.id for info in log.list()} == {"beta"}
+
+
+def test_a_failure_mid_batch_rolls_everything_back(
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "target.db"
+    SqliteCheckpointer(target).close()
+    before = tree_digest(v1_source)
+    real = migrate_module._json_v1_events
+    calls = {"n": 0}
+
+    def fail_on_the_fourth(document: dict[str, Any], key: str) -> Any:
+        # Two calls in the plan, then the write phase: the second session fails.
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise OSError("disk error while migrating")
+        return real(document, key)
+
+    monkeypatch.setattr(migrate_module, "_json_v1_events", fail_on_the_fourth)
+    with pytest.raises(OSError):
+        migrate(v1_source, target, backup_dir=tmp_path / "backup")
+    with SqliteCheckpointer(target) as log:
+        assert log.list() == []  # alpha was written, then rolled back with the batch
+    assert tree_digest(v1_source) == before
+    assert tree_digest(tmp_path / "backup" / "source") == before
+    monkeypatch.undo()
+    assert migrate(v1_source, target, backup_dir=tmp_path / "again").migrated == 2
+
+
+def test_bad_source_files_are_found_by_the_dry_run(tmp_path: Path) -> None:
+    source = tmp_path / "bad"
+    source.mkdir()
+    write_v1(source, "ok", [{"role": "user", "content": "fine"}])
+    (source / "broken.json").write_text(
+        '{"version": 1, "id": "x", "messages": [{"role": "robot"}]}'
+    )
+    with pytest.raises(MigrationError, match="role"):
+        migrate(source, tmp_path / "t.db", dry_run=True)
+    (source / "broken.json").write_text('{"version": 2, "id": "x", "messages": []}')
+    with pytest.raises(MigrationError, match="version"):
+        migrate(source, tmp_path / "t.db", dry_run=True)
+    (source / "broken.json").write_text('{"version": 1, "id": "../etc", "messages": []}')
+    with pytest.raises(MigrationError):
+        migrate(source, tmp_path / "t.db", dry_run=True)
+    assert not (tmp_path / "t.db").exists()
+
+
+def test_a_file_store_migrates_with_its_timestamps_and_is_left_untouched(
+    tmp_path: Path, engine: str
+) -> None:
+    store = tmp_path / "files"
+    with FileCheckpointer(store) as cp:
+        cp.append("s1", [{"type": "user", "content": "a"}, {"type": "assistant", "content": "b"}])
+        cp.append("s2", [{"type": "tool_result", "tool_use_id": "t", "content": "c"}])
+        original = list(cp.read("s1"))
+    torn = next(p for p in store.glob("*.jsonl") if "s2" in p.name)
+    with torn.open("ab") as handle:
+        handle.write(b'{"seq":2,"end":2,"ts":1.0,"ev')  # a crash's torn tail
+    before = tree_digest(store)
+    target = tmp_path / "target.db"
+    report = migrate(store, target, backup_dir=tmp_path / "backup", engine=engine)
+    assert report.source_kind == "file"
+    assert report.migrated == 2
+    assert tree_digest(store) == before  # not even the torn tail was repaired
+    with SqliteCheckpointer(target, engine=engine) as log:
+        assert [(e.seq, e.ts, e.event) for e in log.read("s1")] == [
+            (e.seq, e.ts, e.event) for e in original
+        ]
+        assert log.head("s2") == 1
+
+
+def test_a_newer_target_is_refused_even_for_a_dry_run(v1_source: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    target = tmp_path / "new.db"
+    conn = sqlite3.connect(target)
+    conn.execute("PRAGMA user_version = 999")
+    conn.close()
+    before = hashlib.sha256(target.read_bytes()).hexdigest()
+    with pytest.raises(SchemaVersionError):
+        migrate(v1_source, target, dry_run=True)
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == before
+
+
+def test_the_command_line(
+    v1_source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "cli.db"
+    main(["migrate", str(v1_source), str(target), "--dry-run"])
+    out = capsys.readouterr().out
+    assert "dry run: nothing written; ready" in out and not target.exists()
+    main(["migrate", str(v1_source), str(target), "--backup", str(tmp_path / "bk")])
+    out = capsys.readouterr().out
+    assert "migrated 2, skipped 0" in out
+    main(["migrate", str(v1_source), str(target)])
+    assert "migrated 0, skipped 2" in capsys.readouterr().out
