@@ -130,6 +130,21 @@ def scenarios(quick: bool) -> list[Scenario]:
             unit="calls/s",
         ),
         Scenario(
+            f"S6 {small // k}k",
+            f"S6 SessionStore, 1 item/append, {small // k}k",
+            "sessionstore",
+            small,
+            systems=AGENTLOG,
+        ),
+        Scenario(
+            f"S6 {large // k}k",
+            f"S6 SessionStore, 100 items/append, {large // k}k",
+            "sessionstore",
+            large,
+            batch=100,
+            systems=AGENTLOG,
+        ),
+        Scenario(
             f"S5 {large // k}k",
             f"S5 4 threads x 1 event/call, {large // k}k",
             "threads",
@@ -150,6 +165,7 @@ class Cell:
     count: int = 0
     note: str = ""
     list_seconds: list[float] = field(default_factory=list)
+    extra: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -235,6 +251,8 @@ def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]
             cell.rss_growth_kb = max(cell.rss_growth_kb, result["rss_growth_kb"])
             if result.get("list_seconds") is not None:
                 cell.list_seconds.append(result["list_seconds"])
+            if "sessionstore" in result:
+                cell.extra.append(result["sessionstore"])
     return cells
 
 
@@ -252,10 +270,10 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
             if not cell.rates:
                 lines.append(f"{title:<44}{cell.system:<17}{cell.note:>13}")
                 continue
-            ratio = f"{cell.rate / raw:.2f}" if raw else "-"
+            ratio = f"{cell.rate / raw:.2f}" if raw and scenario.kind != "sessionstore" else "-"
             per_event = (
                 f"{cell.db_bytes / cell.count:.0f}"
-                if scenario.kind in ("append", "threads") and cell.count
+                if scenario.kind in ("append", "threads", "sessionstore") and cell.count
                 else ""
             )
             rate = f"{cell.rate:,.0f}"
@@ -264,6 +282,12 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
                 note = f"RSS +{cell.rss_growth_kb / 1024:.0f} MB while replaying {note}"
             if cell.list_seconds:
                 note = f"list() of all: {statistics.median(cell.list_seconds) * 1000:.2f} ms {note}"
+            if cell.extra:
+                med = {k: statistics.median(x[k] for x in cell.extra) for k in cell.extra[0]}
+                note = (
+                    f"load {med['load']:,.0f}/s, compact {med['compact_ms']:.1f} ms,"
+                    f" load after snapshot {med['load_after_snapshot']:,.0f}/s {note}"
+                )
             lines.append(
                 f"{title:<44}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
                 f"{cell.peak_rss_kb / 1024:>9.0f}  {note}".rstrip()

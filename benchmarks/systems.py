@@ -257,3 +257,41 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+# -- the SessionStore -------------------------------------------------------------------
+
+
+def sessionstore_run(
+    engine: str, path: str, events: list[dict[str, Any]], batch: int
+) -> dict[str, float]:
+    """Events/s of SessionStore append (``batch`` per call), load, compact, load after it."""
+    from agentlog import SqliteStorage
+
+    items = [dict(event, id=f"i{n}") for n, event in enumerate(events)]
+    with SqliteStorage.open(path, engine=engine) as storage:
+        sessions = storage.sessions
+        record = sessions.create("bench", "s")
+        start = time.perf_counter()
+        for i in range(0, len(items), batch):
+            record = sessions.append("bench", "s", record.revision, items[i : i + batch])
+        append = time.perf_counter() - start
+        start = time.perf_counter()
+        loaded = sessions.load("bench", "s")
+        load = time.perf_counter() - start
+        assert len(loaded.items) == len(items)
+        through = len(items) * 9 // 10
+        start = time.perf_counter()
+        record = sessions.compact("bench", "s", record.revision, through, {"summary": "x" * 2000})
+        compact = time.perf_counter() - start
+        start = time.perf_counter()
+        after = sessions.load("bench", "s")
+        load_after = time.perf_counter() - start
+        assert after.snapshot is not None and len(after.items) == len(items) - through
+    count = len(items)
+    return {
+        "append": count / append,
+        "load": count / load,
+        "compact_ms": compact * 1000,
+        "load_after_snapshot": (count - through) / load_after,
+    }

@@ -52,6 +52,20 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             run = lambda: systems.openai_replay(path, spec["count"], spec["decode"])  # noqa: E731
         else:
             run = lambda: systems.agentlog_replay(engine, path, spec["count"], spec["decode"])  # noqa: E731
+    elif kind == "sessionstore":
+        data = events(spec["count"])
+        before = rss_kb()
+        figures = systems.sessionstore_run(engine, path, data, spec["batch"])
+        return {
+            "seconds": spec["count"] / figures["append"],
+            "count": spec["count"],
+            "db_bytes": db_bytes(path),
+            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "rss_growth_kb": 0,
+            "list_seconds": None,
+            "sessionstore": figures,
+            "rss_before_kb": before,
+        }
     elif kind == "heads":
         if system == "raw-c":
             heads = lambda: systems.raw_c_with_list(path, "-", "heads")  # noqa: E731

@@ -144,15 +144,23 @@ cdef object _column(sqlite3_stmt *st, int index):
     return None
 
 
+cdef class _Statement:
+    """A prepared statement owned by a connection's cache (finalized by it)."""
+
+    cdef sqlite3_stmt *st
+
+
 cdef class _Connection:
     """One ``sqlite3*`` handle with its hot statements prepared once."""
 
     cdef sqlite3 *db
     cdef sqlite3_stmt *statements[N_STATEMENTS]
+    cdef dict cache  # sql -> _Statement, for the cold paths' statements
 
     def __cinit__(self):
         cdef int i
         self.db = NULL
+        self.cache = {}
         for i in range(N_STATEMENTS):
             self.statements[i] = NULL
 
@@ -190,15 +198,26 @@ cdef class _Connection:
         return st
 
     def rows(self, str sql, params):
-        """Run one statement (prepared afresh); return its rows as tuples."""
+        """Run one statement (prepared once per connection); return its rows as tuples."""
         cdef sqlite3_stmt *st = NULL
-        cdef bytes encoded = sql.encode("utf-8")
+        cdef bytes encoded
         cdef int rc, i, columns
+        cdef _Statement cached
         if self.db == NULL:
             raise CheckpointerClosedError("the checkpointer is closed")
-        rc = sqlite3_prepare_v3(self.db, encoded, <int>len(encoded), 0, &st, NULL)
-        if rc != SQLITE_OK:
-            raise _error(rc, sqlite3_errmsg(self.db), sql)
+        cached = self.cache.get(sql)
+        if cached is None:
+            encoded = sql.encode("utf-8")
+            rc = sqlite3_prepare_v3(self.db, encoded, <int>len(encoded), SQLITE_PREPARE_PERSISTENT,
+                                    &st, NULL)
+            if rc != SQLITE_OK:
+                raise _error(rc, sqlite3_errmsg(self.db), sql)
+            if len(self.cache) >= 128:
+                self._clear_cache()
+            cached = _Statement()
+            cached.st = st
+            self.cache[sql] = cached
+        st = cached.st
         result = []
         try:
             for i, value in enumerate(params, 1):
@@ -214,11 +233,22 @@ cdef class _Connection:
                     raise _error(rc, sqlite3_errmsg(self.db), sql.split(" ", 2)[0])
                 result.append(tuple([_column(st, i) for i in range(columns)]))
         finally:
-            sqlite3_finalize(st)
+            sqlite3_reset(st)
+            sqlite3_clear_bindings(st)
         return result
+
+    cdef void _clear_cache(self) noexcept:
+        cdef _Statement cached
+        for cached in self.cache.values():
+            if cached.st != NULL:
+                sqlite3_finalize(cached.st)
+                cached.st = NULL
+        self.cache.clear()
 
     cdef void close(self) noexcept:
         cdef int i
+        if self.cache is not None:
+            self._clear_cache()
         for i in range(N_STATEMENTS):
             if self.statements[i] != NULL:
                 sqlite3_finalize(self.statements[i])
