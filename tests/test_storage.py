@@ -12,7 +12,7 @@ import pytest
 
 from agentlog import SqliteCheckpointer
 from agentlog._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from agentlog.errors import SchemaVersionError, StorageConflictError
+from agentlog.errors import AgentlogError, SchemaVersionError, StorageConflictError
 from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
 from agentlog.testing import (
     ArtifactStoreConformance,
@@ -189,3 +189,22 @@ def test_one_log_two_faces(tmp_path: Path, engine: str) -> None:
         assert log.head("private") == 0
         sessions.delete(DEFAULT_TENANT, "chat", sessions.get(DEFAULT_TENANT, "chat").revision)
         assert log.head("chat") == 0
+
+
+def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine: str) -> None:
+    storage = SqliteStorage.open(tmp_path / "closed.db", engine=engine)
+    storage.close()
+    calls: list[Any] = [
+        lambda: storage.sessions.create("t", "s"),
+        lambda: storage.sessions.load("t", "s"),
+        lambda: storage.checkpoints.save("t", "r", None, status="running", state=0),
+        lambda: storage.checkpoints.list("t"),
+        lambda: storage.memory.put("t", "n", "k", 1, None),
+        lambda: storage.memory.get("t", "n", "k"),
+        lambda: storage.artifacts.put("t", "a", b"x", "text/plain", None),
+        lambda: storage.artifacts.list("t"),
+    ]
+    for call in calls:
+        with pytest.raises(AgentlogError, match="closed"):
+            call()
+    storage.close()  # idempotent

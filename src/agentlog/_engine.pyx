@@ -188,7 +188,7 @@ cdef class _Connection:
         cdef int rc
         if st == NULL:
             if self.db == NULL:
-                raise CheckpointerClosedError("the checkpointer is closed")
+                raise CheckpointerClosedError("the database is closed")
             sql = <bytes>_SQL[index]
             rc = sqlite3_prepare_v3(self.db, sql, <int>len(sql), SQLITE_PREPARE_PERSISTENT,
                                     &st, NULL)
@@ -204,7 +204,7 @@ cdef class _Connection:
         cdef int rc, i, columns
         cdef _Statement cached
         if self.db == NULL:
-            raise CheckpointerClosedError("the checkpointer is closed")
+            raise CheckpointerClosedError("the database is closed")
         cached = self.cache.get(sql)
         if cached is None:
             encoded = sql.encode("utf-8")
@@ -698,7 +698,7 @@ class CEngine(EngineBase):
         if status == APPEND_TOO_MANY_SESSIONS:
             raise StorageUnavailableError("the database holds too many sessions")
         if status == _CLOSED:
-            raise CheckpointerClosedError("the checkpointer is closed")
+            raise CheckpointerClosedError("the database is closed")
         raise _error(status, mine.error.encode(), "append")
 
     def _commit_pending(self):
@@ -752,7 +752,7 @@ class CEngine(EngineBase):
 
     def _take_reader(self):
         if self._closed:
-            raise CheckpointerClosedError("the checkpointer is closed")
+            raise CheckpointerClosedError("the database is closed")
         idle = self._idle_readers
         return idle.pop() if idle else self._connect(True)
 
@@ -781,7 +781,7 @@ class CEngine(EngineBase):
                 self._check_open()
                 return _head(<_Connection>self._writer, tenant, name)
         if self._closed:
-            raise CheckpointerClosedError("the checkpointer is closed")
+            raise CheckpointerClosedError("the database is closed")
         idle = self._idle_readers
         conn = idle.pop() if idle else self._connect(True)
         try:

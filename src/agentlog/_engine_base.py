@@ -180,7 +180,7 @@ class EngineBase:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CheckpointerClosedError("the checkpointer is closed")
+            raise CheckpointerClosedError("the database is closed")
 
     def _borrow_reader(self) -> Any:
         """A read connection from the pool (a new one when none is idle)."""
@@ -217,7 +217,7 @@ class EngineBase:
                 return work(conn)
         except StorageUnavailableError as exc:
             if self._closed:
-                raise CheckpointerClosedError("the checkpointer is closed") from exc
+                raise CheckpointerClosedError("the database is closed") from exc
             raise
 
     def _write(self, context: str, work: Callable[[Any], _T]) -> _T:

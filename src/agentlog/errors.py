@@ -79,7 +79,7 @@ class SessionExistsError(AgentlogError, ValueError):
 
 
 class CheckpointerClosedError(AgentlogError, RuntimeError):
-    """The checkpointer was closed; open a new one to continue."""
+    """The checkpointer (or storage) was closed; open a new one to continue."""
 
 
 class SchemaVersionError(AgentlogError):
