@@ -747,6 +747,111 @@ def checkpointer_conformance(
     )
 
 
+# -- the stores' suites: shared scaffolding ---------------------------------------------
+
+RaceFunction = Callable[[Any, int, int, Any], tuple[int, int]]
+
+
+def _store_race_worker(
+    opener: Callable[[Path], Any],
+    race: RaceFunction,
+    location: str,
+    worker: int,
+    rounds: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """A racing child process: opens the storage itself and reports its tally."""
+    storage = opener(Path(location))
+    try:
+        outcome = race(storage, worker, rounds, barrier)
+    finally:
+        storage.close()
+    results.put((worker, *outcome))
+
+
+def _open_store_suite(suite: type[_StoreSuite], location: Path) -> Any:
+    return suite().open_storage(location)
+
+
+class _StoreSuite:
+    """What the four store suites share: the storage fixture and the races.
+
+    Implement :meth:`open_storage` returning an object with the store as an
+    attribute (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) and a
+    ``close()`` method — a ``SqliteStorage`` or an ``InMemoryStorage``.
+    """
+
+    #: The storage outlives the object: closing and reopening keeps everything.
+    durable: ClassVar[bool] = True
+    #: Two processes may open one storage at once.
+    multiprocess: ClassVar[bool] = False
+    #: Rounds of the two-writer races.
+    race_rounds: ClassVar[int] = 40
+
+    def open_storage(self, location: Path) -> Any:
+        """Open (or reopen) the storage at ``location``, a directory."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> Path:
+        """A fresh, empty directory for this test's storage."""
+        path = tmp_path / "storage"
+        path.mkdir()
+        return path
+
+    @pytest.fixture
+    def storage(self, location: Path) -> Iterator[Any]:
+        """An open storage on a fresh location."""
+        opened = self.open_storage(location)
+        yield opened
+        opened.close()
+
+    def _race_threads(self, storage: Any, race: RaceFunction) -> list[int]:
+        """Two threads run ``race`` on one storage; their win counts."""
+        barrier = threading.Barrier(2)
+        wins = [0, 0]
+        failures: list[BaseException] = []
+
+        def racer(worker: int) -> None:
+            try:
+                wins[worker], _ = race(storage, worker, self.race_rounds, barrier)
+            except BaseException as exc:
+                failures.append(exc)
+                barrier.abort()
+
+        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        return wins
+
+    def _race_processes(self, location: Path, race: RaceFunction) -> list[tuple[int, int, int]]:
+        """Two spawned processes run ``race`` on the storage at ``location``;
+        ``(worker, wins, conflicts)`` of each."""
+        context = multiprocessing.get_context("spawn")
+        barrier = context.Barrier(2)
+        results = context.Queue()
+        opener = functools.partial(_open_store_suite, type(self))
+        children = [
+            context.Process(
+                target=_store_race_worker,
+                args=(opener, race, str(location), w, self.race_rounds, barrier, results),
+            )
+            for w in (0, 1)
+        ]
+        for child in children:
+            child.start()
+        outcomes = [results.get(timeout=300) for _ in children]
+        for child in children:
+            child.join(timeout=60)
+            assert child.exitcode == 0
+        assert all(wins + conflicts == self.race_rounds for _, wins, conflicts in outcomes)
+        return outcomes
+
+
 # -- MemoryStore ---------------------------------------------------------------------
 
 
@@ -769,52 +874,14 @@ def _memory_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tuple[
     return wins, conflicts
 
 
-def _memory_race_worker(
-    opener: Callable[[Path], Any],
-    location: str,
-    worker: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    storage = opener(Path(location))
-    try:
-        outcome = _memory_race(storage, worker, rounds, barrier)
-    finally:
-        storage.close()
-    results.put((worker, *outcome))
-
-
-def _open_storage_with_suite(suite: type[MemoryStoreConformance], location: Path) -> Any:
-    return suite().open_storage(location)
-
-
-class MemoryStoreConformance:
+class MemoryStoreConformance(_StoreSuite):
     """The :class:`agentlog.storage.MemoryStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``memory``
     attribute and a ``close()`` method (a ``SqliteStorage``, say).
     """
 
-    durable: ClassVar[bool] = True
-    multiprocess: ClassVar[bool] = False
     race_rounds: ClassVar[int] = 60
-
-    def open_storage(self, location: Path) -> Any:
-        """Open (or reopen) the storage at ``location``, a directory."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        path = tmp_path / "storage"
-        path.mkdir()
-        return path
-
-    @pytest.fixture
-    def storage(self, location: Path) -> Iterator[Any]:
-        opened = self.open_storage(location)
-        yield opened
-        opened.close()
 
     def test_create_read_update(self, storage: Any) -> None:
         memory = storage.memory
@@ -963,56 +1030,20 @@ class MemoryStoreConformance:
             reopened.close()
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
-        rounds = self.race_rounds
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = _memory_race(storage, worker, rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        assert sum(wins) == rounds
+        assert sum(self._race_threads(storage, _memory_race)) == self.race_rounds
         final = storage.memory.get("tenant", "race", "counter")
-        assert (final.revision, final.value["round"]) == (rounds - 1, rounds - 1)
+        assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
         if not self.multiprocess:
             pytest.skip("this storage is for one process")
-        rounds = self.race_rounds
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
         self.open_storage(location).close()
-        opener = functools.partial(_open_storage_with_suite, type(self))
-        children = [
-            context.Process(
-                target=_memory_race_worker,
-                args=(opener, str(location), w, rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
-        assert sum(wins for _, wins, _ in outcomes) == rounds
-        assert all(wins + conflicts == rounds for _, wins, conflicts in outcomes)
+        outcomes = self._race_processes(location, _memory_race)
+        assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
         storage = self.open_storage(location)
         try:
             final = storage.memory.get("tenant", "race", "counter")
-            assert (final.revision, final.value["round"]) == (rounds - 1, rounds - 1)
+            assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2
         finally:
             storage.close()
 
@@ -1049,52 +1080,14 @@ def _start_effect_race(storage: Any, worker: int, rounds: int, barrier: Any) -> 
     return wins, conflicts
 
 
-def _checkpoint_race_worker(
-    opener: Callable[[Path], Any],
-    location: str,
-    worker: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    storage = opener(Path(location))
-    try:
-        outcome = _start_effect_race(storage, worker, rounds, barrier)
-    finally:
-        storage.close()
-    results.put((worker, *outcome))
-
-
-def _open_checkpoint_storage(suite: type[CheckpointStoreConformance], location: Path) -> Any:
-    return suite().open_storage(location)
-
-
-class CheckpointStoreConformance:
+class CheckpointStoreConformance(_StoreSuite):
     """The :class:`agentlog.checkpoints.CheckpointStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``checkpoints``
     attribute and a ``close()`` method.
     """
 
-    durable: ClassVar[bool] = True
-    multiprocess: ClassVar[bool] = False
     race_rounds: ClassVar[int] = 40
-
-    def open_storage(self, location: Path) -> Any:
-        """Open (or reopen) the storage at ``location``, a directory."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        path = tmp_path / "storage"
-        path.mkdir()
-        return path
-
-    @pytest.fixture
-    def storage(self, location: Path) -> Iterator[Any]:
-        opened = self.open_storage(location)
-        yield opened
-        opened.close()
 
     @staticmethod
     def _awaiting(storage: Any, run_id: str, **fields: Any) -> Checkpoint:
@@ -1274,24 +1267,7 @@ class CheckpointStoreConformance:
 
     def test_two_threads_race_to_start_a_side_effect(self, storage: Any) -> None:
         self._prepare_race(storage)
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = _start_effect_race(storage, worker, self.race_rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        assert sum(wins) == self.race_rounds
+        assert sum(self._race_threads(storage, _start_effect_race)) == self.race_rounds
         for round_no in range(self.race_rounds):
             checkpoint = storage.checkpoints.load("tenant", f"run-{round_no}")
             assert (checkpoint.revision, checkpoint.side_effects[0].state) == (1, "started")
@@ -1304,25 +1280,8 @@ class CheckpointStoreConformance:
             self._prepare_race(storage)
         finally:
             storage.close()
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
-        opener = functools.partial(_open_checkpoint_storage, type(self))
-        children = [
-            context.Process(
-                target=_checkpoint_race_worker,
-                args=(opener, str(location), w, self.race_rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
+        outcomes = self._race_processes(location, _start_effect_race)
         assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
-        assert all(wins + conflicts == self.race_rounds for _, wins, conflicts in outcomes)
 
 
 # -- ArtifactStore ---------------------------------------------------------------------
@@ -1346,27 +1305,7 @@ def _artifact_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tupl
     return wins, conflicts
 
 
-def _artifact_race_worker(
-    opener: Callable[[Path], Any],
-    location: str,
-    worker: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    storage = opener(Path(location))
-    try:
-        outcome = _artifact_race(storage, worker, rounds, barrier)
-    finally:
-        storage.close()
-    results.put((worker, *outcome))
-
-
-def _open_artifact_storage(suite: type[ArtifactStoreConformance], location: Path) -> Any:
-    return suite().open_storage(location)
-
-
-class ArtifactStoreConformance:
+class ArtifactStoreConformance(_StoreSuite):
     """The :class:`agentlog.artifacts.ArtifactStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with an ``artifacts``
@@ -1375,29 +1314,11 @@ class ArtifactStoreConformance:
     skip that test for a store that cannot be tampered with).
     """
 
-    durable: ClassVar[bool] = True
-    multiprocess: ClassVar[bool] = False
     race_rounds: ClassVar[int] = 30
-
-    def open_storage(self, location: Path) -> Any:
-        """Open (or reopen) the storage at ``location``, a directory."""
-        raise NotImplementedError
 
     def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
         """Flip stored bytes of the content ``sha256``; False if not possible."""
         return False
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        path = tmp_path / "storage"
-        path.mkdir()
-        return path
-
-    @pytest.fixture
-    def storage(self, location: Path) -> Iterator[Any]:
-        opened = self.open_storage(location)
-        yield opened
-        opened.close()
 
     def test_put_get_info_and_revisions(self, storage: Any) -> None:
         import hashlib
@@ -1552,47 +1473,14 @@ class ArtifactStoreConformance:
             reopened.close()
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = _artifact_race(storage, worker, self.race_rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        assert sum(wins) == self.race_rounds
+        assert sum(self._race_threads(storage, _artifact_race)) == self.race_rounds
         assert storage.artifacts.info("tenant", "report").revision == self.race_rounds - 1
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
         if not self.multiprocess:
             pytest.skip("this storage is for one process")
         self.open_storage(location).close()
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
-        opener = functools.partial(_open_artifact_storage, type(self))
-        children = [
-            context.Process(
-                target=_artifact_race_worker,
-                args=(opener, str(location), w, self.race_rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
+        outcomes = self._race_processes(location, _artifact_race)
         assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
         storage = self.open_storage(location)
         try:
@@ -1625,52 +1513,14 @@ def _session_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tuple
     return wins, conflicts
 
 
-def _session_race_worker(
-    opener: Callable[[Path], Any],
-    location: str,
-    worker: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    storage = opener(Path(location))
-    try:
-        outcome = _session_race(storage, worker, rounds, barrier)
-    finally:
-        storage.close()
-    results.put((worker, *outcome))
-
-
-def _open_session_storage(suite: type[SessionStoreConformance], location: Path) -> Any:
-    return suite().open_storage(location)
-
-
-class SessionStoreConformance:
+class SessionStoreConformance(_StoreSuite):
     """The :class:`agentlog.sessions.SessionStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``sessions``
     attribute and a ``close()`` method.
     """
 
-    durable: ClassVar[bool] = True
-    multiprocess: ClassVar[bool] = False
     race_rounds: ClassVar[int] = 40
-
-    def open_storage(self, location: Path) -> Any:
-        """Open (or reopen) the storage at ``location``, a directory."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        path = tmp_path / "storage"
-        path.mkdir()
-        return path
-
-    @pytest.fixture
-    def storage(self, location: Path) -> Iterator[Any]:
-        opened = self.open_storage(location)
-        yield opened
-        opened.close()
 
     def test_create_get_and_append(self, storage: Any) -> None:
         ss = storage.sessions
@@ -1822,24 +1672,7 @@ class SessionStoreConformance:
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
         storage.sessions.create("tenant", "race")
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = _session_race(storage, worker, self.race_rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        assert sum(wins) == self.race_rounds
+        assert sum(self._race_threads(storage, _session_race)) == self.race_rounds
         items = storage.sessions.load("tenant", "race").items
         assert [e.event["round"] for e in items] == list(range(self.race_rounds))
 
@@ -1849,23 +1682,7 @@ class SessionStoreConformance:
         storage = self.open_storage(location)
         storage.sessions.create("tenant", "race")
         storage.close()
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
-        opener = functools.partial(_open_session_storage, type(self))
-        children = [
-            context.Process(
-                target=_session_race_worker,
-                args=(opener, str(location), w, self.race_rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
+        outcomes = self._race_processes(location, _session_race)
         assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
         storage = self.open_storage(location)
         try:
