@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import multiprocessing
+import queue
 import random
 import threading
 import time
@@ -127,8 +128,12 @@ def _race(checkpointer: Checkpointer, worker: int, rounds: int, barrier: Any) ->
     return wins, conflicts
 
 
+RaceFunction = Callable[[Any, int, int, Any], tuple[int, int]]
+
+
 def _race_worker(
-    opener: Callable[[Path], Checkpointer],
+    opener: Callable[[Path], Any],
+    race: RaceFunction,
     location: str,
     worker: int,
     rounds: int,
@@ -136,12 +141,53 @@ def _race_worker(
     results: Any,
 ) -> None:
     """A racing child process: opens the store itself and reports its tally."""
-    checkpointer = opener(Path(location))
+    store = opener(Path(location))
     try:
-        wins, conflicts = _race(checkpointer, worker, rounds, barrier)
+        outcome = race(store, worker, rounds, barrier)
     finally:
-        checkpointer.close()
-    results.put((worker, wins, conflicts))
+        store.close()
+    results.put((worker, *outcome))
+
+
+def _run_race_processes(
+    opener: Callable[[Path], Any], race: RaceFunction, location: Path, rounds: int
+) -> list[tuple[int, int, int]]:
+    """Two spawned processes run ``race`` on the store at ``location``.
+
+    Returns ``(worker, wins, conflicts)`` of each; fails at once (not after a
+    timeout) when a child dies without reporting.
+    """
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    children = [
+        context.Process(
+            target=_race_worker, args=(opener, race, str(location), w, rounds, barrier, results)
+        )
+        for w in (0, 1)
+    ]
+    for child in children:
+        child.start()
+    outcomes: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + 300
+    try:
+        while len(outcomes) < len(children):
+            try:
+                outcomes.append(results.get(timeout=0.5))
+            except queue.Empty:
+                dead = [c.exitcode for c in children if c.exitcode not in (None, 0)]
+                if dead:
+                    raise AssertionError(f"a racing process died (exit code {dead[0]})") from None
+                if time.monotonic() > deadline:
+                    raise AssertionError("the racing processes did not finish") from None
+    finally:
+        for child in children:
+            child.join(timeout=60)
+            if child.is_alive():
+                child.kill()
+    assert all(child.exitcode == 0 for child in children)
+    assert all(wins + conflicts == rounds for _, wins, conflicts in outcomes)
+    return outcomes
 
 
 class CheckpointerConformance:
@@ -649,26 +695,10 @@ class CheckpointerConformance:
         if not self.multiprocess:
             pytest.skip("this backend is for one process")
         rounds = self.race_rounds
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
         # Create the store first so both children open an existing one.
         self.open_checkpointer(location).close()
-        children = [
-            context.Process(
-                target=_race_worker,
-                args=(self.process_opener(), str(location), w, rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
+        outcomes = _run_race_processes(self.process_opener(), _race, location, rounds)
         assert sum(wins for _, wins, _ in outcomes) == rounds
-        assert all(wins + conflicts == rounds for _, wins, conflicts in outcomes)
         cp = self.open_checkpointer(location)
         try:
             stored = list(cp.read("race"))
@@ -749,26 +779,6 @@ def checkpointer_conformance(
 
 # -- the stores' suites: shared scaffolding ---------------------------------------------
 
-RaceFunction = Callable[[Any, int, int, Any], tuple[int, int]]
-
-
-def _store_race_worker(
-    opener: Callable[[Path], Any],
-    race: RaceFunction,
-    location: str,
-    worker: int,
-    rounds: int,
-    barrier: Any,
-    results: Any,
-) -> None:
-    """A racing child process: opens the storage itself and reports its tally."""
-    storage = opener(Path(location))
-    try:
-        outcome = race(storage, worker, rounds, barrier)
-    finally:
-        storage.close()
-    results.put((worker, *outcome))
-
 
 def _open_store_suite(suite: type[_StoreSuite], location: Path) -> Any:
     return suite().open_storage(location)
@@ -829,27 +839,9 @@ class _StoreSuite:
         return wins
 
     def _race_processes(self, location: Path, race: RaceFunction) -> list[tuple[int, int, int]]:
-        """Two spawned processes run ``race`` on the storage at ``location``;
-        ``(worker, wins, conflicts)`` of each."""
-        context = multiprocessing.get_context("spawn")
-        barrier = context.Barrier(2)
-        results = context.Queue()
+        """Two spawned processes run ``race`` on the storage at ``location``."""
         opener = functools.partial(_open_store_suite, type(self))
-        children = [
-            context.Process(
-                target=_store_race_worker,
-                args=(opener, race, str(location), w, self.race_rounds, barrier, results),
-            )
-            for w in (0, 1)
-        ]
-        for child in children:
-            child.start()
-        outcomes = [results.get(timeout=300) for _ in children]
-        for child in children:
-            child.join(timeout=60)
-            assert child.exitcode == 0
-        assert all(wins + conflicts == self.race_rounds for _, wins, conflicts in outcomes)
-        return outcomes
+        return _run_race_processes(opener, race, location, self.race_rounds)
 
 
 # -- MemoryStore ---------------------------------------------------------------------
