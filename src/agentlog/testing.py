@@ -149,6 +149,28 @@ def _race_worker(
     results.put((worker, *outcome))
 
 
+def _run_race_threads(store: Any, race: RaceFunction, rounds: int) -> list[int]:
+    """Two threads run ``race`` on one shared store; their win counts."""
+    barrier = threading.Barrier(2)
+    wins = [0, 0]
+    failures: list[BaseException] = []
+
+    def racer(worker: int) -> None:
+        try:
+            wins[worker], _ = race(store, worker, rounds, barrier)
+        except BaseException as exc:
+            failures.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    return wins
+
+
 def _run_race_processes(
     opener: Callable[[Path], Any], race: RaceFunction, location: Path, rounds: int
 ) -> list[tuple[int, int, int]]:
@@ -640,24 +662,7 @@ class CheckpointerConformance:
 
     def test_two_threads_race_exactly_one_winner_per_round(self, cp: Checkpointer) -> None:
         rounds = self.race_rounds
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = _race(cp, worker, rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        assert sum(wins) == rounds
+        assert sum(_run_race_threads(cp, _race, rounds)) == rounds
         stored = list(cp.read("race"))
         assert _seqs(iter(stored)) == list(range(1, rounds + 1))
         assert [e.event["round"] for e in stored] == list(range(rounds))
@@ -819,24 +824,7 @@ class _StoreSuite:
 
     def _race_threads(self, storage: Any, race: RaceFunction) -> list[int]:
         """Two threads run ``race`` on one storage; their win counts."""
-        barrier = threading.Barrier(2)
-        wins = [0, 0]
-        failures: list[BaseException] = []
-
-        def racer(worker: int) -> None:
-            try:
-                wins[worker], _ = race(storage, worker, self.race_rounds, barrier)
-            except BaseException as exc:
-                failures.append(exc)
-                barrier.abort()
-
-        threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
-        return wins
+        return _run_race_threads(storage, race, self.race_rounds)
 
     def _race_processes(self, location: Path, race: RaceFunction) -> list[tuple[int, int, int]]:
         """Two spawned processes run ``race`` on the storage at ``location``."""
