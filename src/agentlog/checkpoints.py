@@ -19,9 +19,9 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ._store_common import check_page
 from ._store_common import encode as _encode
@@ -29,6 +29,8 @@ from ._store_common import name as _name
 from ._store_common import revision as _revision
 from .errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from .events import _loads
+
+_T = TypeVar("_T")
 
 __all__ = [
     "RUN_STATUSES",
@@ -320,13 +322,7 @@ class _CheckpointStoreBase:
         start, count = check_page(after, limit)
         return tenant, filters, start, count
 
-
-class InMemoryCheckpointStore(_CheckpointStoreBase):
-    """A :class:`CheckpointStore` in this process's memory (JSON kept encoded)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+    # -- the contract, written once on the row primitives below ---------------------
 
     def save(
         self,
@@ -349,21 +345,24 @@ class InMemoryCheckpointStore(_CheckpointStoreBase):
         )  # fmt: skip
         data = _encode_body(checkpoint)
         key = (checkpoint.tenant_id, checkpoint.run_id)
-        with self._lock:
-            row = self._rows.get(key)
-            current = None if row is None else _from_row(*row)
-            stored = self._next(checkpoint, expected, current, time.time())
-            self._rows[key] = (
+
+        def work(ctx: Any) -> Checkpoint:
+            row = self._get_row(ctx, key)
+            stored = self._next(checkpoint, expected, None if row is None else _from_row(*row),
+                                time.time())  # fmt: skip
+            new_row = (
                 stored.tenant_id, stored.run_id, stored.session_id, stored.parent_run_id,
                 stored.status, data, stored.revision, stored.created_at, stored.updated_at,
             )  # fmt: skip
-        return _from_row(*self._rows[key])
+            self._put_row(ctx, new_row)
+            return _from_row(*new_row)
+
+        return self._atomic("checkpoint save", work)
 
     def load(self, tenant_id: str, run_id: str) -> Checkpoint:
         """The checkpoint, or :class:`StorageNotFoundError`."""
         key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
-        with self._lock:
-            row = self._rows.get(key)
+        row = self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key))
         if row is None:
             raise StorageNotFoundError(f"no {_resource(*key)}")
         return _from_row(*row)
@@ -383,28 +382,82 @@ class InMemoryCheckpointStore(_CheckpointStoreBase):
         tenant, filters, start, count = self._filters(
             tenant_id, run_id, session_id, status, parent_run_id, after, limit
         )
-        columns = {"run_id": 1, "session_id": 2, "parent_run_id": 3, "status": 4}
-        with self._lock:
-            rows = sorted(
-                row
-                for (t, run), row in self._rows.items()
-                if t == tenant
-                and (start is None or run > start)
-                and all(row[columns[c]] == v for c, v in filters.items())
-            )[:count]
-        return [_from_row(*row) for row in rows]
+        return [_from_row(*row) for row in self._select(tenant, filters, start, count)]
 
     def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
         """Remove the checkpoint if it is at ``expected_revision``."""
         key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
         expected = _revision(expected_revision)
-        with self._lock:
-            row = self._rows.get(key)
+
+        def work(ctx: Any) -> None:
+            row = self._get_row(ctx, key)
             if row is None:
                 raise StorageNotFoundError(f"no {_resource(*key)}")
             if row[6] != expected:
                 raise StorageConflictError(_resource(*key), expected, row[6])
-            del self._rows[key]
+            self._delete_row(ctx, key)
+
+        self._atomic("checkpoint delete", work)
+
+    # -- what an implementation supplies: rows of the checkpoints table ----------------
+    # A row is (tenant, run_id, session_id, parent_run_id, status, data, revision,
+    # created, updated); ``ctx`` is whatever _atomic/_reading hand to their work.
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
+        raise NotImplementedError
+
+    def _put_row(self, ctx: Any, row: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
+        raise NotImplementedError
+
+    def _select(
+        self, tenant: str, filters: dict[str, str], after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+
+class InMemoryCheckpointStore(_CheckpointStoreBase):
+    """A :class:`CheckpointStore` in this process's memory (JSON kept encoded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        with self._lock:
+            return work(None)
+
+    _reading = _atomic
+
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
+        return self._rows.get(key)
+
+    def _put_row(self, ctx: Any, row: tuple[Any, ...]) -> None:
+        self._rows[(row[0], row[1])] = row
+
+    def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
+        del self._rows[key]
+
+    def _select(
+        self, tenant: str, filters: dict[str, str], after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        columns = {"run_id": 1, "session_id": 2, "parent_run_id": 3, "status": 4}
+        with self._lock:
+            return sorted(
+                row
+                for (t, run), row in self._rows.items()
+                if t == tenant
+                and (after is None or run > after)
+                and all(row[columns[c]] == v for c, v in filters.items())
+            )[:limit]
 
 
 _COLUMNS = "tenant, run_id, session_id, parent_run_id, status, data, revision, created, updated"
@@ -420,101 +473,37 @@ class SqliteCheckpointStore(_CheckpointStoreBase):
     def __init__(self, engine: Any) -> None:
         self._engine = engine
 
-    def save(
-        self,
-        tenant_id: str,
-        run_id: str,
-        expected_revision: int | None,
-        *,
-        status: str,
-        state: Any,
-        session_id: str | None = None,
-        parent_run_id: str | None = None,
-        interruption: Any = None,
-        side_effects: Iterable[SideEffect | Mapping[str, Any]] = (),
-        trace: Any = None,
-    ) -> Checkpoint:
-        """Create (``expected_revision=None``) or replace the run's checkpoint."""
-        checkpoint, expected = self._prepare(
-            tenant_id, run_id, expected_revision, status, state, session_id, parent_run_id,
-            interruption, side_effects, trace,
-        )  # fmt: skip
-        data = _encode_body(checkpoint)
-        rows = self._engine._rows
-        key = (checkpoint.tenant_id, checkpoint.run_id)
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        return self._engine._write(name, work)  # type: ignore[no-any-return]
 
-        def work(conn: Any) -> Checkpoint:
-            found = rows(
-                conn, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
-            )
-            current = _from_row(*found[0]) if found else None
-            stored = self._next(checkpoint, expected, current, time.time())
-            rows(
-                conn,
-                f"INSERT OR REPLACE INTO checkpoints ({_COLUMNS}) VALUES ({', '.join('?' * 9)})",
-                (
-                    stored.tenant_id, stored.run_id, stored.session_id, stored.parent_run_id,
-                    stored.status, data, stored.revision, stored.created_at, stored.updated_at,
-                ),
-            )  # fmt: skip
-            return _from_row(*key, stored.session_id, stored.parent_run_id, stored.status, data,
-                             stored.revision, stored.created_at, stored.updated_at)  # fmt: skip
+    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
+        return self._engine._read(name, work)  # type: ignore[no-any-return]
 
-        return self._engine._write("checkpoint save", work)  # type: ignore[no-any-return]
-
-    def load(self, tenant_id: str, run_id: str) -> Checkpoint:
-        """The checkpoint, or :class:`StorageNotFoundError`."""
-        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
-        found = self._engine._read(
-            "checkpoint load",
-            lambda conn: self._engine._rows(
-                conn, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
-            ),
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
+        found = self._engine._rows(
+            ctx, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
         )
-        if not found:
-            raise StorageNotFoundError(f"no {_resource(*key)}")
-        return _from_row(*found[0])
+        return found[0] if found else None
 
-    def list(
-        self,
-        tenant_id: str,
-        *,
-        run_id: str | None = None,
-        session_id: str | None = None,
-        status: str | None = None,
-        parent_run_id: str | None = None,
-        after: str | None = None,
-        limit: int = 100,
-    ) -> builtins.list[Checkpoint]:
-        """Checkpoints matching every filter given, in run id order after ``after``."""
-        tenant, filters, start, count = self._filters(
-            tenant_id, run_id, session_id, status, parent_run_id, after, limit
+    def _put_row(self, ctx: Any, row: tuple[Any, ...]) -> None:
+        self._engine._rows(
+            ctx,
+            f"INSERT OR REPLACE INTO checkpoints ({_COLUMNS}) VALUES ({', '.join('?' * 9)})",
+            row,
         )
+
+    def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
+        self._engine._rows(ctx, "DELETE FROM checkpoints WHERE tenant = ? AND run_id = ?", key)
+
+    def _select(
+        self, tenant: str, filters: dict[str, str], after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
         where = "".join(f" AND {column} = ?" for column in filters)
         sql = (
             f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ?{where} AND run_id > ?"
             " ORDER BY run_id LIMIT ?"
         )
-        params = (tenant, *filters.values(), "" if start is None else start, count)
-        found = self._engine._read(
+        params = (tenant, *filters.values(), "" if after is None else after, limit)
+        return self._engine._read(  # type: ignore[no-any-return]
             "checkpoint list", lambda conn: self._engine._rows(conn, sql, params)
         )
-        return [_from_row(*row) for row in found]
-
-    def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
-        """Remove the checkpoint if it is at ``expected_revision``."""
-        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
-        expected = _revision(expected_revision)
-        rows = self._engine._rows
-
-        def work(conn: Any) -> None:
-            found = rows(
-                conn, "SELECT revision FROM checkpoints WHERE tenant = ? AND run_id = ?", key
-            )
-            if not found:
-                raise StorageNotFoundError(f"no {_resource(*key)}")
-            if found[0][0] != expected:
-                raise StorageConflictError(_resource(*key), expected, found[0][0])
-            rows(conn, "DELETE FROM checkpoints WHERE tenant = ? AND run_id = ?", key)
-
-        self._engine._write("checkpoint delete", work)
