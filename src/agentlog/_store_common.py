@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import _schema as S
 from .errors import StorageDataError
@@ -10,6 +12,8 @@ from .events import _loads, check_identifier, check_seq, encode_json
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
+
+_T = TypeVar("_T")
 
 #: The most records one list call returns.
 MAX_PAGE = 1000
@@ -56,3 +60,39 @@ def check_page(after: object, limit: object) -> tuple[str | None, int]:
     if not 1 <= checked_limit <= MAX_PAGE:
         raise StorageDataError(f"limit must be 1 to {MAX_PAGE}, got {checked_limit}")
     return checked_after, checked_limit
+
+
+class Transactions:
+    """How a store runs work atomically (writes) or consistently (reads)."""
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
+        raise NotImplementedError
+
+
+class LockedTransactions(Transactions):
+    """Transactions of an in-memory store: its work runs under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        with self._lock:
+            return work(None)
+
+    _reading = _atomic
+
+
+class EngineTransactions(Transactions):
+    """Transactions of a SQLite store: a write transaction, or a pooled read."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        return self._engine._write(name, work)  # type: ignore[no-any-return]
+
+    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
+        return self._engine._read(name, work)  # type: ignore[no-any-return]

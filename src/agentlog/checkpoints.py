@@ -17,20 +17,17 @@ gets :class:`StorageConflictError` and must not perform the effect.
 from __future__ import annotations
 
 import builtins
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from ._store_common import check_page
+from ._store_common import EngineTransactions, LockedTransactions, Transactions, check_page
 from ._store_common import encode as _encode
 from ._store_common import name as _name
 from ._store_common import revision as _revision
 from .errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from .events import _loads
-
-_T = TypeVar("_T")
 
 __all__ = [
     "RUN_STATUSES",
@@ -240,7 +237,7 @@ class CheckpointStore(Protocol):
         ...
 
 
-class _CheckpointStoreBase:
+class _CheckpointStoreBase(Transactions):
     """Validation shared by the implementations; each supplies the storage."""
 
     def _prepare(
@@ -403,12 +400,6 @@ class _CheckpointStoreBase:
     # A row is (tenant, run_id, session_id, parent_run_id, status, data, revision,
     # created, updated); ``ctx`` is whatever _atomic/_reading hand to their work.
 
-    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
-        raise NotImplementedError
-
-    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
-        raise NotImplementedError
-
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
         raise NotImplementedError
 
@@ -424,18 +415,12 @@ class _CheckpointStoreBase:
         raise NotImplementedError
 
 
-class InMemoryCheckpointStore(_CheckpointStoreBase):
+class InMemoryCheckpointStore(LockedTransactions, _CheckpointStoreBase):
     """A :class:`CheckpointStore` in this process's memory (JSON kept encoded)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        super().__init__()
         self._rows: dict[tuple[str, str], tuple[Any, ...]] = {}
-
-    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
-        with self._lock:
-            return work(None)
-
-    _reading = _atomic
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
         return self._rows.get(key)
@@ -463,21 +448,12 @@ class InMemoryCheckpointStore(_CheckpointStoreBase):
 _COLUMNS = "tenant, run_id, session_id, parent_run_id, status, data, revision, created, updated"
 
 
-class SqliteCheckpointStore(_CheckpointStoreBase):
+class SqliteCheckpointStore(EngineTransactions, _CheckpointStoreBase):
     """A :class:`CheckpointStore` in the SQLite file of the session log.
 
     Listing by session, status and parent run is served by indexes on
     ``(tenant, column, run_id)``.
     """
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-
-    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
-        return self._engine._write(name, work)  # type: ignore[no-any-return]
-
-    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
-        return self._engine._read(name, work)  # type: ignore[no-any-return]
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
         found = self._engine._rows(
@@ -504,6 +480,4 @@ class SqliteCheckpointStore(_CheckpointStoreBase):
             " ORDER BY run_id LIMIT ?"
         )
         params = (tenant, *filters.values(), "" if after is None else after, limit)
-        return self._engine._read(  # type: ignore[no-any-return]
-            "checkpoint list", lambda conn: self._engine._rows(conn, sql, params)
-        )
+        return self._reading("checkpoint list", lambda conn: self._engine._rows(conn, sql, params))

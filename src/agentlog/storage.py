@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import builtins
 import os
-import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from ._engines import engine_class
-from ._store_common import DEFAULT_TENANT, check_page
+from ._store_common import (
+    DEFAULT_TENANT,
+    EngineTransactions,
+    LockedTransactions,
+    Transactions,
+    check_page,
+)
 from ._store_common import decode as _decode
 from ._store_common import encode as _encode
 from ._store_common import name as _name
@@ -99,27 +104,16 @@ class MemoryStore(Protocol):
         ...
 
 
-class _MemoryStoreBase:
-    """Argument checking shared by the implementations."""
+class _MemoryStoreBase(Transactions):
+    """The contract, written once; an implementation supplies rows and transactions.
+
+    A row is ``(value, revision, created, updated)`` under the key
+    ``(tenant, namespace, key)``.
+    """
 
     @staticmethod
     def _keys(tenant_id: object, namespace: object, key: object) -> tuple[str, str, str]:
         return _name("tenant_id", tenant_id), _name("namespace", namespace), _name("key", key)
-
-    @staticmethod
-    def _page(
-        tenant_id: object, namespace: object, after: object, limit: object
-    ) -> tuple[str, str, str | None, int]:
-        start, count = check_page(after, limit)
-        return _name("tenant_id", tenant_id), _name("namespace", namespace), start, count
-
-
-class InMemoryMemoryStore(_MemoryStoreBase):
-    """A :class:`MemoryStore` in this process's memory (values kept encoded)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._records: dict[tuple[str, str, str], tuple[bytes, int, float, float]] = {}
 
     def put(
         self,
@@ -133,61 +127,102 @@ class InMemoryMemoryStore(_MemoryStoreBase):
         ident = self._keys(tenant_id, namespace, key)
         expected = _revision(expected_revision)
         data = _encode(value)
-        now = time.time()
-        with self._lock:
-            current = self._records.get(ident)
+
+        def work(ctx: Any) -> MemoryRecord:
+            current = self._get_row(ctx, ident)
             actual = None if current is None else current[1]
             if actual != expected:
                 raise StorageConflictError(_resource(*ident), expected, actual)
+            now = time.time()
             revision = 0 if current is None else current[1] + 1
             created = now if current is None else current[2]
-            self._records[ident] = (data, revision, created, now)
-        return MemoryRecord(*ident, _loads(data), revision, created, now)
+            self._put_row(ctx, ident, (data, revision, created, now))
+            return MemoryRecord(*ident, _loads(data), revision, created, now)
+
+        return self._atomic("memory put", work)
 
     def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
         """The record, or :class:`StorageNotFoundError`."""
         ident = self._keys(tenant_id, namespace, key)
-        with self._lock:
-            current = self._records.get(ident)
+        current = self._reading("memory get", lambda ctx: self._get_row(ctx, ident))
         if current is None:
             raise StorageNotFoundError(f"no {_resource(*ident)}")
         data, revision, created, updated = current
-        return MemoryRecord(*ident, _loads(data), revision, created, updated)
+        return MemoryRecord(*ident, _decode(data, _resource(*ident)), revision, created, updated)
 
     def list(
         self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[MemoryRecord]:
         """Records of one namespace in key order, keys strictly after ``after``."""
-        tenant, space, start, count = self._page(tenant_id, namespace, after, limit)
-        with self._lock:
-            keys = sorted(
-                k
-                for (t, n, k) in self._records
-                if t == tenant and n == space and (start is None or k > start)
-            )[:count]
-            rows = [(k, self._records[(tenant, space, k)]) for k in keys]
-        return [MemoryRecord(tenant, space, k, _loads(d), r, c, u) for k, (d, r, c, u) in rows]
+        tenant, space = _name("tenant_id", tenant_id), _name("namespace", namespace)
+        start, count = check_page(after, limit)
+        return [
+            MemoryRecord(tenant, space, k, _decode(d, _resource(tenant, space, k)), r, c, u)
+            for k, d, r, c, u in self._select(tenant, space, start, count)
+        ]
 
     def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
         """Remove the record if it is at ``expected_revision``."""
         ident = self._keys(tenant_id, namespace, key)
         expected = _revision(expected_revision)
-        with self._lock:
-            current = self._records.get(ident)
+
+        def work(ctx: Any) -> None:
+            current = self._get_row(ctx, ident)
             if current is None:
                 raise StorageNotFoundError(f"no {_resource(*ident)}")
             if current[1] != expected:
                 raise StorageConflictError(_resource(*ident), expected, current[1])
-            del self._records[ident]
+            self._delete_row(ctx, ident)
+
+        self._atomic("memory delete", work)
+
+    # -- what an implementation supplies ------------------------------------------------
+
+    def _get_row(self, ctx: Any, ident: tuple[str, str, str]) -> tuple[Any, ...] | None:
+        raise NotImplementedError
+
+    def _put_row(self, ctx: Any, ident: tuple[str, str, str], row: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def _delete_row(self, ctx: Any, ident: tuple[str, str, str]) -> None:
+        raise NotImplementedError
+
+    def _select(
+        self, tenant: str, namespace: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        """``(key, value, revision, created, updated)`` rows in key order."""
+        raise NotImplementedError
 
 
-_SELECT_MEMORY = (
-    "SELECT value, revision, created, updated FROM memory"
-    " WHERE tenant = ? AND namespace = ? AND key = ?"
-)
+class InMemoryMemoryStore(LockedTransactions, _MemoryStoreBase):
+    """A :class:`MemoryStore` in this process's memory (values kept encoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._records: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+
+    def _get_row(self, ctx: Any, ident: tuple[str, str, str]) -> tuple[Any, ...] | None:
+        return self._records.get(ident)
+
+    def _put_row(self, ctx: Any, ident: tuple[str, str, str], row: tuple[Any, ...]) -> None:
+        self._records[ident] = row
+
+    def _delete_row(self, ctx: Any, ident: tuple[str, str, str]) -> None:
+        del self._records[ident]
+
+    def _select(
+        self, tenant: str, namespace: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        with self._lock:
+            keys = sorted(
+                k
+                for (t, n, k) in self._records
+                if t == tenant and n == namespace and (after is None or k > after)
+            )[:limit]
+            return [(k, *self._records[(tenant, namespace, k)]) for k in keys]
 
 
-class SqliteMemoryStore(_MemoryStoreBase):
+class SqliteMemoryStore(EngineTransactions, _MemoryStoreBase):
     """A :class:`MemoryStore` in the SQLite file of the session log.
 
     Each write is one ``BEGIN IMMEDIATE`` transaction that reads the current
@@ -195,93 +230,41 @@ class SqliteMemoryStore(_MemoryStoreBase):
     processes get exactly one winner per revision.
     """
 
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-
-    def put(
-        self,
-        tenant_id: str,
-        namespace: str,
-        key: str,
-        value: Any,
-        expected_revision: int | None,
-    ) -> MemoryRecord:
-        """Create (``expected_revision=None``) or replace (the current revision) a record."""
-        ident = self._keys(tenant_id, namespace, key)
-        expected = _revision(expected_revision)
-        data = _encode(value)
-        now = time.time()
-        rows = self._engine._rows
-
-        def work(conn: Any) -> MemoryRecord:
-            current = rows(conn, _SELECT_MEMORY, ident)
-            actual = current[0][1] if current else None
-            if actual != expected:
-                raise StorageConflictError(_resource(*ident), expected, actual)
-            if current:
-                created, revision = current[0][2], int(current[0][1]) + 1
-                rows(
-                    conn,
-                    "UPDATE memory SET value = ?, revision = ?, updated = ?"
-                    " WHERE tenant = ? AND namespace = ? AND key = ?",
-                    (data, revision, now, *ident),
-                )
-                return MemoryRecord(*ident, _loads(data), revision, created, now)
-            rows(
-                conn,
-                "INSERT INTO memory (tenant, namespace, key, value, revision, created, updated)"
-                " VALUES (?, ?, ?, ?, 0, ?, ?)",
-                (*ident, data, now, now),
-            )
-            return MemoryRecord(*ident, _loads(data), 0, now, now)
-
-        return self._engine._write("memory put", work)  # type: ignore[no-any-return]
-
-    def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
-        """The record, or :class:`StorageNotFoundError`."""
-        ident = self._keys(tenant_id, namespace, key)
-        found = self._engine._read(
-            "memory get", lambda conn: self._engine._rows(conn, _SELECT_MEMORY, ident)
+    def _get_row(self, ctx: Any, ident: tuple[str, str, str]) -> tuple[Any, ...] | None:
+        found = self._engine._rows(
+            ctx,
+            "SELECT value, revision, created, updated FROM memory"
+            " WHERE tenant = ? AND namespace = ? AND key = ?",
+            ident,
         )
-        if not found:
-            raise StorageNotFoundError(f"no {_resource(*ident)}")
-        data, revision, created, updated = found[0]
-        return MemoryRecord(*ident, _decode(data, _resource(*ident)), revision, created, updated)
+        return found[0] if found else None
 
-    def list(
-        self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
-    ) -> builtins.list[MemoryRecord]:
-        """Records of one namespace in key order, keys strictly after ``after``."""
-        tenant, space, start, count = self._page(tenant_id, namespace, after, limit)
-        found = self._engine._read(
+    def _put_row(self, ctx: Any, ident: tuple[str, str, str], row: tuple[Any, ...]) -> None:
+        self._engine._rows(
+            ctx,
+            "INSERT OR REPLACE INTO memory"
+            " (tenant, namespace, key, value, revision, created, updated)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*ident, *row),
+        )
+
+    def _delete_row(self, ctx: Any, ident: tuple[str, str, str]) -> None:
+        self._engine._rows(
+            ctx, "DELETE FROM memory WHERE tenant = ? AND namespace = ? AND key = ?", ident
+        )
+
+    def _select(
+        self, tenant: str, namespace: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        return self._reading(
             "memory list",
             lambda conn: self._engine._rows(
                 conn,
                 "SELECT key, value, revision, created, updated FROM memory"
                 " WHERE tenant = ? AND namespace = ? AND key > ? ORDER BY key LIMIT ?",
-                (tenant, space, "" if start is None else start, count),
+                (tenant, namespace, "" if after is None else after, limit),
             ),
         )
-        return [
-            MemoryRecord(tenant, space, k, _decode(d, _resource(tenant, space, k)), r, c, u)
-            for k, d, r, c, u in found
-        ]
-
-    def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
-        """Remove the record if it is at ``expected_revision``."""
-        ident = self._keys(tenant_id, namespace, key)
-        expected = _revision(expected_revision)
-        rows = self._engine._rows
-
-        def work(conn: Any) -> None:
-            current = rows(conn, _SELECT_MEMORY, ident)
-            if not current:
-                raise StorageNotFoundError(f"no {_resource(*ident)}")
-            if current[0][1] != expected:
-                raise StorageConflictError(_resource(*ident), expected, current[0][1])
-            rows(conn, "DELETE FROM memory WHERE tenant = ? AND namespace = ? AND key = ?", ident)
-
-        self._engine._write("memory delete", work)
 
 
 class InMemoryStorage:
