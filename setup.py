@@ -1,16 +1,17 @@
 """Build agentlog, with the C engine when it can be built.
 
-Environment switches (also honoured at import time, see agentlog/_engines.py):
+Environment switches (also honoured at import time, see agentlog/engine/__init__.py):
 
 * ``AGENTLOG_NO_EXTENSIONS=1`` — build and install the pure-Python engine only.
 * ``AGENTLOG_REQUIRE_EXTENSIONS=1`` (implied by ``CIBUILDWHEEL=1``) — a C engine
   that fails to build fails the install, so a wheel never ships pure by accident.
 * ``AGENTLOG_ASAN=1`` — compile the C engine with AddressSanitizer.
 
-The C engine embeds the pinned SQLite amalgamation from ``vendor/sqlite``,
-verified against ``sqlite/checksums``. A build from a git checkout fetches it
-when it is missing (``scripts/fetch_sqlite.py``); an sdist carries it. Only
-when no verified copy can be had is the system's SQLite linked instead.
+The C engine embeds the pinned SQLite amalgamation from ``csrc/sqlite``
+(fetched, git-ignored), verified against ``csrc/sqlite/checksums``. A build
+from a git checkout fetches it when it is missing (``scripts/fetch_sqlite.py``);
+an sdist carries it. Only when no verified copy can be had is the system's
+SQLite linked instead.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
-SQLITE_DIR = ROOT / "vendor" / "sqlite"
+SQLITE_DIR = ROOT / "csrc" / "sqlite"
 
 
 def flag(name: str) -> bool:
@@ -76,9 +77,9 @@ def engine_extension() -> Extension:
     if sqlite_dir is None:
         notice("building the C engine against the system SQLite, not the pinned one")
     return Extension(
-        "agentlog._engine",
-        ["src/agentlog/_engine.pyx"],
-        include_dirs=["src/agentlog", *([str(sqlite_dir)] if sqlite_dir else [])],
+        "agentlog.engine.cengine",
+        ["src/agentlog/engine/cengine.pyx"],
+        include_dirs=["csrc", *([str(sqlite_dir)] if sqlite_dir else [])],
         define_macros=[("AGENTLOG_EMBEDDED_SQLITE", "1")] if sqlite_dir else [],
         libraries=[] if sqlite_dir else ["sqlite3"],
         extra_compile_args=compile_args,

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "_sqlite_embed.h"
+#include "sqlite_embed.h"
 
 typedef struct {
     char *type;

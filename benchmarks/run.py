@@ -208,7 +208,7 @@ def populate(scenario: Scenario, directory: Path, system: str) -> str:
 
 
 def available_engines() -> list[str]:
-    from agentlog._engines import AVAILABLE_ENGINES
+    from agentlog.engine import AVAILABLE_ENGINES
 
     return list(AVAILABLE_ENGINES)
 

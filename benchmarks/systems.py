@@ -104,9 +104,9 @@ def baseline_binary() -> Path:
     """Compile benchmarks/baseline.c against the embedded SQLite (cached by content)."""
     import hashlib
 
-    sqlite_dir = ROOT / "vendor" / "sqlite"
+    sqlite_dir = ROOT / "csrc" / "sqlite"
     source = Path(__file__).with_name("baseline.c")
-    header = ROOT / "src" / "agentlog" / "_sqlite_embed.h"
+    header = ROOT / "csrc" / "sqlite_embed.h"
     embedded = (sqlite_dir / "sqlite3.c").exists()
     digest = hashlib.sha256(source.read_bytes() + header.read_bytes() + bytes([embedded]))
     binary = ROOT / ".bench-cache" / f"baseline-{digest.hexdigest()[:16]}"

@@ -1,4 +1,4 @@
-"""Fetch the pinned SQLite amalgamation and verify it against sqlite/checksums.
+"""Fetch the pinned SQLite amalgamation and verify it against csrc/sqlite/checksums.
 
     python scripts/fetch_sqlite.py [--source pypi|official] [--dest DIR]
 
@@ -13,7 +13,7 @@ unmodified files:
   builds on machines that reach it.
 
 Whatever the source, every file is checked for its length, SHA-256 and
-SHA3-256 before it is written to DEST (default ``vendor/sqlite``); a file
+SHA3-256 before it is written to DEST (default ``csrc/sqlite``, git-ignored); a file
 without an entry in the checksums file, or one that does not match, aborts.
 """
 
@@ -31,8 +31,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHECKSUMS = ROOT / "sqlite" / "checksums"
-DEFAULT_DEST = ROOT / "vendor" / "sqlite"
+CHECKSUMS = ROOT / "csrc" / "sqlite" / "checksums"
+DEFAULT_DEST = ROOT / "csrc" / "sqlite"
 PYPI_PIN = "sqlean-py==3.50.4.5"
 OFFICIAL_URL = "https://www.sqlite.org/2025/sqlite-amalgamation-3500400.zip"
 FILES = ("sqlite3.c", "sqlite3.h")
@@ -44,7 +44,7 @@ class VerificationError(Exception):
 
 
 def expected_checksums() -> dict[str, tuple[int, str, str]]:
-    """``{file: (length, sha256, sha3_256)}`` from sqlite/checksums."""
+    """``{file: (length, sha256, sha3_256)}`` from csrc/sqlite/checksums."""
     entries = {}
     for line in CHECKSUMS.read_text().splitlines():
         parts = line.split()

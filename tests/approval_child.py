@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from agentlog import SqliteStorage, StorageConflictError
-from agentlog.checkpoints import SideEffect
+from agentlog.stores import SideEffect
 
 TENANT, RUN = "acme", "run-7"
 

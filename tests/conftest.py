@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlog._engines import AVAILABLE_ENGINES
+from agentlog.engine import AVAILABLE_ENGINES
 
 #: The SQLite engines every SQLite test runs on.
 ENGINES = list(AVAILABLE_ENGINES)

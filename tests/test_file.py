@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agentlog import CorruptDatabaseError, DirectoryLockedError, FileCheckpointer
-from agentlog.file import session_file_name
+from agentlog.log.file import session_file_name
 
 from .conftest import PYTHON, child_env
 

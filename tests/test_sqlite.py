@@ -25,7 +25,7 @@ from agentlog import (
     StorageUnavailableError,
     engine_info,
 )
-from agentlog._schema import APPLICATION_ID, MAX_SEQ, MAX_SID, SCHEMA_VERSION
+from agentlog.engine.schema import APPLICATION_ID, MAX_SEQ, MAX_SID, SCHEMA_VERSION
 
 from .conftest import ENGINES, PYTHON
 

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import pytest
 
 from agentlog import SqliteCheckpointer
-from agentlog._schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import AgentlogError, SchemaVersionError, StorageConflictError
-from agentlog.storage import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
+from agentlog.stores import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
 from agentlog.testing import (
     ArtifactStoreConformance,
     CheckpointStoreConformance,

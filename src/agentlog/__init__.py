@@ -9,10 +9,7 @@ embedded default).
 
 from __future__ import annotations
 
-from ._engines import engine_info
-from .artifacts import ArtifactInfo, ArtifactStore
-from .checkpointer import BaseCheckpointer, Checkpointer
-from .checkpoints import Checkpoint, CheckpointStore, SideEffect
+from .engine import engine_info
 from .errors import (
     AgentlogError,
     CheckpointConflictError,
@@ -39,18 +36,31 @@ from .events import (
     check_session_id,
     store_events,
 )
-from .file import FileCheckpointer
 from .fold import fold_events
-from .legacy import legacy_store_adapter
-from .memory import MemoryCheckpointer
-from .sessions import SessionLoad, SessionRecord, SessionStore, Snapshot
-from .sqlite import SqliteCheckpointer
-from .storage import (
+from .log import (
+    BaseCheckpointer,
+    Checkpointer,
+    FileCheckpointer,
+    MemoryCheckpointer,
+    SqliteCheckpointer,
+    legacy_store_adapter,
+)
+from .stores import (
     DEFAULT_TENANT,
+    ArtifactInfo,
+    ArtifactStore,
+    Checkpoint,
+    CheckpointStore,
     InMemoryStorage,
     MemoryRecord,
     MemoryStore,
+    SessionLoad,
+    SessionRecord,
+    SessionStore,
+    SideEffect,
+    Snapshot,
     SqliteStorage,
+    Storage,
 )
 
 __version__ = "0.1.0"
@@ -89,6 +99,7 @@ __all__ = [
     "Snapshot",
     "SqliteCheckpointer",
     "SqliteStorage",
+    "Storage",
     "StorageConflictError",
     "StorageDataError",
     "StorageNotFoundError",

@@ -17,14 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._engines import engine_info
-from .checkpointer import BaseCheckpointer
+from .engine import engine_info
 from .errors import AgentlogError, CheckpointConflictError
 from .events import StoredEvent
-from .file import FileCheckpointer
 from .fold import fold_events
-from .sqlite import SqliteCheckpointer
-from .storage import DEFAULT_TENANT
+from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer
+from .stores import DEFAULT_TENANT
 
 __all__ = ["main"]
 

@@ -130,7 +130,7 @@ def check_session_id(session_id: object) -> str:
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _strict_dumps = json.JSONEncoder(allow_nan=False, check_circular=True).encode
 _dumps = orjson.dumps
-_loads = orjson.loads
+decode_json = orjson.loads
 
 
 def _refuse(value: object) -> NoReturn:
@@ -208,7 +208,7 @@ def encode_events(events: Iterable[SessionEvent]) -> list[tuple[str, bytes]]:
 
 def decode_payload(payload: bytes | str) -> dict[str, Any]:
     """Decode a stored event payload."""
-    value = _loads(payload)
+    value = decode_json(payload)
     if type(value) is not dict:
         raise ValueError("stored event payload is not a JSON object")
     return value
@@ -246,6 +246,6 @@ def store_events(
     encoded = encode_events(events)
     stamp = time.time() if ts is None else float(ts)
     return [
-        StoredEvent(from_seq + i, from_seq + i - 1, stamp, event_type, _loads(payload))
+        StoredEvent(from_seq + i, from_seq + i - 1, stamp, event_type, decode_json(payload))
         for i, (event_type, payload) in enumerate(encoded, 1)
     ]

@@ -33,23 +33,24 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from . import _schema as S
-from ._store_common import DEFAULT_TENANT
-from ._store_common import encode as _encode
-from ._store_common import name as _name
-from .errors import SchemaVersionError, StorageDataError
+from .engine import Connection, Engine, open_engine
+from .engine import sql as Q
+from .errors import (
+    CorruptDatabaseError,
+    SchemaVersionError,
+    StorageDataError,
+    StorageUnavailableError,
+)
 from .events import check_session_id, encode_events
-from .file import read_session_file
-from .storage import SqliteStorage
+from .log import read_session_file
+from .stores.common import DEFAULT_TENANT, check_name, encode_value
 
 __all__ = ["MigrationError", "MigrationReport", "PlannedSession", "migrate"]
 
@@ -167,34 +168,29 @@ def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes
     return events
 
 
-def _read_target(target: Path, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+def _read_target(
+    target: Path, tenant: str, source_id: str, engine: str | None
+) -> tuple[set[str], dict[str, str]]:
     """(session ids of the tenant, {source_key: sha256} from the ledger), read-only."""
     if not target.exists():
         return set(), {}
-    conn = sqlite3.connect(f"file:{quote(str(target.resolve()))}?mode=ro", uri=True)
     try:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if app_id not in (0, S.APPLICATION_ID) or version > S.SCHEMA_VERSION:
-            raise SchemaVersionError(f"{target} is not an agentlog database this version can write")
+        db = open_engine(target, engine=engine, read_only=True)
+    except (CorruptDatabaseError, StorageUnavailableError) as exc:
+        raise SchemaVersionError(f"{target} is not a readable SQLite database ({exc})") from None
+    try:
+        version = db.schema_version
         if version == 0:
             return set(), {}
-        sessions = {
-            row[0] for row in conn.execute("SELECT name FROM sessions WHERE tenant = ?", (tenant,))
-        }
-        ledger: dict[str, str] = {}
-        if version >= 6:
-            ledger = dict(
-                conn.execute(
-                    "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ?",
-                    (source_id,),
-                ).fetchall()
-            )
-        return sessions, ledger
-    except sqlite3.DatabaseError as exc:
-        raise SchemaVersionError(f"{target} is not a readable SQLite database ({exc})") from None
+
+        def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
+            sessions = {row[0] for row in conn.rows(Q.SESSION_NAMES, (tenant,))}
+            ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id,))) if version >= 6 else {}
+            return sessions, ledger
+
+        return db.read("read target", work, snapshot=True)
     finally:
-        conn.close()
+        db.close()
 
 
 def _progress_bar(total: int) -> Callable[[int], None]:
@@ -209,7 +205,7 @@ def _progress_bar(total: int) -> Callable[[int], None]:
     return show
 
 
-def _backup(source: Path, target: Path, backup: Path) -> None:
+def _backup(source: Path, target: Path, backup: Path, engine: str | None) -> None:
     """Copy the source tree (and the target, if any) into ``backup``, verified."""
     if backup.exists():
         raise MigrationError(f"backup directory {backup} already exists")
@@ -223,13 +219,12 @@ def _backup(source: Path, target: Path, backup: Path) -> None:
         if _sha256_file(original) != _sha256_file(copied):
             raise MigrationError(f"backup of {original.name} does not match the source")
     if target.exists():
-        # SQLite's online backup: a consistent copy even with the WAL in use.
-        live = sqlite3.connect(f"file:{quote(str(target.resolve()))}?mode=ro", uri=True)
-        saved = sqlite3.connect(backup / "target-before.db")
+        # A consistent copy even with the WAL in use, through the engine that
+        # may already hold the file in this process.
+        live = open_engine(target, engine=engine, read_only=True)
         try:
-            live.backup(saved)
+            live.backup_to(str(backup / "target-before.db"))
         finally:
-            saved.close()
             live.close()
 
 
@@ -259,10 +254,10 @@ def migrate(
     written then.
     """
     source_path, target_path = Path(source), Path(target)
-    tenant = _name("tenant", tenant)
+    tenant = check_name("tenant", tenant)
     kind, directory, files = _source_files(source_path)
     source_name = source_id or str(source_path.resolve())
-    existing, ledger = _read_target(target_path, tenant, source_name)
+    existing, ledger = _read_target(target_path, tenant, source_name, engine)
     report = MigrationReport(kind, source_name, dry_run)
     seen: dict[str, str] = {}
     for key, data in _files(directory, files):
@@ -293,7 +288,7 @@ def migrate(
         if backup_dir
         else target_path.with_name(f"{target_path.name}.migration-{stamp}")
     )
-    _backup(source_path, target_path, backup)
+    _backup(source_path, target_path, backup, engine)
     report.backup = backup
     copied = backup / "source" / directory.relative_to(source_path)
     show = (
@@ -302,67 +297,60 @@ def migrate(
         else None
     )
 
-    with SqliteStorage.open(target_path, engine=engine) as storage:
-        rows = storage._engine._rows
+    db = open_engine(target_path, engine=engine)
+    try:
 
-        def work(conn: Any) -> None:
+        def work(conn: Connection) -> None:
             for done, planned in enumerate(pending, 1):
-                data = (copied / planned.source_key).read_bytes()
-                if hashlib.sha256(data).hexdigest() != planned.sha256:
-                    raise MigrationError(f"{planned.source_key} changed while migrating")
-                now = time.time()
-                events: list[tuple[float, str, bytes, str | None]]
-                metadata: bytes | None
-                if kind == "json-v1":
-                    document = _json_v1(data, planned.source_key)
-                    events = [
-                        (now, k, p, i) for k, p, i in _json_v1_events(document, planned.source_key)
-                    ]
-                    header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
-                    try:
-                        metadata = _encode(
-                            {"legacy": {"header": header, "runs": document.get("runs", [])}}
-                        )
-                    except StorageDataError as exc:
-                        raise MigrationError(f"{planned.source_key}: {exc}") from None
-                else:
-                    parsed = read_session_file(data, planned.source_key)
-                    assert parsed is not None
-                    events = [(ts, k, p, None) for ts, k, p in parsed[1]]
-                    metadata = None
-                if rows(conn, S.SELECT_SESSION, (tenant, planned.session_id)):
-                    raise MigrationError(f"session {planned.session_id!r} appeared in the target")
-                sid = rows(conn, "SELECT coalesce(max(sid), 0) + 1 FROM sessions")[0][0]
-                rows(
-                    conn,
-                    "INSERT INTO sessions"
-                    " (sid, tenant, name, head, created, mtime, revision, metadata)"
-                    " VALUES (?, ?, ?, ?, ?, ?, 1, ?)",
-                    (sid, tenant, planned.session_id, len(events), now, now, metadata),
-                )  # fmt: skip
-                for seq, (ts, event_type, payload, item_id) in enumerate(events, 1):
-                    rows(
-                        conn,
-                        "INSERT INTO events (id, ts, type, data, item_id) VALUES (?, ?, ?, ?, ?)",
-                        (S.event_key(sid, seq), ts, event_type, payload, item_id),
-                    )
-                rows(
-                    conn,
-                    "INSERT INTO migration_ledger"
-                    " (source_id, source_key, sha256, tenant, session_id, migrated)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        source_name,
-                        planned.source_key,
-                        planned.sha256,
-                        tenant,
-                        planned.session_id,
-                        now,
-                    ),
-                )
+                _write_session(db, conn, kind, copied, planned, tenant, source_name)
                 if show:
                     show(done)
 
-        storage._engine._write("migrate", work)
+        db.write("migrate", work)
+    finally:
+        db.close()
     report.migrated = len(pending)
     return report
+
+
+def _write_session(
+    db: Engine,
+    conn: Connection,
+    kind: str,
+    copied: Path,
+    planned: PlannedSession,
+    tenant: str,
+    source_name: str,
+) -> None:
+    """In the migration's transaction: one session from the verified copy, and its ledger row."""
+    data = (copied / planned.source_key).read_bytes()
+    if hashlib.sha256(data).hexdigest() != planned.sha256:
+        raise MigrationError(f"{planned.source_key} changed while migrating")
+    now = time.time()
+    events: list[tuple[float, str, bytes, str | None]]
+    metadata: bytes | None
+    if kind == "json-v1":
+        document = _json_v1(data, planned.source_key)
+        events = [(now, k, p, i) for k, p, i in _json_v1_events(document, planned.source_key)]
+        header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
+        try:
+            metadata = encode_value(
+                {"legacy": {"header": header, "runs": document.get("runs", [])}}
+            )
+        except StorageDataError as exc:
+            raise MigrationError(f"{planned.source_key}: {exc}") from None
+    else:
+        parsed = read_session_file(data, planned.source_key)
+        assert parsed is not None
+        events = [(ts, k, p, None) for ts, k, p in parsed[1]]
+        metadata = None
+    if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
+        raise MigrationError(f"session {planned.session_id!r} appeared in the target")
+    sid = db.create_session(
+        conn, tenant, planned.session_id, head=len(events), ts=now, revision=1, metadata=metadata
+    )
+    db.insert_events(conn, sid, 0, events)
+    conn.rows(
+        Q.LEDGER_INSERT,
+        (source_name, planned.source_key, planned.sha256, tenant, planned.session_id, now),
+    )

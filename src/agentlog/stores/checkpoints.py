@@ -19,15 +19,22 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ._store_common import EngineTransactions, LockedTransactions, Transactions, check_page
-from ._store_common import encode as _encode
-from ._store_common import name as _name
-from ._store_common import revision as _revision
-from .errors import StorageConflictError, StorageDataError, StorageNotFoundError
-from .events import _loads
+from ..engine import sql as Q
+from ..errors import StorageDataError, StorageNotFoundError
+from ..events import decode_json
+from .common import (
+    EngineTransactions,
+    LockedTransactions,
+    Transactions,
+    advance,
+    check_name,
+    check_page,
+    check_revision,
+    encode_value,
+)
 
 __all__ = [
     "RUN_STATUSES",
@@ -108,8 +115,8 @@ def _side_effects(items: Iterable[SideEffect | Mapping[str, Any]]) -> tuple[Side
                 raise StorageDataError(f"side effect: {exc}") from None
         if not isinstance(item, SideEffect):
             raise StorageDataError(f"a side effect must be a SideEffect, not {type(item).__name__}")
-        _name("side effect id", item.id)
-        _name("side effect kind", item.kind)
+        check_name("side effect id", item.id)
+        check_name("side effect kind", item.kind)
         if item.state not in SIDE_EFFECT_STATES:
             raise StorageDataError(f"side effect {item.id!r}: unknown state {item.state!r}")
         effects.append(item)
@@ -142,7 +149,7 @@ def _check_transitions(
 
 
 def _encode_body(checkpoint: Checkpoint) -> bytes:
-    return _encode(
+    return encode_value(
         {
             "state": checkpoint.state,
             "interruption": checkpoint.interruption,
@@ -173,7 +180,7 @@ def _from_row(
     updated: float,
 ) -> Checkpoint:
     try:
-        body = _loads(data)
+        body = decode_json(data)
         effects = tuple(SideEffect(**effect) for effect in body["side_effects"])
     except (ValueError, KeyError, TypeError) as exc:
         raise StorageDataError(f"{_resource(tenant_id, run_id)}: corrupt ({exc})") from None
@@ -253,12 +260,12 @@ class _CheckpointStoreBase(Transactions):
         side_effects: Iterable[SideEffect | Mapping[str, Any]],
         trace: Any,
     ) -> tuple[Checkpoint, int | None]:
-        tenant, run = _name("tenant_id", tenant_id), _name("run_id", run_id)
-        expected = _revision(expected_revision)
+        tenant, run = check_name("tenant_id", tenant_id), check_name("run_id", run_id)
+        expected = check_revision(expected_revision)
         if status not in RUN_STATUSES:
             raise StorageDataError(f"unknown run status {status!r}")
-        session = None if session_id is None else _name("session_id", session_id)
-        parent = None if parent_run_id is None else _name("parent_run_id", parent_run_id)
+        session = None if session_id is None else check_name("session_id", session_id)
+        parent = None if parent_run_id is None else check_name("parent_run_id", parent_run_id)
         if parent == run:
             raise StorageDataError("a run cannot be its own parent")
         checkpoint = Checkpoint(
@@ -273,24 +280,14 @@ class _CheckpointStoreBase(Transactions):
     ) -> Checkpoint:
         """The checkpoint to store over ``current``, or a conflict."""
         resource = _resource(checkpoint.tenant_id, checkpoint.run_id)
-        actual = None if current is None else current.revision
-        if actual != expected:
-            raise StorageConflictError(resource, expected, actual)
+        revision = advance(resource, expected, None if current is None else current.revision)
         if current is not None:
             _check_transitions(resource, current.side_effects, checkpoint.side_effects)
-        return Checkpoint(
-            checkpoint.tenant_id,
-            checkpoint.run_id,
-            checkpoint.status,
-            checkpoint.state,
-            0 if current is None else current.revision + 1,
-            checkpoint.session_id,
-            checkpoint.parent_run_id,
-            checkpoint.interruption,
-            checkpoint.side_effects,
-            checkpoint.trace,
-            now if current is None else current.created_at,
-            now,
+        return replace(
+            checkpoint,
+            revision=revision,
+            created_at=now if current is None else current.created_at,
+            updated_at=now,
         )
 
     @staticmethod
@@ -303,7 +300,7 @@ class _CheckpointStoreBase(Transactions):
         after: str | None,
         limit: int,
     ) -> tuple[str, dict[str, str], str | None, int]:
-        tenant = _name("tenant_id", tenant_id)
+        tenant = check_name("tenant_id", tenant_id)
         filters = {}
         for column, value in (
             ("run_id", run_id),
@@ -311,7 +308,7 @@ class _CheckpointStoreBase(Transactions):
             ("parent_run_id", parent_run_id),
         ):
             if value is not None:
-                filters[column] = _name(column, value)
+                filters[column] = check_name(column, value)
         if status is not None:
             if status not in RUN_STATUSES:
                 raise StorageDataError(f"unknown run status {status!r}")
@@ -358,7 +355,7 @@ class _CheckpointStoreBase(Transactions):
 
     def load(self, tenant_id: str, run_id: str) -> Checkpoint:
         """The checkpoint, or :class:`StorageNotFoundError`."""
-        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
+        key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
         row = self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key))
         if row is None:
             raise StorageNotFoundError(f"no {_resource(*key)}")
@@ -383,15 +380,14 @@ class _CheckpointStoreBase(Transactions):
 
     def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
         """Remove the checkpoint if it is at ``expected_revision``."""
-        key = (_name("tenant_id", tenant_id), _name("run_id", run_id))
-        expected = _revision(expected_revision)
+        key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
+        expected = check_revision(expected_revision)
 
         def work(ctx: Any) -> None:
             row = self._get_row(ctx, key)
             if row is None:
                 raise StorageNotFoundError(f"no {_resource(*key)}")
-            if row[6] != expected:
-                raise StorageConflictError(_resource(*key), expected, row[6])
+            advance(_resource(*key), expected, row[6])
             self._delete_row(ctx, key)
 
         self._atomic("checkpoint delete", work)
@@ -445,9 +441,6 @@ class InMemoryCheckpointStore(LockedTransactions, _CheckpointStoreBase):
             )[:limit]
 
 
-_COLUMNS = "tenant, run_id, session_id, parent_run_id, status, data, revision, created, updated"
-
-
 class SqliteCheckpointStore(EngineTransactions, _CheckpointStoreBase):
     """A :class:`CheckpointStore` in the SQLite file of the session log.
 
@@ -456,28 +449,18 @@ class SqliteCheckpointStore(EngineTransactions, _CheckpointStoreBase):
     """
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
-        found = self._engine._rows(
-            ctx, f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?", key
-        )
+        found = ctx.rows(Q.CHECKPOINT_GET, key)
         return found[0] if found else None
 
     def _put_row(self, ctx: Any, row: tuple[Any, ...]) -> None:
-        self._engine._rows(
-            ctx,
-            f"INSERT OR REPLACE INTO checkpoints ({_COLUMNS}) VALUES ({', '.join('?' * 9)})",
-            row,
-        )
+        ctx.rows(Q.CHECKPOINT_PUT, row)
 
     def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
-        self._engine._rows(ctx, "DELETE FROM checkpoints WHERE tenant = ? AND run_id = ?", key)
+        ctx.rows(Q.CHECKPOINT_DELETE, key)
 
     def _select(
         self, tenant: str, filters: dict[str, str], after: str | None, limit: int
     ) -> builtins.list[tuple[Any, ...]]:
-        where = "".join(f" AND {column} = ?" for column in filters)
-        sql = (
-            f"SELECT {_COLUMNS} FROM checkpoints WHERE tenant = ?{where} AND run_id > ?"
-            " ORDER BY run_id LIMIT ?"
-        )
+        statement = Q.checkpoint_list(tuple(filters))
         params = (tenant, *filters.values(), "" if after is None else after, limit)
-        return self._reading("checkpoint list", lambda conn: self._engine._rows(conn, sql, params))
+        return self._reading("checkpoint list", lambda conn: conn.rows(statement, params))

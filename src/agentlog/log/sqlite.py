@@ -5,10 +5,10 @@ from __future__ import annotations
 import builtins
 import os
 
-from ._engines import engine_class
-from ._schema import DEFAULT_TENANT
-from .checkpointer import BaseCheckpointer
-from .events import SessionInfo, StoredEvent, check_session_id
+from ..engine import Engine, open_engine
+from ..engine.schema import DEFAULT_TENANT
+from ..events import SessionInfo, StoredEvent, check_session_id
+from .contract import BaseCheckpointer
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -49,34 +49,41 @@ class SqliteCheckpointer(BaseCheckpointer):
         integrity_check_on_open: bool = False,
         engine: str | None = None,
     ) -> None:
-        if not isinstance(file, (str, os.PathLike)):
-            raise TypeError(f"file must be a path, not {type(file).__name__}")
-        path = os.fspath(file)
-        if not isinstance(path, str):
-            raise TypeError("file must be a str path")
-        if synchronous not in ("normal", "full"):
-            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
-        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-            raise TypeError("busy_timeout_ms must be an int")
-        self.file = path
-        self._engine = engine_class(engine)(
-            path,
+        self._engine = open_engine(
+            file,
+            engine=engine,
             synchronous=synchronous,
-            busy_timeout_ms=max(0, busy_timeout_ms),
-            integrity_check_on_open=bool(integrity_check_on_open),
+            busy_timeout_ms=busy_timeout_ms,
+            integrity_check_on_open=integrity_check_on_open,
         )
+        self.file = self._engine.path
         self._tenant = DEFAULT_TENANT
+
+    @classmethod
+    def on_engine(cls, engine: Engine, tenant: str = DEFAULT_TENANT) -> SqliteCheckpointer:
+        """The Checkpointer face of an already open database (it is not closed with it).
+
+        :class:`~agentlog.SqliteStorage` hands this out, so both faces share one
+        engine and one writer connection.
+        """
+        self = cls.__new__(cls)
+        self._engine = engine
+        self.file = engine.path
+        self._tenant = tenant
+        self._owns_engine = False
+        return self
+
+    _owns_engine = True
 
     def check_integrity(self) -> tuple[bool, str]:
         """Run ``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
         self._check_open()
-        ok, detail = self._engine.check_integrity()
-        return bool(ok), str(detail)
+        return self._engine.check_integrity()
 
     @property
     def engine(self) -> str:
         """The engine this checkpointer runs on: ``"c"`` or ``"python"``."""
-        return str(self._engine.name)
+        return self._engine.name
 
     def _append(
         self,
@@ -85,20 +92,20 @@ class SqliteCheckpointer(BaseCheckpointer):
         expected_head: int | None,
         ts: float,
     ) -> int:
-        return int(self._engine.append(self._tenant, session_id, expected_head, ts, batch))
+        return self._engine.append(self._tenant, session_id, expected_head, ts, batch)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
-        return self._engine.scan(self._tenant, session_id, since_seq, limit)  # type: ignore[no-any-return]
+        return self._engine.scan(self._tenant, session_id, since_seq, limit)
 
     def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""
         # The base class's method, one call shorter: head() is a hot path.
         if self._closed:
             self._check_open()
-        return int(self._engine.head(self._tenant, check_session_id(session_id)))
+        return self._engine.head(self._tenant, check_session_id(session_id))
 
     def _head(self, session_id: str) -> int:
-        return int(self._engine.head(self._tenant, session_id))
+        return self._engine.head(self._tenant, session_id)
 
     def _list(self) -> builtins.list[SessionInfo]:
         return [SessionInfo(*row) for row in self._engine.list_sessions(self._tenant)]
@@ -107,10 +114,11 @@ class SqliteCheckpointer(BaseCheckpointer):
         self._engine.delete(self._tenant, session_id)
 
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
-        return int(self._engine.truncate(self._tenant, session_id, to_seq, ts))
+        return self._engine.truncate(self._tenant, session_id, to_seq, ts)
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
-        return int(self._engine.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts))
+        return self._engine.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
 
     def _close(self) -> None:
-        self._engine.close()
+        if self._owns_engine:
+            self._engine.close()

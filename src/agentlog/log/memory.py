@@ -5,9 +5,9 @@ from __future__ import annotations
 import builtins
 import threading
 
-from .checkpointer import BaseCheckpointer
-from .errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
-from .events import SessionInfo, StoredEvent, decode_payload
+from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
+from ..events import SessionInfo, StoredEvent, decode_payload
+from .contract import BaseCheckpointer
 
 __all__ = ["MemoryCheckpointer"]
 

@@ -1,4 +1,10 @@
-"""What every store shares: names, revisions, JSON values and paging."""
+"""What every store shares: names, revisions, JSON values, paging and transactions.
+
+Every store is written once, in a base class, on row primitives; an
+implementation supplies only rows (in this process's memory, or in the
+SQLite file through the engine interface) and the transactions they are read
+and written in. Revisions follow one rule, :func:`advance`.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import _schema as S
-from .errors import StorageDataError
-from .events import _loads, check_identifier, check_seq, encode_json
+from ..engine import Engine
+from ..engine import schema as S
+from ..errors import StorageConflictError, StorageDataError
+from ..events import check_identifier, check_seq, decode_json, encode_json
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
@@ -19,12 +26,12 @@ _T = TypeVar("_T")
 MAX_PAGE = 1000
 
 
-def name(what: str, value: object) -> str:
+def check_name(what: str, value: object) -> str:
     """``value`` if it is a safe identifier (see ``check_identifier``), else StorageDataError."""
     return check_identifier(value, what, StorageDataError)
 
 
-def revision(value: object) -> int | None:
+def check_revision(value: object) -> int | None:
     """An expected revision: ``None`` (must not exist) or an int >= 0."""
     if value is None:
         return None
@@ -34,7 +41,19 @@ def revision(value: object) -> int | None:
         raise StorageDataError(str(exc)) from None
 
 
-def encode(value: object) -> bytes:
+def advance(resource: str, expected: int | None, actual: int | None) -> int:
+    """The revision a write expecting ``expected`` gives a record now at ``actual``.
+
+    ``None`` means "no record": creating expects ``None`` and gives revision 0,
+    every later write gives one more. Any other expectation is a
+    :class:`StorageConflictError` — never last-write-wins.
+    """
+    if actual != expected:
+        raise StorageConflictError(resource, expected, actual)
+    return 0 if actual is None else actual + 1
+
+
+def encode_value(value: object) -> bytes:
     """A JSON value as bytes, or StorageDataError for what JSON cannot hold."""
     try:
         return encode_json(value)
@@ -42,17 +61,17 @@ def encode(value: object) -> bytes:
         raise StorageDataError(f"value {exc}") from None
 
 
-def decode(data: bytes, resource: str) -> Any:
+def decode_value(data: bytes, resource: str) -> Any:
     """A stored JSON value; StorageDataError when it is corrupt."""
     try:
-        return _loads(data)
+        return decode_json(data)
     except ValueError as exc:
         raise StorageDataError(f"{resource}: stored value is not valid JSON ({exc})") from None
 
 
 def check_page(after: object, limit: object) -> tuple[str | None, int]:
     """Validated keyset paging arguments: ``(after, limit)``."""
-    checked_after = None if after is None else name("after", after)
+    checked_after = None if after is None else check_name("after", after)
     try:
         checked_limit = check_seq("limit", limit)
     except (TypeError, ValueError) as exc:
@@ -63,12 +82,16 @@ def check_page(after: object, limit: object) -> tuple[str | None, int]:
 
 
 class Transactions:
-    """How a store runs work atomically (writes) or consistently (reads)."""
+    """How a store runs work atomically (writes) or consistently (reads).
+
+    ``work`` receives the context its rows live in: nothing for an in-memory
+    store, the engine's :class:`~agentlog.engine.Connection` for SQLite.
+    """
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         raise NotImplementedError
 
-    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
+    def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
         raise NotImplementedError
 
 
@@ -76,23 +99,25 @@ class LockedTransactions(Transactions):
     """Transactions of an in-memory store: its work runs under one lock."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         with self._lock:
             return work(None)
 
-    _reading = _atomic
+    def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
+        with self._lock:
+            return work(None)
 
 
 class EngineTransactions(Transactions):
     """Transactions of a SQLite store: a write transaction, or a pooled read."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
-        return self._engine._write(name, work)  # type: ignore[no-any-return]
+        return self._engine.write(name, work)
 
-    def _reading(self, name: str, work: Callable[[Any], _T]) -> _T:
-        return self._engine._read(name, work)  # type: ignore[no-any-return]
+    def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
+        return self._engine.read(name, work, snapshot=snapshot)

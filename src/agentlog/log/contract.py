@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Protocol, TypeVar, runtime_checkable
 
-from .errors import CheckpointerClosedError
-from .events import (
+from ..errors import CheckpointerClosedError
+from ..events import (
     SessionEvent,
     SessionInfo,
     StoredEvent,

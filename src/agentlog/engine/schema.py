@@ -155,38 +155,6 @@ def migration(from_version: int) -> list[str]:
     ]
 
 
-SELECT_SESSION = "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
-SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
-# A session created by its first append: created (revision 0) and appended to (1).
-INSERT_SESSION = (
-    "INSERT INTO sessions (tenant, name, head, created, mtime, revision) VALUES (?, ?, ?, ?, ?, 1)"
-)
-UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
-INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
-# One page of a forward scan; the session lookup and the range are one
-# statement so a page is one consistent snapshot.
-SCAN_EVENTS = (
-    "SELECT e.id & 4294967295, e.ts, e.type, e.data"
-    " FROM sessions s JOIN events e"
-    " ON e.id > (s.sid << 32) + ?3 AND e.id <= (s.sid << 32) + 4294967295"
-    " WHERE s.tenant = ?1 AND s.name = ?2 ORDER BY e.id LIMIT ?4"
-)
-LIST_SESSIONS = (
-    "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
-)
-DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
-DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
-DELETE_EVENTS_AFTER = "DELETE FROM events WHERE id > ? AND id <= ?"
-COPY_EVENTS = (
-    "INSERT INTO events (id, ts, type, data, item_id)"
-    " SELECT id - ?1 + ?2, ts, type, data, item_id FROM events WHERE id > ?1 AND id <= ?1 + ?3"
-)
-COPY_SNAPSHOTS = (
-    "INSERT INTO snapshots (sid, through_seq, state, created)"
-    " SELECT ?2, through_seq, state, created FROM snapshots WHERE sid = ?1 AND through_seq <= ?3"
-)
-
-
 def event_key(sid: int, seq: int) -> int:
     """The ``events.id`` of event ``seq`` of session ``sid``."""
     return (sid << SEQ_BITS) | seq

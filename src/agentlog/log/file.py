@@ -35,8 +35,7 @@ from pathlib import Path
 
 import orjson
 
-from .checkpointer import BaseCheckpointer
-from .errors import (
+from ..errors import (
     CheckpointConflictError,
     CorruptDatabaseError,
     DirectoryLockedError,
@@ -44,7 +43,8 @@ from .errors import (
     SessionNotFoundError,
     StorageUnavailableError,
 )
-from .events import SessionInfo, StoredEvent
+from ..events import SessionInfo, StoredEvent
+from .contract import BaseCheckpointer
 
 try:
     import fcntl

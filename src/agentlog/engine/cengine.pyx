@@ -1,12 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The C engine: the engine interface driving the SQLite C API directly.
+"""The C twin: the engine interface driving the SQLite C API directly.
 
 It owns its ``sqlite3*`` handles (never the standard library's), keeps the
 hot statements prepared per connection, appends a whole batch in one C loop
 inside one ``BEGIN IMMEDIATE`` transaction with the GIL released, and scans a
 page by copying the payloads straight from column memory into one buffer that
 is decoded in one call, then builds each ``StoredEvent`` in place. Opening,
-the schema guard and the cold paths are the shared ``EngineBase``.
+the schema guard, the reader pool, transactions, the error table and the cold
+paths are the shared ``EngineBase``.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
@@ -17,56 +18,37 @@ from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset, strlen, strncpy
 
-from agentlog._csqlite cimport *
-
-cdef extern from "Python.h":
-    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
-    object PyUnicode_DecodeUTF8(const char *data, Py_ssize_t size, const char *errors)
-    object PyMemoryView_FromMemory(char *memory, Py_ssize_t size, int flags)
-    int PyBUF_READ
-
-cdef extern from "_engine_support.h":
-    object agentlog_stored_event(object type, object seq, object parent, object ts,
-                                 object kind, object event)
+from agentlog.engine.includes.python cimport (
+    PyBUF_READ,
+    PyMemoryView_FromMemory,
+    PyUnicode_AsUTF8AndSize,
+    PyUnicode_DecodeUTF8,
+)
+from agentlog.engine.includes.sqlite3 cimport *
+from agentlog.engine.includes.support cimport agentlog_stored_event
 
 import threading
 
-from agentlog import _schema as S
-from agentlog._engine_base import EngineBase
+from agentlog.engine import schema as S
+from agentlog.engine import sql as Q
+from agentlog.engine.base import EngineBase, driver_error
 from agentlog.errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
     StorageUnavailableError,
 )
-from agentlog.events import EVENT_TYPES, StoredEvent, _loads
+from agentlog.events import EVENT_TYPES, StoredEvent, decode_json
 
 __all__ = ["CEngine"]
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
 
-# -- result codes to exceptions: one table, looked up with the code returned --
-
-_ERRORS = {
-    SQLITE_BUSY: StorageUnavailableError,
-    SQLITE_LOCKED: StorageUnavailableError,
-    SQLITE_CORRUPT: CorruptDatabaseError,
-    SQLITE_NOTADB: CorruptDatabaseError,
-    SQLITE_CANTOPEN: StorageUnavailableError,
-    SQLITE_IOERR: StorageUnavailableError,
-    SQLITE_FULL: StorageUnavailableError,
-    SQLITE_READONLY: StorageUnavailableError,
-    SQLITE_NOMEM: MemoryError,
-}
-
+# -- result codes to exceptions: the one table in agentlog.engine.base ---------------
 
 cdef object _error(int rc, const char *message, str context):
-    primary = rc & 0xFF
     text = message.decode("utf-8", "replace") if message != NULL else ""
-    kind = _ERRORS.get(primary, StorageUnavailableError)
-    if primary == SQLITE_BUSY or primary == SQLITE_LOCKED:
-        return kind(f"{context}: database is busy ({text})")
-    return kind(f"{context}: {text}")
+    return driver_error(rc, text, context)
 
 
 # -- prepared statements ---------------------------------------------------------
@@ -79,22 +61,22 @@ cdef enum:
     ST_INSERT_SESSION
     ST_UPDATE_SESSION
     ST_INSERT_EVENT
-    ST_MAX_SID
+    ST_NEXT_SID
     ST_SCAN
     ST_HEAD
     N_STATEMENTS
 
 cdef list _SQL = [
-    b"BEGIN IMMEDIATE",
-    b"COMMIT",
-    b"ROLLBACK",
-    S.SELECT_SESSION.encode(),
-    S.INSERT_SESSION.encode(),
-    S.UPDATE_SESSION.encode(),
-    S.INSERT_EVENT.encode(),
-    b"SELECT coalesce(max(sid), 0) FROM sessions",
-    S.SCAN_EVENTS.encode(),
-    S.SELECT_HEAD.encode(),
+    Q.BEGIN_WRITE.encode(),
+    Q.COMMIT.encode(),
+    Q.ROLLBACK.encode(),
+    Q.SELECT_SESSION.encode(),
+    Q.INSERT_SESSION.encode(),
+    Q.UPDATE_SESSION.encode(),
+    Q.INSERT_EVENT.encode(),
+    Q.NEXT_SID.encode(),
+    Q.SCAN_EVENTS.encode(),
+    Q.SELECT_HEAD.encode(),
 ]
 
 # append() outcomes beyond SQLite's own codes (negative: refused on its own)
@@ -150,7 +132,7 @@ cdef class _Statement:
     cdef sqlite3_stmt *st
 
 
-cdef class _Connection:
+cdef class CConnection:
     """One ``sqlite3*`` handle with its hot statements prepared once."""
 
     cdef sqlite3 *db
@@ -164,12 +146,12 @@ cdef class _Connection:
         for i in range(N_STATEMENTS):
             self.statements[i] = NULL
 
-    cdef int open(self, str path, bint read_only, int busy_timeout_ms) except -1:
+    cdef int open(self, str path, bint create, bint query_only, int busy_timeout_ms) except -1:
         cdef bytes encoded = path.encode("utf-8")
         cdef const char *filename = encoded
-        cdef int flags = (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-                          | SQLITE_OPEN_EXRESCODE)
+        cdef int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         cdef int rc
+        flags |= (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) if create else SQLITE_OPEN_READONLY
         with nogil:
             rc = sqlite3_open_v2(filename, &self.db, flags, NULL)
         if rc != SQLITE_OK:
@@ -178,8 +160,8 @@ cdef class _Connection:
             self.close()
             raise error
         sqlite3_busy_timeout(self.db, busy_timeout_ms)
-        if read_only:
-            self.rows("PRAGMA query_only = 1", ())
+        if query_only:
+            self.rows(Q.QUERY_ONLY, ())
         return 0
 
     cdef sqlite3_stmt *statement(self, int index) except NULL:
@@ -197,7 +179,7 @@ cdef class _Connection:
             self.statements[index] = st
         return st
 
-    def rows(self, str sql, params):
+    def rows(self, str sql, params=()):
         """Run one statement (prepared once per connection); return its rows as tuples."""
         cdef sqlite3_stmt *st = NULL
         cdef bytes encoded
@@ -237,6 +219,10 @@ cdef class _Connection:
             sqlite3_clear_bindings(st)
         return result
 
+    def in_transaction(self):
+        """Whether a transaction is open."""
+        return self.db != NULL and not sqlite3_get_autocommit(self.db)
+
     cdef void _clear_cache(self) noexcept:
         cdef _Statement cached
         for cached in self.cache.values():
@@ -245,7 +231,8 @@ cdef class _Connection:
                 cached.st = NULL
         self.cache.clear()
 
-    cdef void close(self) noexcept:
+    cpdef void close(self) noexcept:
+        """Finalize the statements and close the handle; idempotent."""
         cdef int i
         if self.cache is not None:
             self._clear_cache()
@@ -360,22 +347,25 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
         rc = sqlite3_step(st[ST_UPDATE_SESSION])
         sqlite3_reset(st[ST_UPDATE_SESSION])
     else:
-        # A new session takes the next number; refuse before writing when none is left.
-        rc = sqlite3_step(st[ST_MAX_SID])
-        sid = sqlite3_column_int64(st[ST_MAX_SID], 0) + 1 if rc == SQLITE_ROW else 1
-        sqlite3_reset(st[ST_MAX_SID])
+        # EngineBase.create_session in C: the next number, refused before
+        # writing when none is left; created (revision 0) and appended to (1).
+        rc = sqlite3_step(st[ST_NEXT_SID])
+        sid = sqlite3_column_int64(st[ST_NEXT_SID], 0) if rc == SQLITE_ROW else 1
+        sqlite3_reset(st[ST_NEXT_SID])
         if rc != SQLITE_ROW:
             return rc
         if sid > MAX_SID:
             return APPEND_TOO_MANY_SESSIONS
-        sqlite3_bind_text(st[ST_INSERT_SESSION], 1, r.tenant, r.tenant_size, SQLITE_STATIC)
-        sqlite3_bind_text(st[ST_INSERT_SESSION], 2, r.name, r.name_size, SQLITE_STATIC)
-        sqlite3_bind_int64(st[ST_INSERT_SESSION], 3, new_head)
-        sqlite3_bind_double(st[ST_INSERT_SESSION], 4, r.ts)
+        sqlite3_bind_int64(st[ST_INSERT_SESSION], 1, sid)
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 2, r.tenant, r.tenant_size, SQLITE_STATIC)
+        sqlite3_bind_text(st[ST_INSERT_SESSION], 3, r.name, r.name_size, SQLITE_STATIC)
+        sqlite3_bind_int64(st[ST_INSERT_SESSION], 4, new_head)
         sqlite3_bind_double(st[ST_INSERT_SESSION], 5, r.ts)
+        sqlite3_bind_double(st[ST_INSERT_SESSION], 6, r.ts)
+        sqlite3_bind_int64(st[ST_INSERT_SESSION], 7, 1)
+        sqlite3_bind_null(st[ST_INSERT_SESSION], 8)
         rc = sqlite3_step(st[ST_INSERT_SESSION])
         sqlite3_reset(st[ST_INSERT_SESSION])
-        sid = sqlite3_last_insert_rowid(db)
     if rc != SQLITE_DONE:
         return rc
     base = (sid << S_SEQ_BITS) + head
@@ -456,15 +446,21 @@ cdef struct Page:
 
 cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
     cdef size_t wanted
-    cdef char *grown
     if needed <= capacity[0]:
         return 0
     wanted = needed * 2 if needed > 65536 else 131072
-    grown = <char *>realloc(buffer[0], wanted)
+    if _resize(<void **>buffer, wanted) < 0:
+        return -1
+    capacity[0] = wanted
+    return 0
+
+
+cdef int _resize(void **buffer, size_t size) noexcept nogil:
+    """realloc that keeps ``buffer`` (still owned by the caller) when it fails."""
+    cdef void *grown = realloc(buffer[0], size)
     if grown == NULL:
         return -1
     buffer[0] = grown
-    capacity[0] = wanted
     return 0
 
 
@@ -482,10 +478,9 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
             return rc
         if page.count == page.allocated:
             wanted = page.allocated * 2 if page.allocated else 256
-            page.seqs = <int64_t *>realloc(page.seqs, wanted * sizeof(int64_t))
-            page.stamps = <double *>realloc(page.stamps, wanted * sizeof(double))
-            page.kinds = <int *>realloc(page.kinds, wanted * sizeof(int))
-            if page.seqs == NULL or page.stamps == NULL or page.kinds == NULL:
+            if (_resize(<void **>&page.seqs, wanted * sizeof(int64_t)) < 0
+                    or _resize(<void **>&page.stamps, wanted * sizeof(double)) < 0
+                    or _resize(<void **>&page.kinds, wanted * sizeof(int)) < 0):
                 return SQLITE_NOMEM
             page.allocated = wanted
         page.seqs[page.count] = sqlite3_column_int64(st, 0)
@@ -517,7 +512,7 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
         page.count += 1
 
 
-cdef list _scan_page(_Connection conn, str tenant, str name, int64_t since_seq, int64_t limit):
+cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit):
     cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
     cdef Py_ssize_t tenant_size, name_size, i
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
@@ -547,7 +542,7 @@ cdef list _scan_page(_Connection conn, str tenant, str name, int64_t since_seq, 
         # One decode call for the page, straight from the buffer, no copy.
         view = PyMemoryView_FromMemory(page.payloads, page.size, PyBUF_READ)
         try:
-            events = _loads(view)
+            events = decode_json(view)
         finally:
             view.release()
         if len(events) != page.count:
@@ -580,7 +575,7 @@ cdef list _scan_page(_Connection conn, str tenant, str name, int64_t since_seq, 
         free(page.others)
 
 
-cdef int64_t _head(_Connection conn, str tenant, str name) except -1:
+cdef int64_t _head(CConnection conn, str tenant, str name) except -1:
     cdef sqlite3_stmt *st = conn.statement(ST_HEAD)
     cdef Py_ssize_t tenant_size, name_size
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
@@ -632,22 +627,13 @@ class CEngine(EngineBase):
         self._waiting = 0  # callers asleep on _committed
         super().__init__(path, **options)
 
-    def _connect(self, read_only):
-        conn = _Connection()
-        conn.open(self.path, read_only, self._busy_timeout_ms)
+    def _connect(self, query_only):
+        conn = CConnection()
+        conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms)
         return conn
 
-    def _rows(self, conn, sql, params=()):
-        return (<_Connection>conn).rows(sql, params)
-
-    def _in_transaction(self, conn):
-        return not sqlite3_get_autocommit((<_Connection>conn).db)
-
-    def _close_connection(self, conn):
-        (<_Connection>conn).close()
-
-    def append(self, str tenant, str name, expected_head, double ts, list batch):
-        """Append a batch atomically; return the new head.
+    def _append_batch(self, str tenant, str name, expected_head, double ts, list batch):
+        """Append a non-empty batch atomically; return the new head.
 
         Group commit: the caller queues its append. When no one is writing it
         leads: it takes the write lock and writes every queued append in one
@@ -657,14 +643,9 @@ class CEngine(EngineBase):
         append alone.
         """
         cdef int64_t expected = -1 if expected_head is None else expected_head
-        cdef int64_t head
-        cdef _Append mine
-        if not batch:
-            head = self.head(tenant, name)
-            if expected >= 0 and expected != head:
-                raise CheckpointConflictError(name, expected, head)
-            return head
-        mine = _Append()
+        cdef _Append mine = _Append()
+        if self.read_only:
+            raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
         mine.prepare(tenant, name, expected, ts, batch)
         with self._pending_lock:
             self._pending.append(mine)
@@ -707,7 +688,7 @@ class CEngine(EngineBase):
         cdef sqlite3_stmt *statements[N_STATEMENTS]
         cdef Request **group
         cdef Py_ssize_t size, i
-        cdef _Connection conn
+        cdef CConnection conn
         cdef _Append item
         errbuf[0] = 0
         with self._pending_lock:
@@ -718,7 +699,7 @@ class CEngine(EngineBase):
                 item.request.status = _CLOSED
                 item.done = True
             return
-        conn = <_Connection>self._writer
+        conn = <CConnection>self._writer
         self.commits += 1
         group = <Request **>PyMem_Malloc(size * sizeof(Request *))
         try:
@@ -746,45 +727,26 @@ class CEngine(EngineBase):
             for item in pending:
                 item.done = True
 
-    # The read paths borrow a pooled connection without the pool's lock: with
-    # the GIL held, nothing runs between the checks and the list operations
-    # below, and close() sets _closed before it empties the pool.
-
-    def _take_reader(self):
-        if self._closed:
-            raise CheckpointerClosedError("the database is closed")
-        idle = self._idle_readers
-        return idle.pop() if idle else self._connect(True)
-
-    def _give_back(self, conn):
-        if self._closed:
-            (<_Connection>conn).close()
-        else:
-            self._idle_readers.append(conn)
-
     def scan(self, str tenant, str name, int64_t since_seq, int64_t limit):
         """One page of events after ``since_seq``, at most ``limit`` of them."""
         if self._memory:
             with self._write_lock:
                 self._check_open()
-                return _scan_page(<_Connection>self._writer, tenant, name, since_seq, limit)
-        conn = self._take_reader()
+                return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit)
+        conn = self._borrow_reader()
         try:
-            return _scan_page(<_Connection>conn, tenant, name, since_seq, limit)
+            return _scan_page(<CConnection>conn, tenant, name, since_seq, limit)
         finally:
-            self._give_back(conn)
+            self._return_reader(conn)
 
     def head(self, str tenant, str name):
         """The session's head; 0 when it is empty or unknown."""
         if self._memory:
             with self._write_lock:
                 self._check_open()
-                return _head(<_Connection>self._writer, tenant, name)
-        if self._closed:
-            raise CheckpointerClosedError("the database is closed")
-        idle = self._idle_readers
-        conn = idle.pop() if idle else self._connect(True)
+                return _head(<CConnection>self._writer, tenant, name)
+        conn = self._borrow_reader()
         try:
-            return _head(<_Connection>conn, tenant, name)
+            return _head(<CConnection>conn, tenant, name)
         finally:
-            self._give_back(conn)
+            self._return_reader(conn)

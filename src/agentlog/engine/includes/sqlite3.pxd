@@ -1,7 +1,7 @@
-# Declarations of the SQLite C API the engine uses: one nogil extern block.
-# 64-bit types for every rowid and seq.
+# The SQLite C API the C twin uses (csrc/sqlite_embed.h: the pinned amalgamation
+# compiled in, or the system header): one nogil extern block, 64-bit rowids and seqs.
 
-cdef extern from "_sqlite_embed.h" nogil:
+cdef extern from "sqlite_embed.h" nogil:
     ctypedef struct sqlite3
     ctypedef struct sqlite3_stmt
     ctypedef long long sqlite3_int64

@@ -38,10 +38,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from .artifacts import ArtifactInfo
-from .checkpointer import Checkpointer
-from .checkpoints import Checkpoint, SideEffect
-from .errors import (
+from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     InvalidEventError,
@@ -52,7 +49,10 @@ from .errors import (
     StorageDataError,
     StorageNotFoundError,
 )
-from .events import MAX_SESSION_ID_LENGTH, SessionInfo, StoredEvent
+from ..events import MAX_SESSION_ID_LENGTH, SessionInfo, StoredEvent
+from ..log.contract import Checkpointer
+from ..stores.artifacts import ArtifactInfo
+from ..stores.checkpoints import Checkpoint, SideEffect
 
 __all__ = [
     "HOSTILE_SESSION_IDS",
@@ -855,7 +855,7 @@ def _memory_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tuple[
 
 
 class MemoryStoreConformance(_StoreSuite):
-    """The :class:`agentlog.storage.MemoryStore` contract as tests.
+    """The :class:`agentlog.MemoryStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``memory``
     attribute and a ``close()`` method (a ``SqliteStorage``, say).
@@ -1061,7 +1061,7 @@ def _start_effect_race(storage: Any, worker: int, rounds: int, barrier: Any) -> 
 
 
 class CheckpointStoreConformance(_StoreSuite):
-    """The :class:`agentlog.checkpoints.CheckpointStore` contract as tests.
+    """The :class:`agentlog.CheckpointStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``checkpoints``
     attribute and a ``close()`` method.
@@ -1286,7 +1286,7 @@ def _artifact_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tupl
 
 
 class ArtifactStoreConformance(_StoreSuite):
-    """The :class:`agentlog.artifacts.ArtifactStore` contract as tests.
+    """The :class:`agentlog.ArtifactStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with an ``artifacts``
     attribute and a ``close()`` method. :meth:`tamper` must change the
@@ -1494,7 +1494,7 @@ def _session_race(storage: Any, worker: int, rounds: int, barrier: Any) -> tuple
 
 
 class SessionStoreConformance(_StoreSuite):
-    """The :class:`agentlog.sessions.SessionStore` contract as tests.
+    """The :class:`agentlog.SessionStore` contract as tests.
 
     Implement :meth:`open_storage` returning an object with a ``sessions``
     attribute and a ``close()`` method.

@@ -9,14 +9,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from .checkpointer import BaseCheckpointer
-from .errors import (
+from ..errors import (
     CheckpointConflictError,
     CorruptDatabaseError,
     SessionExistsError,
     SessionNotFoundError,
 )
-from .events import SessionInfo, StoredEvent, decode_payload
+from ..events import SessionInfo, StoredEvent, decode_payload
+from .contract import BaseCheckpointer
 
 __all__ = ["LegacyStore", "legacy_store_adapter"]
 

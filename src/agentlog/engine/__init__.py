@@ -1,0 +1,105 @@
+"""The SQLite engine layer, and the one place that decides which engine runs.
+
+``AGENTLOG_NO_EXTENSIONS=1`` forces the pure engine; otherwise the compiled C
+twin (``agentlog.engine.cengine``) is used when it imports, and the pure twin
+(:mod:`agentlog.engine.pure`) when it does not (not built, or not CPython).
+Everything above this package sees an engine only as
+:class:`~agentlog.engine.interface.Engine`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from .interface import Connection, Engine, EngineFactory
+from .pure import PyEngine
+
+__all__ = [
+    "AVAILABLE_ENGINES",
+    "DEFAULT_ENGINE",
+    "Connection",
+    "Engine",
+    "EngineFactory",
+    "engine_class",
+    "engine_info",
+    "open_engine",
+]
+
+#: Engine classes by name, the default first.
+AVAILABLE_ENGINES: dict[str, EngineFactory] = {}
+_extension_error: str | None = "disabled by AGENTLOG_NO_EXTENSIONS"
+
+if not os.environ.get("AGENTLOG_NO_EXTENSIONS") and platform.python_implementation() == "CPython":
+    try:
+        from .cengine import CEngine
+    except ImportError as exc:
+        _extension_error = f"{type(exc).__name__}: {exc}"
+    else:
+        AVAILABLE_ENGINES["c"] = CEngine
+        _extension_error = None
+AVAILABLE_ENGINES["python"] = PyEngine
+
+#: The name of the engine a SqliteCheckpointer uses unless told otherwise.
+DEFAULT_ENGINE: str = next(iter(AVAILABLE_ENGINES))
+
+
+def engine_class(name: str | None = None) -> EngineFactory:
+    """The engine class called ``name`` (``"c"`` or ``"python"``), or the default."""
+    if name is None:
+        return AVAILABLE_ENGINES[DEFAULT_ENGINE]
+    try:
+        return AVAILABLE_ENGINES[name]
+    except KeyError:
+        if name == "c":
+            raise ImportError(f"the C engine is not available ({_extension_error})") from None
+        raise ValueError(f"unknown engine {name!r}; expected 'c' or 'python'") from None
+
+
+def open_engine(
+    path: str | os.PathLike[str],
+    *,
+    engine: str | None = None,
+    synchronous: str = "normal",
+    busy_timeout_ms: int = 5000,
+    integrity_check_on_open: bool = False,
+    read_only: bool = False,
+) -> Engine:
+    """Open the agentlog database at ``path`` with the engine called ``engine``.
+
+    Arguments are checked here, once, for every caller (the SQLite backend,
+    the stores, migrate and the CLI).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"file must be a path, not {type(path).__name__}")
+    location = os.fspath(path)
+    if not isinstance(location, str):
+        raise TypeError("file must be a str path")
+    if synchronous not in ("normal", "full"):
+        raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+        raise TypeError("busy_timeout_ms must be an int")
+    return engine_class(engine)(
+        location,
+        synchronous=synchronous,
+        busy_timeout_ms=max(0, busy_timeout_ms),
+        integrity_check_on_open=bool(integrity_check_on_open),
+        read_only=bool(read_only),
+    )
+
+
+def engine_info() -> dict[str, Any]:
+    """Which engine runs, with the SQLite version and compile options it uses.
+
+    ``{"engine": "c" | "python", "sqlite_version": …, "sqlite_source_id": …,
+    "compile_options": [...], "available": [...], "extension_error": None | str}``
+    ``extension_error`` says why the C engine is not available, when it is not.
+    """
+    engine = engine_class()
+    return {
+        "engine": engine.name,
+        **engine.sqlite_info(),
+        "available": list(AVAILABLE_ENGINES),
+        "extension_error": _extension_error,
+    }

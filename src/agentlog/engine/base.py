@@ -1,0 +1,488 @@
+"""What both SQLite engines share: opening, the schema guard, the reader pool,
+transactions, the error table and the cold paths.
+
+An engine is the narrow, bytes-level layer under the SQLite backend and the
+stores (:class:`~agentlog.engine.interface.Engine`): it owns the connections,
+allocates seq inside the write transaction, writes a whole batch at once and
+scans forward a page at a time. Events arrive already validated and encoded
+as ``(type, json_bytes)`` pairs; pages leave as :class:`StoredEvent` objects.
+The hot paths (``_append_batch``, ``scan``, ``head``) are each twin's own;
+everything else is written once here, on one driver primitive per twin,
+``_connect``, which returns a :class:`Connection` with ``rows``,
+``in_transaction`` and ``close``.
+
+Threads: one writer connection guarded by a lock (SQLite serialises writers
+anyway; the lock keeps one transaction per connection), and a pool of
+read-only connections that a reading thread borrows and gives back under a
+lock of its own, so reads never wait for the writer — WAL lets them see the
+last committed state while a write is in progress. A private ``":memory:"``
+database has a single connection, so there reads take the write lock too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    CorruptDatabaseError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StorageUnavailableError,
+)
+from ..events import StoredEvent
+from . import schema as S
+from . import sql as Q
+from .interface import Connection
+
+__all__ = ["DriverConnection", "EngineBase", "driver_error"]
+
+_T = TypeVar("_T")
+
+# -- one table from SQLite's primary result codes to agentlog's errors ---------------
+
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM = 5, 6, 7
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+_ERRORS: dict[int, type[Exception]] = {
+    SQLITE_BUSY: StorageUnavailableError,
+    SQLITE_LOCKED: StorageUnavailableError,
+    SQLITE_NOMEM: MemoryError,
+    SQLITE_CORRUPT: CorruptDatabaseError,
+    SQLITE_NOTADB: CorruptDatabaseError,
+}
+
+
+def driver_error(code: int, message: str, context: str) -> Exception:
+    """The typed error for a SQLite result code (extended codes too), in ``context``.
+
+    Busy and locked become :class:`StorageUnavailableError` saying so, corrupt
+    and not-a-database :class:`CorruptDatabaseError`, out-of-memory
+    ``MemoryError``; every other failure (I/O, a full disk, a read-only or
+    unopenable file, …) :class:`StorageUnavailableError`.
+    """
+    primary = code & 0xFF
+    kind = _ERRORS.get(primary, StorageUnavailableError)
+    if primary in (SQLITE_BUSY, SQLITE_LOCKED):
+        return kind(f"{context}: database is busy ({message})")
+    return kind(f"{context}: {message}")
+
+
+class DriverConnection(Protocol):
+    """What a twin's connection offers the shared code."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def in_transaction(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+ConnectionT = TypeVar("ConnectionT", bound=DriverConnection)
+
+
+class EngineBase(Generic[ConnectionT]):
+    """The engine interface, less the driver and the hot paths.
+
+    ``ConnectionT`` is the twin's connection class.
+    """
+
+    name: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = 5000,
+        integrity_check_on_open: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        if synchronous not in ("normal", "full"):
+            raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self.path = path
+        self.read_only = bool(read_only)
+        self.schema_version = 0
+        self._memory = path == ":memory:"
+        self._busy_timeout_ms = max(0, int(busy_timeout_ms))
+        self._write_lock = threading.Lock()
+        self._readers_lock = threading.Lock()
+        self._idle_readers: list[ConnectionT] = []
+        self._closed = False
+        self._file_key: tuple[int, int] | None = None
+        # Read-only opens need no query_only: the file itself is opened read-only.
+        self._writer = self._connect(query_only=False)
+        try:
+            self._claim_file()
+            with self._translating(f"cannot open {path!r}"):
+                self._prepare(synchronous, integrity_check_on_open)
+        except BaseException:
+            self._release_file()
+            self._writer.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    # SQLite's locks are POSIX advisory locks, which belong to the process: two
+    # SQLite libraries in one process (the C engine's embedded one and the
+    # standard library's) cannot see each other's locks, and closing a file in
+    # one drops the other's. So one process opens a file with one engine at a
+    # time; a second engine is refused instead of risking the file.
+    _open_files: ClassVar[dict[tuple[int, int], tuple[str, int]]] = {}
+    _open_files_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def _claim_file(self) -> None:
+        if self._memory:
+            return
+        try:
+            stat = os.stat(self.path)
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
+        key = (stat.st_dev, stat.st_ino)
+        with EngineBase._open_files_lock:
+            engine, count = EngineBase._open_files.get(key, (self.name, 0))
+            if engine != self.name:
+                raise StorageUnavailableError(
+                    f"{self.path!r} is open with the {engine!r} engine in this process; "
+                    f"close it before opening it with the {self.name!r} engine (two SQLite "
+                    "libraries in one process do not see each other's locks)"
+                )
+            EngineBase._open_files[key] = (engine, count + 1)
+        self._file_key = key
+
+    def _release_file(self) -> None:
+        key, self._file_key = self._file_key, None
+        if key is None:
+            return
+        with EngineBase._open_files_lock:
+            engine, count = EngineBase._open_files[key]
+            if count > 1:
+                EngineBase._open_files[key] = (engine, count - 1)
+            else:
+                del EngineBase._open_files[key]
+
+    # -- the driver: what each twin supplies ---------------------------------------
+
+    @staticmethod
+    def sqlite_info() -> dict[str, Any]:
+        """Version, source id and compile options of the SQLite this twin drives."""
+        raise NotImplementedError
+
+    def _connect(self, query_only: bool) -> ConnectionT:
+        """A new connection to ``self.path`` with the busy timeout set.
+
+        ``query_only`` connections never write; an engine opened ``read_only``
+        also never creates the file.
+        """
+        raise NotImplementedError
+
+    def _translating(self, context: str) -> contextlib.AbstractContextManager[None]:
+        """A context that turns the driver's own errors into agentlog's typed errors."""
+        return contextlib.nullcontext()
+
+    def _append_batch(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: Sequence[tuple[str, bytes]],
+    ) -> int:
+        """Append a non-empty batch atomically; return the new head (the hot path)."""
+        raise NotImplementedError
+
+    def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
+        """One page of events after ``since_seq``, at most ``limit`` of them."""
+        raise NotImplementedError
+
+    def head(self, tenant: str, name: str) -> int:
+        """The session's head; 0 when it is empty or unknown."""
+        raise NotImplementedError
+
+    # -- opening -------------------------------------------------------------------
+
+    def _value(self, sql: str) -> Any:
+        return self._writer.rows(sql)[0][0]
+
+    def _prepare(self, synchronous: str, integrity_check: bool) -> None:
+        # Look before touching: nothing below may change a file that is not
+        # ours or was written by a newer version.
+        self.schema_version = self._check_identity()
+        if integrity_check:
+            ok, detail = self.check_integrity()
+            if not ok:
+                raise CorruptDatabaseError(f"{self.path!r} failed its integrity check: {detail}")
+        if self.read_only:
+            return
+        if not self._memory:
+            mode = self._value(Q.JOURNAL_WAL)
+            if str(mode).lower() != "wal":
+                raise StorageUnavailableError(
+                    f"{self.path!r}: cannot switch to WAL journal mode (got {mode!r})"
+                )
+        self._writer.rows(Q.synchronous(synchronous))
+        if self.schema_version < S.SCHEMA_VERSION:
+            self.write("migrate schema", self._migrate)
+
+    def _check_identity(self) -> int:
+        """Refuse a file of another application or a newer version; return its version."""
+        app_id = self._value(Q.APPLICATION_ID)
+        version = int(self._value(Q.USER_VERSION))
+        if app_id not in (0, S.APPLICATION_ID):
+            raise SchemaVersionError(
+                f"{self.path!r} is not an agentlog database (application_id {app_id:#x})"
+            )
+        if version > S.SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{self.path!r} has schema version {version}, newer than this agentlog "
+                f"supports ({S.SCHEMA_VERSION}); upgrade agentlog to open it"
+            )
+        if app_id == 0 and version == 0 and self._value(Q.ANY_TABLE):
+            raise SchemaVersionError(f"{self.path!r} is a SQLite database of another application")
+        return version
+
+    def _migrate(self, conn: ConnectionT) -> None:
+        # Inside the write transaction: another process may have created or
+        # migrated it while we waited for the lock. An older file is brought
+        # forward through every step it lacks, all in this one transaction.
+        version = self._check_identity()
+        if version < S.SCHEMA_VERSION:
+            for statement in S.migration(version):
+                conn.rows(statement)
+        self.schema_version = S.SCHEMA_VERSION
+
+    # -- connections ---------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointerClosedError("the database is closed")
+
+    def _borrow_reader(self) -> ConnectionT:
+        """A read connection from the pool (a new one when none is idle)."""
+        self._check_open()
+        with self._readers_lock:
+            if self._idle_readers:
+                return self._idle_readers.pop()
+        return self._connect(query_only=True)
+
+    def _return_reader(self, conn: ConnectionT) -> None:
+        with self._readers_lock:
+            if not self._closed:
+                self._idle_readers.append(conn)
+                return
+        conn.close()
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[ConnectionT]:
+        """A connection to read on: borrowed from the pool, or the only one."""
+        if self._memory:
+            with self._write_lock:
+                self._check_open()
+                yield self._writer
+            return
+        conn = self._borrow_reader()
+        try:
+            yield conn
+        finally:
+            self._return_reader(conn)
+
+    # -- transactions --------------------------------------------------------------
+
+    def read(
+        self, context: str, work: Callable[[ConnectionT], _T], *, snapshot: bool = False
+    ) -> _T:
+        """Run ``work`` on a read connection (inside one read transaction with ``snapshot``)."""
+        try:
+            with self._translating(context), self._reader() as conn:
+                if not snapshot:
+                    return work(conn)
+                conn.rows(Q.BEGIN_READ)
+                try:
+                    return work(conn)
+                finally:
+                    conn.rows(Q.COMMIT)
+        except StorageUnavailableError as exc:
+            if self._closed:
+                raise CheckpointerClosedError("the database is closed") from exc
+            raise
+
+    def write(self, context: str, work: Callable[[ConnectionT], _T]) -> _T:
+        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction; roll back on error."""
+        with self._write_lock, self._translating(context):
+            self._check_open()
+            if self.read_only:
+                raise StorageUnavailableError(f"{context}: {self.path!r} is open read-only")
+            conn = self._writer
+            conn.rows(Q.BEGIN_WRITE)
+            try:
+                result = work(conn)
+                conn.rows(Q.COMMIT)
+                return result
+            except BaseException:
+                if conn.in_transaction():
+                    conn.rows(Q.ROLLBACK)
+                raise
+
+    # -- the one path that creates sessions and inserts events ----------------------
+
+    def create_session(
+        self,
+        conn: Connection,
+        tenant: str,
+        name: str,
+        *,
+        head: int,
+        ts: float,
+        revision: int,
+        metadata: bytes | None = None,
+    ) -> int:
+        """Inside a write: insert a new session row; return its sid.
+
+        The sid is one past the largest (the C engine's hot path allocates the
+        same way, in C); past the bound nothing is inserted.
+        """
+        sid = int(conn.rows(Q.NEXT_SID)[0][0])
+        if sid > S.MAX_SID:
+            raise StorageUnavailableError("the database holds too many sessions")
+        conn.rows(Q.INSERT_SESSION, (sid, tenant, name, head, ts, ts, revision, metadata))
+        return sid
+
+    def insert_events(
+        self,
+        conn: Connection,
+        sid: int,
+        after_seq: int,
+        events: Sequence[tuple[float, str, bytes, str | None]],
+    ) -> None:
+        """Inside a write: insert ``(ts, type, json, item_id)`` events at ``after_seq + 1``…."""
+        if after_seq + len(events) > S.MAX_SEQ:
+            raise ValueError(f"a session cannot exceed {S.MAX_SEQ} events")
+        for seq, (ts, kind, data, item_id) in enumerate(events, after_seq + 1):
+            conn.rows(Q.INSERT_ITEM, (S.event_key(sid, seq), ts, kind, data, item_id))
+
+    # -- the log's cold paths --------------------------------------------------------
+
+    def append(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: Sequence[tuple[str, bytes]],
+    ) -> int:
+        """Append a batch atomically; return the new head.
+
+        An empty batch writes nothing and returns the head (a stale
+        ``expected_head`` still conflicts).
+        """
+        if batch:
+            return self._append_batch(tenant, name, expected_head, ts, batch)
+        head = self.head(tenant, name)
+        if expected_head is not None and expected_head != head:
+            raise CheckpointConflictError(name, expected_head, head)
+        return head
+
+    def list_sessions(self, tenant: str) -> list[tuple[str, float, int]]:
+        """``(name, mtime, head)`` of every session, most recently active first."""
+        rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS, (tenant,)))
+        return [(name, mtime, head) for name, mtime, head in rows]
+
+    def delete(self, tenant: str, name: str) -> None:
+        """Remove the session and all its events; nothing if it does not exist."""
+
+        def work(conn: DriverConnection) -> None:
+            for sid, _ in conn.rows(Q.SELECT_SESSION, (tenant, name)):
+                self.delete_session(conn, sid)
+
+        self.write("delete", work)
+
+    def delete_session(self, conn: Connection, sid: int) -> None:
+        """Inside a write: remove session ``sid`` with its events and snapshots."""
+        conn.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)))
+        conn.rows(Q.DELETE_SNAPSHOTS_AFTER, (sid, -1))
+        conn.rows(Q.DELETE_SESSION, (sid,))
+
+    def truncate(self, tenant: str, name: str, to_seq: int, ts: float) -> int:
+        """Remove events after ``to_seq``; return the new head."""
+
+        def work(conn: DriverConnection) -> int:
+            rows = conn.rows(Q.SELECT_SESSION, (tenant, name))
+            if not rows:
+                return 0
+            sid, head = rows[0]
+            if to_seq >= head:
+                return int(head)
+            bounds = (S.event_key(sid, to_seq), S.event_key(sid, S.MAX_SEQ))
+            conn.rows(Q.DELETE_EVENTS_BETWEEN, bounds)
+            # A snapshot of events that are gone would resurrect them on load.
+            conn.rows(Q.DELETE_SNAPSHOTS_AFTER, (sid, to_seq))
+            conn.rows(Q.UPDATE_SESSION, (to_seq, ts, sid))
+            return to_seq
+
+        return self.write("truncate", work)
+
+    def copy_prefix(self, tenant: str, name: str, at_seq: int, new_name: str, ts: float) -> int:
+        """Create ``new_name`` holding events 1..``at_seq`` of ``name``."""
+
+        def work(conn: DriverConnection) -> int:
+            rows = conn.rows(Q.SELECT_SESSION, (tenant, name))
+            if not rows:
+                raise SessionNotFoundError(f"no session {name!r} to fork")
+            sid, head = rows[0]
+            if at_seq > head:
+                raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {head}")
+            if conn.rows(Q.SELECT_SESSION, (tenant, new_name)):
+                raise SessionExistsError(f"session {new_name!r} already exists")
+            new_sid = self.create_session(conn, tenant, new_name, head=at_seq, ts=ts, revision=1)
+            conn.rows(Q.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq))
+            conn.rows(Q.COPY_SNAPSHOTS, (sid, new_sid, at_seq))
+            return at_seq
+
+        return self.write("fork", work)
+
+    # -- the file ----------------------------------------------------------------------
+
+    def check_integrity(self) -> tuple[bool, str]:
+        """Run ``PRAGMA quick_check``; ``(True, "ok")`` for a sound file."""
+        try:
+            with self._write_lock, self._translating("integrity check"):
+                self._check_open()
+                rows = self._writer.rows(Q.QUICK_CHECK)
+        except (CorruptDatabaseError, StorageUnavailableError) as exc:
+            return False, str(exc)
+        detail = "\n".join(str(row[0]) for row in rows)
+        return detail == "ok", detail
+
+    def backup_to(self, path: str) -> None:
+        """Write a consistent copy of the whole database to the new file ``path``.
+
+        ``VACUUM INTO`` reads in one transaction, so the copy is a committed
+        state even while other processes write. It runs on the writer
+        connection (a pooled reader is ``query_only``, which refuses it).
+        """
+        if os.path.lexists(path):
+            raise StorageUnavailableError(f"backup target {path!r} already exists")
+        with self._write_lock, self._translating("backup"):
+            self._check_open()
+            self._writer.rows(Q.BACKUP_INTO, (path,))
+
+    def close(self) -> None:
+        """Close every connection; idempotent."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with self._readers_lock:
+                idle, self._idle_readers = self._idle_readers, []
+            for conn in idle:
+                conn.close()
+            self._writer.close()
+            self._release_file()

@@ -1,0 +1,7 @@
+# The few CPython C-API functions the C twin uses that Cython does not declare.
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    object PyUnicode_DecodeUTF8(const char *data, Py_ssize_t size, const char *errors)
+    object PyMemoryView_FromMemory(char *memory, Py_ssize_t size, int flags)
+    int PyBUF_READ

@@ -1,0 +1,174 @@
+"""The engine interface: everything the log, the stores, migrate and the CLI
+may ask of a SQLite engine, typed.
+
+Two engines implement it — :class:`~agentlog.engine.pure.PyEngine` on the
+standard library's ``sqlite3`` and ``CEngine`` on the SQLite C API — and
+nothing above this layer names either, reaches into their underscores or
+issues SQL of its own: statements come from :mod:`agentlog.engine.sql`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ..events import StoredEvent
+
+__all__ = ["Connection", "Engine", "EngineFactory"]
+
+T = TypeVar("T")
+
+
+class Connection(Protocol):
+    """One SQLite connection, as handed to the work of a transaction."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; return all its rows."""
+        ...
+
+
+class Engine(Protocol):
+    """An open agentlog database."""
+
+    @property
+    def name(self) -> str:
+        """``"c"`` or ``"python"``."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """The database file (or ``":memory:"``)."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        ...
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with ``read_only=True``: nothing can be written, not even the schema."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The file's schema version (older than current only when read-only)."""
+        ...
+
+    # -- the session log -----------------------------------------------------------
+
+    def append(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: Sequence[tuple[str, bytes]],
+    ) -> int:
+        """Append encoded ``(type, json)`` events atomically; return the new head.
+
+        A stale ``expected_head`` raises ``CheckpointConflictError`` and writes
+        nothing. An empty batch writes nothing and returns the head.
+        """
+        ...
+
+    def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
+        """One page of events after ``since_seq``, at most ``limit`` of them."""
+        ...
+
+    def head(self, tenant: str, name: str) -> int:
+        """The session's head; 0 when it is empty or unknown."""
+        ...
+
+    def list_sessions(self, tenant: str) -> list[tuple[str, float, int]]:
+        """``(name, mtime, head)`` of every session, most recently active first."""
+        ...
+
+    def delete(self, tenant: str, name: str) -> None:
+        """Remove the session with its events and snapshots; nothing if it is unknown."""
+        ...
+
+    def truncate(self, tenant: str, name: str, to_seq: int, ts: float) -> int:
+        """Remove events after ``to_seq``; return the new head."""
+        ...
+
+    def copy_prefix(self, tenant: str, name: str, at_seq: int, new_name: str, ts: float) -> int:
+        """Create ``new_name`` holding events 1..``at_seq`` of ``name``; return its head."""
+        ...
+
+    # -- transactions for the stores ------------------------------------------------
+
+    def write(self, context: str, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one write transaction; roll back if it raises.
+
+        ``context`` names the operation in the error a driver failure becomes.
+        """
+        ...
+
+    def read(self, context: str, work: Callable[[Connection], T], *, snapshot: bool = False) -> T:
+        """Run ``work`` on a read connection (inside one read transaction with ``snapshot``)."""
+        ...
+
+    def create_session(
+        self,
+        conn: Connection,
+        tenant: str,
+        name: str,
+        *,
+        head: int,
+        ts: float,
+        revision: int,
+        metadata: bytes | None = None,
+    ) -> int:
+        """Inside a write: insert a new session row; return its sid."""
+        ...
+
+    def insert_events(
+        self,
+        conn: Connection,
+        sid: int,
+        after_seq: int,
+        events: Sequence[tuple[float, str, bytes, str | None]],
+    ) -> None:
+        """Inside a write: insert ``(ts, type, json, item_id)`` events at ``after_seq + 1``…."""
+        ...
+
+    def delete_session(self, conn: Connection, sid: int) -> None:
+        """Inside a write: remove session ``sid`` with its events and snapshots."""
+        ...
+
+    # -- the file ----------------------------------------------------------------------
+
+    def check_integrity(self) -> tuple[bool, str]:
+        """``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
+        ...
+
+    def backup_to(self, path: str) -> None:
+        """Write a consistent copy of the whole database to the new file ``path``."""
+        ...
+
+    def close(self) -> None:
+        """Close every connection; idempotent."""
+        ...
+
+
+class EngineFactory(Protocol):
+    """An engine class: opens a database."""
+
+    name: str
+
+    def __call__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = 5000,
+        integrity_check_on_open: bool = False,
+        read_only: bool = False,
+    ) -> Engine:
+        """Open (creating and migrating forward, unless ``read_only``) ``path``."""
+        ...
+
+    def sqlite_info(self) -> dict[str, Any]:
+        """Version, source id and compile options of the SQLite it drives."""
+        ...

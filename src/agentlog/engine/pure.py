@@ -1,0 +1,166 @@
+"""The pure-Python twin: the engine interface on the standard library's sqlite3.
+
+See :mod:`.base` for what an engine is; this module adds the driver (a
+``sqlite3`` connection wrapped as a :class:`~.base.DriverConnection`, its
+errors mapped through the shared result-code table) and the hot paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import CheckpointConflictError
+from ..events import StoredEvent, decode_json
+from . import schema as S
+from . import sql as Q
+from .base import EngineBase, driver_error
+
+__all__ = ["PyConnection", "PyEngine", "sqlite_info"]
+
+_new_stored = tuple.__new__
+
+
+def sqlite_info() -> dict[str, Any]:
+    """Version and compile options of the SQLite the standard library links."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        source_id = conn.execute("SELECT sqlite_source_id()").fetchone()[0]
+        options = [row[0] for row in conn.execute("PRAGMA compile_options")]
+    finally:
+        conn.close()
+    return {
+        "sqlite_version": sqlite3.sqlite_version,
+        "sqlite_source_id": source_id,
+        "compile_options": options,
+    }
+
+
+def _translate(exc: sqlite3.Error, context: str) -> Exception:
+    """A sqlite3 exception as agentlog's typed error, by its result code."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        # Python 3.10's sqlite3 carries no result code: only the class and the
+        # text are left to go by.
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            code = 5
+        elif "malformed" in text or "not a database" in text:
+            code = 11
+        else:
+            code = 1
+    return driver_error(code, str(exc), context)
+
+
+class PyConnection:
+    """A ``sqlite3`` connection as the shared code sees it."""
+
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; return all its rows."""
+        return self.db.execute(sql, params).fetchall()
+
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open."""
+        return self.db.in_transaction
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.close()
+
+
+class PyEngine(EngineBase[PyConnection]):
+    """The engine interface on the standard library's ``sqlite3`` module."""
+
+    name = "python"
+    sqlite_info = staticmethod(sqlite_info)
+
+    def _connect(self, query_only: bool) -> PyConnection:
+        target, uri = self.path, False
+        if self.read_only and not self._memory:
+            target, uri = f"file:{quote(self.path)}?mode=ro", True
+        with self._translating(f"cannot open {self.path!r}"):
+            db = sqlite3.connect(
+                target,
+                timeout=self._busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=64,
+                uri=uri,
+            )
+            try:
+                db.execute(Q.busy_timeout(self._busy_timeout_ms))
+                if query_only:
+                    db.execute(Q.QUERY_ONLY)
+            except BaseException:
+                db.close()
+                raise
+        return PyConnection(db)
+
+    @contextlib.contextmanager
+    def _translating(self, context: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _translate(exc, context) from exc
+
+    # -- the hot paths -----------------------------------------------------------------
+
+    def _append_batch(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: Sequence[tuple[str, bytes]],
+    ) -> int:
+        def work(conn: PyConnection) -> int:
+            row = conn.db.execute(Q.SELECT_SESSION, (tenant, name)).fetchone()
+            head = 0 if row is None else row[1]
+            if expected_head is not None and expected_head != head:
+                raise CheckpointConflictError(name, expected_head, head)
+            new_head = head + len(batch)
+            if new_head > S.MAX_SEQ:
+                raise ValueError(f"session {name!r} would exceed {S.MAX_SEQ} events")
+            if row is None:
+                sid = self.create_session(conn, tenant, name, head=new_head, ts=ts, revision=1)
+            else:
+                sid = row[0]
+                conn.db.execute(Q.UPDATE_SESSION, (new_head, ts, sid))
+            base = S.event_key(sid, head)
+            if len(batch) == 1:
+                conn.db.execute(Q.INSERT_EVENT, (base + 1, ts, batch[0][0], batch[0][1]))
+            else:
+                conn.db.executemany(
+                    Q.INSERT_EVENT,
+                    [(base + i, ts, kind, data) for i, (kind, data) in enumerate(batch, 1)],
+                )
+            return new_head
+
+        return self.write("append", work)
+
+    def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
+        """One page of events after ``since_seq``, at most ``limit`` of them."""
+        rows = self.read(
+            "read", lambda conn: conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit))
+        )
+        if not rows:
+            return []
+        # One decode call for the whole page instead of one per event.
+        events = decode_json(b"[" + b",".join([row[3] for row in rows]) + b"]")
+        return [
+            _new_stored(StoredEvent, (row[0], row[0] - 1, row[1], row[2], event))
+            for row, event in zip(rows, events, strict=True)
+        ]
+
+    def head(self, tenant: str, name: str) -> int:
+        """The session's head; 0 when it is empty or unknown."""
+        rows = self.read("head", lambda conn: conn.rows(Q.SELECT_HEAD, (tenant, name)))
+        return int(rows[0][0]) if rows else 0

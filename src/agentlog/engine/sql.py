@@ -1,0 +1,182 @@
+"""Every SQL statement agentlog runs, beside the schema they run against.
+
+The engines' hot paths, their cold paths, the four stores and the migration
+all take their statements from here, so the tables of :mod:`.schema` are read
+and written in one place. Event keys pack ``sid << 32 | seq``
+(:func:`.schema.event_key`); ``& 4294967295`` and ``>> 32`` below unpack them.
+"""
+
+from __future__ import annotations
+
+from .schema import MAX_SEQ, SEQ_BITS
+
+assert (MAX_SEQ, SEQ_BITS) == (4294967295, 32), "the statements below unpack 32-bit seqs"
+
+# -- transactions ------------------------------------------------------------------
+
+BEGIN_WRITE = "BEGIN IMMEDIATE"
+BEGIN_READ = "BEGIN"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+
+# -- sessions ----------------------------------------------------------------------
+
+SELECT_SESSION = "SELECT sid, head FROM sessions WHERE tenant = ? AND name = ?"
+SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
+#: The number a new session takes: one past the largest (sids are never reused
+#: while a larger one exists, and the bound is checked before the insert).
+NEXT_SID = "SELECT coalesce(max(sid), 0) + 1 FROM sessions"
+INSERT_SESSION = (
+    "INSERT INTO sessions (sid, tenant, name, head, created, mtime, revision, metadata)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: An append (or a truncation) moves the head; every write adds one revision.
+UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
+TOUCH_SESSION = "UPDATE sessions SET revision = revision + 1, mtime = ? WHERE sid = ?"
+DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
+LIST_SESSIONS = (
+    "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
+)
+_SESSION_RECORD = (
+    "s.head, s.revision, s.metadata, s.created, s.mtime,"
+    " (SELECT max(through_seq) FROM snapshots WHERE sid = s.sid)"
+)
+SESSION_RECORD = (
+    f"SELECT s.sid, {_SESSION_RECORD} FROM sessions s WHERE s.tenant = ? AND s.name = ?"
+)
+SESSION_RECORDS = (
+    f"SELECT s.name, {_SESSION_RECORD} FROM sessions s"
+    " WHERE s.tenant = ? AND s.name > ? ORDER BY s.name LIMIT ?"
+)
+SESSION_NAMES = "SELECT name FROM sessions WHERE tenant = ?"
+
+# -- events ------------------------------------------------------------------------
+
+INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
+INSERT_ITEM = "INSERT INTO events (id, ts, type, data, item_id) VALUES (?, ?, ?, ?, ?)"
+#: One page of a forward scan; the session lookup and the range are one
+#: statement so a page is one consistent snapshot.
+SCAN_EVENTS = (
+    "SELECT e.id & 4294967295, e.ts, e.type, e.data"
+    " FROM sessions s JOIN events e"
+    " ON e.id > (s.sid << 32) + ?3 AND e.id <= (s.sid << 32) + 4294967295"
+    " WHERE s.tenant = ?1 AND s.name = ?2 ORDER BY e.id LIMIT ?4"
+)
+#: Events with keys in (?, ?]: ``(seq, ts, type, data)``.
+EVENTS_BETWEEN = (
+    "SELECT id & 4294967295, ts, type, data FROM events WHERE id > ? AND id <= ? ORDER BY id"
+)
+ITEM_TAKEN = "SELECT 1 FROM events WHERE (id >> 32) = ? AND item_id = ?"
+DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
+COPY_EVENTS = (
+    "INSERT INTO events (id, ts, type, data, item_id)"
+    " SELECT id - ?1 + ?2, ts, type, data, item_id FROM events WHERE id > ?1 AND id <= ?1 + ?3"
+)
+
+# -- snapshots ---------------------------------------------------------------------
+
+INSERT_SNAPSHOT = "INSERT INTO snapshots (sid, through_seq, state, created) VALUES (?, ?, ?, ?)"
+SELECT_SNAPSHOT = (
+    "SELECT through_seq, state, created FROM snapshots WHERE sid = ? AND through_seq = ?"
+)
+DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
+COPY_SNAPSHOTS = (
+    "INSERT INTO snapshots (sid, through_seq, state, created)"
+    " SELECT ?2, through_seq, state, created FROM snapshots WHERE sid = ?1 AND through_seq <= ?3"
+)
+
+# -- memory ------------------------------------------------------------------------
+
+MEMORY_GET = (
+    "SELECT value, revision, created, updated FROM memory"
+    " WHERE tenant = ? AND namespace = ? AND key = ?"
+)
+MEMORY_PUT = (
+    "INSERT OR REPLACE INTO memory (tenant, namespace, key, value, revision, created, updated)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+MEMORY_DELETE = "DELETE FROM memory WHERE tenant = ? AND namespace = ? AND key = ?"
+MEMORY_LIST = (
+    "SELECT key, value, revision, created, updated FROM memory"
+    " WHERE tenant = ? AND namespace = ? AND key > ? ORDER BY key LIMIT ?"
+)
+
+# -- checkpoints -------------------------------------------------------------------
+
+CHECKPOINT_COLUMNS = (
+    "tenant, run_id, session_id, parent_run_id, status, data, revision, created, updated"
+)
+CHECKPOINT_GET = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE tenant = ? AND run_id = ?"
+CHECKPOINT_PUT = (
+    f"INSERT OR REPLACE INTO checkpoints ({CHECKPOINT_COLUMNS}) VALUES ({', '.join('?' * 9)})"
+)
+CHECKPOINT_DELETE = "DELETE FROM checkpoints WHERE tenant = ? AND run_id = ?"
+#: Columns a checkpoint listing may filter on (each served by an index).
+CHECKPOINT_FILTERS = ("run_id", "session_id", "parent_run_id", "status")
+
+
+def checkpoint_list(filters: tuple[str, ...]) -> str:
+    """Checkpoints of a tenant matching ``column = ?`` for each filter, after a run id."""
+    if not set(filters) <= set(CHECKPOINT_FILTERS):
+        raise ValueError(f"cannot filter checkpoints on {filters!r}")
+    where = "".join(f" AND {column} = ?" for column in filters)
+    return (
+        f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE tenant = ?{where} AND run_id > ?"
+        " ORDER BY run_id LIMIT ?"
+    )
+
+
+# -- artifacts ---------------------------------------------------------------------
+
+ARTIFACT_COLUMNS = "sha256, size, media_type, metadata, revision, created, updated"
+ARTIFACT_GET = f"SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE tenant = ? AND artifact_id = ?"
+ARTIFACT_PUT = (
+    "INSERT OR REPLACE INTO artifacts (tenant, artifact_id, sha256, size, media_type,"
+    " metadata, revision, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+ARTIFACT_DELETE = "DELETE FROM artifacts WHERE tenant = ? AND artifact_id = ?"
+ARTIFACT_LIST = (
+    f"SELECT artifact_id, {ARTIFACT_COLUMNS} FROM artifacts"
+    " WHERE tenant = ? AND artifact_id > ? ORDER BY artifact_id LIMIT ?"
+)
+BLOB_EXISTS = "SELECT 1 FROM blobs WHERE sha256 = ?"
+BLOB_INSERT = "INSERT INTO blobs (sha256, size, refcount) VALUES (?, ?, 1)"
+BLOB_ACQUIRE = "UPDATE blobs SET refcount = refcount + 1 WHERE sha256 = ?"
+BLOB_RELEASE = "UPDATE blobs SET refcount = refcount - 1 WHERE sha256 = ?"
+BLOB_REFCOUNT = "SELECT refcount FROM blobs WHERE sha256 = ?"
+BLOB_DELETE = "DELETE FROM blobs WHERE sha256 = ?"
+CHUNK_INSERT = "INSERT INTO blob_chunks (sha256, n, data) VALUES (?, ?, ?)"
+CHUNK_GET = "SELECT data FROM blob_chunks WHERE sha256 = ? AND n = ?"
+CHUNKS_RENAME = "UPDATE blob_chunks SET sha256 = ? WHERE sha256 = ?"
+CHUNKS_DELETE = "DELETE FROM blob_chunks WHERE sha256 = ?"
+
+# -- migration ledger --------------------------------------------------------------
+
+LEDGER_SELECT = "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ?"
+LEDGER_INSERT = (
+    "INSERT INTO migration_ledger (source_id, source_key, sha256, tenant, session_id, migrated)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+# -- the file ----------------------------------------------------------------------
+
+APPLICATION_ID = "PRAGMA application_id"
+USER_VERSION = "PRAGMA user_version"
+ANY_TABLE = "SELECT count(*) FROM sqlite_master"
+JOURNAL_WAL = "PRAGMA journal_mode = WAL"
+QUICK_CHECK = "PRAGMA quick_check"
+QUERY_ONLY = "PRAGMA query_only = 1"
+BACKUP_INTO = "VACUUM INTO ?"
+
+
+def synchronous(level: str) -> str:
+    """``PRAGMA synchronous`` for ``"normal"`` or ``"full"``."""
+    return f"PRAGMA synchronous = {_SYNCHRONOUS[level]}"
+
+
+def busy_timeout(ms: int) -> str:
+    """``PRAGMA busy_timeout`` (``ms`` already clamped to an int >= 0)."""
+    return f"PRAGMA busy_timeout = {int(ms)}"
+
+
+_SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}

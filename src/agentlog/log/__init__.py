@@ -1,0 +1,27 @@
+"""The session log: the Checkpointer contract and its backends.
+
+:class:`Checkpointer` is the contract (append with an expected head, read
+forward, head, list, delete, truncate, fork); :class:`BaseCheckpointer`
+checks arguments once for every backend; the backends are
+:class:`MemoryCheckpointer`, :class:`FileCheckpointer` (JSONL files),
+:class:`SqliteCheckpointer` (on the engine layer, :mod:`agentlog.engine`) and
+the legacy adapter over role/content message arrays.
+"""
+
+from __future__ import annotations
+
+from .contract import BaseCheckpointer, Checkpointer
+from .file import FileCheckpointer, read_session_file
+from .legacy import legacy_store_adapter
+from .memory import MemoryCheckpointer
+from .sqlite import SqliteCheckpointer
+
+__all__ = [
+    "BaseCheckpointer",
+    "Checkpointer",
+    "FileCheckpointer",
+    "MemoryCheckpointer",
+    "SqliteCheckpointer",
+    "legacy_store_adapter",
+    "read_session_file",
+]

@@ -1,0 +1,497 @@
+"""The SessionStore: the tenant-aware, snapshot-capable face of the session log.
+
+It is the same log the :class:`Checkpointer` writes — the same tables in the
+same file — seen with what a multi-tenant host needs: sessions created
+explicitly with metadata, a revision per session (every write through either
+face adds one) for compare-and-set appends, item ids unique within a session,
+and snapshot compaction. ``compact`` records a snapshot of the state through a
+sequence; ``load`` returns the newest snapshot plus the items after it. The
+journal is kept: compaction never deletes items (retention is a policy for
+the host, not a side effect), so the Checkpointer face still reads them all.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+from ..engine import schema as S
+from ..engine import sql as Q
+from ..errors import InvalidEventError, StorageDataError, StorageNotFoundError
+from ..events import StoredEvent, decode_json, encode_events
+from .common import (
+    EngineTransactions,
+    LockedTransactions,
+    Transactions,
+    advance,
+    check_name,
+    check_page,
+    check_revision,
+    decode_value,
+    encode_value,
+)
+
+__all__ = [
+    "InMemorySessionStore",
+    "SessionLoad",
+    "SessionRecord",
+    "SessionStore",
+    "Snapshot",
+    "SqliteSessionStore",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session's metadata as stored."""
+
+    tenant_id: str
+    session_id: str
+    revision: int
+    """0 when created; plus one per append, compaction or truncation."""
+    head: int
+    """The sequence of the last item; 0 when there is none."""
+    metadata: Any
+    snapshot_through: int | None
+    """The sequence the newest snapshot covers, if there is one."""
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """State compacted from the items 1..``through_sequence``."""
+
+    through_sequence: int
+    state: Any
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLoad:
+    """What :meth:`SessionStore.load` returns."""
+
+    session: SessionRecord
+    snapshot: Snapshot | None
+    items: list[StoredEvent] = field(default_factory=list)
+
+
+def _resource(tenant_id: str, session_id: str) -> str:
+    return f"session {tenant_id!r}/{session_id!r}"
+
+
+def _items(items: Iterable[Mapping[str, Any]]) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """Validate items (events with a string ``id``); encoded pairs and their ids."""
+    items = list(items) if not isinstance(items, (Mapping, str, bytes)) else items
+    try:
+        encoded = encode_events(items)
+    except InvalidEventError as exc:
+        raise StorageDataError(f"item {exc}") from None
+    except TypeError as exc:
+        raise StorageDataError(str(exc)) from None
+    ids = []
+    for index, item in enumerate(items):
+        item_id = item.get("id")
+        ids.append(check_name(f"item {index} id", item_id))
+    if len(set(ids)) != len(ids):
+        raise StorageDataError("item ids must be unique within the session (repeated in the batch)")
+    return encoded, ids
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Tenant-scoped sessions: metadata, an item journal with CAS, snapshots."""
+
+    def create(self, tenant_id: str, session_id: str, metadata: Any = None) -> SessionRecord:
+        """A new, empty session at revision 0 (a conflict when it exists)."""
+        ...
+
+    def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        """The session's record, or :class:`StorageNotFoundError`."""
+        ...
+
+    def append(
+        self,
+        tenant_id: str,
+        session_id: str,
+        expected_revision: int,
+        items: Iterable[Mapping[str, Any]],
+    ) -> SessionRecord:
+        """Append items (events with unique ``id``s) at contiguous sequences."""
+        ...
+
+    def load(
+        self,
+        tenant_id: str,
+        session_id: str,
+        after_sequence: int | None = None,
+        use_snapshot: bool = True,
+        limit: int | None = None,
+    ) -> SessionLoad:
+        """The newest snapshot and the items after it (or the items after ``after_sequence``)."""
+        ...
+
+    def compact(
+        self,
+        tenant_id: str,
+        session_id: str,
+        expected_revision: int,
+        through_sequence: int,
+        state: Any,
+    ) -> SessionRecord:
+        """Save a snapshot of the state through ``through_sequence``."""
+        ...
+
+    def list(
+        self, tenant_id: str, after: str | None = None, limit: int = 100
+    ) -> builtins.list[SessionRecord]:
+        """The tenant's sessions in id order, ids strictly after ``after``."""
+        ...
+
+    def delete(self, tenant_id: str, session_id: str, expected_revision: int) -> None:
+        """Remove the session, its items and snapshots, if it is at ``expected_revision``."""
+        ...
+
+
+def _check_load_args(
+    after_sequence: int | None, limit: int | None
+) -> tuple[int | None, int | None]:
+    try:
+        after = None if after_sequence is None else check_revision(after_sequence)
+        count = None if limit is None else check_revision(limit)
+    except StorageDataError as exc:
+        raise StorageDataError(
+            str(exc).replace("expected_revision", "after_sequence/limit")
+        ) from None
+    return after, count
+
+
+#: A journal entry as the primitives hand it over: ``(ts, type, json, item_id)``.
+Entry = tuple[float, str, bytes, str]
+#: A session's stored row: ``(handle, head, revision, metadata json | None,
+#: created, updated, newest snapshot's through_sequence | None)``; the handle
+#: is whatever the implementation finds the session by.
+Row = tuple[Any, int, int, "bytes | None", float, float, "int | None"]
+
+
+def _record(key: tuple[str, str], row: Row) -> SessionRecord:
+    _, head, revision, meta, created, updated, through = row
+    metadata = None if meta is None else decode_value(meta, _resource(*key))
+    return SessionRecord(*key, revision, head, metadata, through, created, updated)
+
+
+class _SessionStoreBase(Transactions):
+    """The contract, written once; an implementation supplies rows and transactions."""
+
+    @staticmethod
+    def _key(tenant_id: object, session_id: object) -> tuple[str, str]:
+        return check_name("tenant_id", tenant_id), check_name("session_id", session_id)
+
+    def _current(
+        self, ctx: Any, key: tuple[str, str], expected: int | None
+    ) -> tuple[Any, SessionRecord]:
+        """The session at ``expected``: ``(handle, record)``, or a conflict."""
+        row = self._get_row(ctx, key)
+        advance(_resource(*key), expected, None if row is None else row[2])
+        assert row is not None
+        return row[0], _record(key, row)
+
+    def create(self, tenant_id: str, session_id: str, metadata: Any = None) -> SessionRecord:
+        """A new, empty session at revision 0 (a conflict when it exists)."""
+        key = self._key(tenant_id, session_id)
+        meta = encode_value(metadata)
+
+        def work(ctx: Any) -> SessionRecord:
+            row = self._get_row(ctx, key)
+            advance(_resource(*key), None, None if row is None else row[2])
+            now = time.time()
+            self._insert_session(ctx, key, meta, now)
+            return SessionRecord(*key, 0, 0, decode_json(meta), None, now, now)
+
+        return self._atomic("session create", work)
+
+    def get(self, tenant_id: str, session_id: str) -> SessionRecord:
+        """The session's record, or :class:`StorageNotFoundError`."""
+        key = self._key(tenant_id, session_id)
+        row = self._reading("session get", lambda ctx: self._get_row(ctx, key))
+        if row is None:
+            raise StorageNotFoundError(f"no {_resource(*key)}")
+        return _record(key, row)
+
+    def append(
+        self,
+        tenant_id: str,
+        session_id: str,
+        expected_revision: int,
+        items: Iterable[Mapping[str, Any]],
+    ) -> SessionRecord:
+        """Append items (events with unique ``id``s) at contiguous sequences."""
+        key = self._key(tenant_id, session_id)
+        expected = check_revision(expected_revision)
+        encoded, ids = _items(items)
+
+        def work(ctx: Any) -> SessionRecord:
+            handle, record = self._current(ctx, key, expected)
+            for item_id in ids:
+                if self._item_taken(ctx, handle, item_id):
+                    raise StorageDataError(f"{_resource(*key)}: item id {item_id!r} is taken")
+            head = record.head + len(encoded)
+            if head > S.MAX_SEQ:
+                raise StorageDataError(f"{_resource(*key)} would exceed {S.MAX_SEQ} items")
+            now = time.time()
+            entries = [(now, kind, data, i) for (kind, data), i in zip(encoded, ids, strict=True)]
+            self._add_items(ctx, handle, record.head, entries, now)
+            return replace(record, revision=record.revision + 1, head=head, updated_at=now)
+
+        return self._atomic("session append", work)
+
+    def load(
+        self,
+        tenant_id: str,
+        session_id: str,
+        after_sequence: int | None = None,
+        use_snapshot: bool = True,
+        limit: int | None = None,
+    ) -> SessionLoad:
+        """The newest snapshot and the items after it (or the items after ``after_sequence``).
+
+        One read transaction, so the snapshot and the items agree.
+        """
+        key = self._key(tenant_id, session_id)
+        after, count = _check_load_args(after_sequence, limit)
+
+        def work(ctx: Any) -> tuple[SessionRecord, Snapshot | None, list[tuple[Any, ...]]]:
+            row = self._get_row(ctx, key)
+            if row is None:
+                raise StorageNotFoundError(f"no {_resource(*key)}")
+            record = _record(key, row)
+            snapshot = None
+            if use_snapshot and after is None and record.snapshot_through is not None:
+                through, state, created = self._get_snapshot(ctx, row[0], record.snapshot_through)
+                snapshot = Snapshot(through, decode_value(state, _resource(*key)), created)
+            start = after if after is not None else (snapshot.through_sequence if snapshot else 0)
+            stop = record.head if count is None else min(record.head, start + count)
+            return record, snapshot, self._get_items(ctx, row[0], start, max(start, stop))
+
+        record, snapshot, found = self._reading("session load", work, snapshot=True)
+        items = [
+            StoredEvent(seq, seq - 1, ts, kind, decode_value(data, _resource(*key)))
+            for seq, ts, kind, data in found
+        ]
+        return SessionLoad(record, snapshot, items)
+
+    def compact(
+        self,
+        tenant_id: str,
+        session_id: str,
+        expected_revision: int,
+        through_sequence: int,
+        state: Any,
+    ) -> SessionRecord:
+        """Save a snapshot of the state through ``through_sequence``."""
+        key = self._key(tenant_id, session_id)
+        expected = check_revision(expected_revision)
+        through = check_revision(through_sequence)
+        assert through is not None
+        data = encode_value(state)
+
+        def work(ctx: Any) -> SessionRecord:
+            handle, record = self._current(ctx, key, expected)
+            resource = _resource(*key)
+            if through > record.head:
+                raise StorageDataError(
+                    f"{resource}: cannot compact through {through}, past the head {record.head}"
+                )
+            floor = record.snapshot_through or 0
+            if through <= floor:
+                raise StorageDataError(
+                    f"{resource}: a snapshot must advance past {floor}, not {through}"
+                )
+            now = time.time()
+            self._add_snapshot(ctx, handle, through, data, now)
+            return replace(
+                record, revision=record.revision + 1, snapshot_through=through, updated_at=now
+            )
+
+        return self._atomic("session compact", work)
+
+    def list(
+        self, tenant_id: str, after: str | None = None, limit: int = 100
+    ) -> builtins.list[SessionRecord]:
+        """The tenant's sessions in id order, ids strictly after ``after``."""
+        tenant = check_name("tenant_id", tenant_id)
+        start, count = check_page(after, limit)
+        rows = self._reading("session list", lambda ctx: self._select(ctx, tenant, start, count))
+        return [_record((tenant, name), row) for name, row in rows]
+
+    def delete(self, tenant_id: str, session_id: str, expected_revision: int) -> None:
+        """Remove the session, its items and snapshots, if it is at ``expected_revision``."""
+        key = self._key(tenant_id, session_id)
+        expected = check_revision(expected_revision)
+
+        def work(ctx: Any) -> None:
+            row = self._get_row(ctx, key)
+            if row is None:
+                raise StorageNotFoundError(f"no {_resource(*key)}")
+            advance(_resource(*key), expected, row[2])
+            self._remove(ctx, key, row[0])
+
+        self._atomic("session delete", work)
+
+    # -- what an implementation supplies ------------------------------------------------
+
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
+        raise NotImplementedError
+
+    def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
+        """A new, empty session at revision 0."""
+        raise NotImplementedError
+
+    def _item_taken(self, ctx: Any, handle: Any, item_id: str) -> bool:
+        raise NotImplementedError
+
+    def _add_items(
+        self, ctx: Any, handle: Any, head: int, entries: builtins.list[Entry], now: float
+    ) -> None:
+        """Insert ``entries`` after ``head``; move the head; add one revision."""
+        raise NotImplementedError
+
+    def _add_snapshot(self, ctx: Any, handle: Any, through: int, state: bytes, now: float) -> None:
+        """Record a snapshot; add one revision."""
+        raise NotImplementedError
+
+    def _get_snapshot(self, ctx: Any, handle: Any, through: int) -> tuple[int, bytes, float]:
+        raise NotImplementedError
+
+    def _get_items(
+        self, ctx: Any, handle: Any, start: int, stop: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        """``(seq, ts, type, json)`` of the items ``start`` < seq <= ``stop``."""
+        raise NotImplementedError
+
+    def _select(
+        self, ctx: Any, tenant: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[str, Row]]:
+        """``(session_id, row)`` in id order, ids strictly after ``after``."""
+        raise NotImplementedError
+
+    def _remove(self, ctx: Any, key: tuple[str, str], handle: Any) -> None:
+        raise NotImplementedError
+
+
+class _Session:
+    """One session of the in-memory store: its row, journal and snapshots."""
+
+    __slots__ = ("created", "journal", "meta", "revision", "snapshots", "updated")
+
+    def __init__(self, meta: bytes, now: float) -> None:
+        self.meta: bytes | None = meta
+        self.revision = 0
+        self.created = self.updated = now
+        self.journal: list[Entry] = []
+        self.snapshots: dict[int, tuple[bytes, float]] = {}
+
+    def row(self) -> Row:
+        through = max(self.snapshots) if self.snapshots else None
+        return (self, len(self.journal), self.revision, self.meta, self.created, self.updated,
+                through)  # fmt: skip
+
+
+class InMemorySessionStore(LockedTransactions, _SessionStoreBase):
+    """A :class:`SessionStore` in this process's memory (JSON kept encoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sessions: dict[tuple[str, str], _Session] = {}
+
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
+        found = self._sessions.get(key)
+        return None if found is None else found.row()
+
+    def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
+        self._sessions[key] = _Session(meta, now)
+
+    def _item_taken(self, ctx: Any, handle: _Session, item_id: str) -> bool:
+        return any(entry[3] == item_id for entry in handle.journal)
+
+    def _add_items(
+        self, ctx: Any, handle: _Session, head: int, entries: builtins.list[Entry], now: float
+    ) -> None:
+        handle.journal.extend(entries)
+        handle.revision += 1
+        handle.updated = now
+
+    def _add_snapshot(
+        self, ctx: Any, handle: _Session, through: int, state: bytes, now: float
+    ) -> None:
+        handle.snapshots[through] = (state, now)
+        handle.revision += 1
+        handle.updated = now
+
+    def _get_snapshot(self, ctx: Any, handle: _Session, through: int) -> tuple[int, bytes, float]:
+        state, created = handle.snapshots[through]
+        return through, state, created
+
+    def _get_items(
+        self, ctx: Any, handle: _Session, start: int, stop: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        return [
+            (seq, ts, kind, data)
+            for seq, (ts, kind, data, _) in enumerate(handle.journal[start:stop], start + 1)
+        ]
+
+    def _select(
+        self, ctx: Any, tenant: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[str, Row]]:
+        names = sorted(s for t, s in self._sessions if t == tenant and (after is None or s > after))
+        return [(name, self._sessions[(tenant, name)].row()) for name in names[:limit]]
+
+    def _remove(self, ctx: Any, key: tuple[str, str], handle: _Session) -> None:
+        del self._sessions[key]
+
+
+class SqliteSessionStore(EngineTransactions, _SessionStoreBase):
+    """A :class:`SessionStore` on the session log's own tables (the handle is the sid)."""
+
+    def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
+        found = ctx.rows(Q.SESSION_RECORD, key)
+        return found[0] if found else None
+
+    def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
+        self._engine.create_session(ctx, *key, head=0, ts=now, revision=0, metadata=meta)
+
+    def _item_taken(self, ctx: Any, handle: int, item_id: str) -> bool:
+        return bool(ctx.rows(Q.ITEM_TAKEN, (handle, item_id)))
+
+    def _add_items(
+        self, ctx: Any, handle: int, head: int, entries: builtins.list[Entry], now: float
+    ) -> None:
+        self._engine.insert_events(ctx, handle, head, entries)
+        ctx.rows(Q.UPDATE_SESSION, (head + len(entries), now, handle))
+
+    def _add_snapshot(self, ctx: Any, handle: int, through: int, state: bytes, now: float) -> None:
+        ctx.rows(Q.INSERT_SNAPSHOT, (handle, through, state, now))
+        ctx.rows(Q.TOUCH_SESSION, (now, handle))
+
+    def _get_snapshot(self, ctx: Any, handle: int, through: int) -> tuple[int, bytes, float]:
+        through, state, created = ctx.rows(Q.SELECT_SNAPSHOT, (handle, through))[0]
+        return through, state, created
+
+    def _get_items(
+        self, ctx: Any, handle: int, start: int, stop: int
+    ) -> builtins.list[tuple[Any, ...]]:
+        bounds = (S.event_key(handle, start), S.event_key(handle, stop))
+        rows: builtins.list[tuple[Any, ...]] = ctx.rows(Q.EVENTS_BETWEEN, bounds)
+        return rows
+
+    def _select(
+        self, ctx: Any, tenant: str, after: str | None, limit: int
+    ) -> builtins.list[tuple[str, Row]]:
+        rows = ctx.rows(Q.SESSION_RECORDS, (tenant, "" if after is None else after, limit))
+        return [(row[0], (None, *row[1:])) for row in rows]
+
+    def _remove(self, ctx: Any, key: tuple[str, str], handle: int) -> None:
+        self._engine.delete_session(ctx, handle)

@@ -1,0 +1,126 @@
+"""The four stores together (ADR-004): in memory, or in the session log's SQLite file.
+
+:class:`SqliteStorage` opens one database and hands out the four stores on
+its one engine — and, through :meth:`SqliteStorage.checkpointer`, the
+Checkpointer face of the same log, sharing the same writer connection.
+Callers depend only on the store they use (each has its own protocol).
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Protocol, runtime_checkable
+
+from ..engine import Engine, open_engine
+from ..errors import CheckpointerClosedError
+from ..log.sqlite import SqliteCheckpointer
+from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
+from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
+from .common import DEFAULT_TENANT, check_name
+from .memory import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
+from .sessions import InMemorySessionStore, SessionStore, SqliteSessionStore
+
+__all__ = ["InMemoryStorage", "SqliteStorage", "Storage"]
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """The four stores, opened and closed together."""
+
+    sessions: SessionStore
+    checkpoints: CheckpointStore
+    memory: MemoryStore
+    artifacts: ArtifactStore
+
+    def close(self) -> None:
+        """Release the stores; later use raises :class:`CheckpointerClosedError`."""
+        ...
+
+
+class InMemoryStorage:
+    """The four stores in this process's memory: for tests and ephemeral runs."""
+
+    def __init__(self) -> None:
+        self.sessions = InMemorySessionStore()
+        self.checkpoints = InMemoryCheckpointStore()
+        self.memory = InMemoryMemoryStore()
+        self.artifacts = InMemoryArtifactStore()
+        self._closed = False
+
+    def close(self) -> None:
+        """Nothing to release; marks the storage closed, like :class:`SqliteStorage`."""
+        self._closed = True
+
+    def __enter__(self) -> InMemoryStorage:
+        if self._closed:
+            raise CheckpointerClosedError("the storage is closed")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class SqliteStorage:
+    """The four stores in one SQLite file — the same file (and schema) as the session log."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self.sessions = SqliteSessionStore(engine)
+        self.checkpoints = SqliteCheckpointStore(engine)
+        self.memory = SqliteMemoryStore(engine)
+        self.artifacts = SqliteArtifactStore(engine)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = 5000,
+        engine: str | None = None,
+    ) -> SqliteStorage:
+        """Open (creating or migrating forward) the database at ``path``."""
+        return cls(
+            open_engine(
+                path, engine=engine, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+            )
+        )
+
+    @property
+    def engine(self) -> str:
+        """The engine the stores run on: ``"c"`` or ``"python"``."""
+        return self._engine.name
+
+    def checkpointer(self, tenant: str = DEFAULT_TENANT) -> SqliteCheckpointer:
+        """The Checkpointer face of this file's session log, for ``tenant``.
+
+        It shares this storage's engine (one writer connection for both
+        faces) and closes with it; closing the checkpointer alone releases
+        nothing.
+        """
+        if self._engine.closed:
+            raise CheckpointerClosedError("the storage is closed")
+        return SqliteCheckpointer.on_engine(self._engine, check_name("tenant", tenant))
+
+    def close(self) -> None:
+        """Close the database; later use raises :class:`CheckpointerClosedError`."""
+        self._engine.close()
+
+    def __enter__(self) -> SqliteStorage:
+        if self._engine.closed:
+            raise CheckpointerClosedError("the storage is closed")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
