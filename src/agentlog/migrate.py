@@ -49,12 +49,10 @@ from .errors import (
     StorageUnavailableError,
 )
 from .events import check_session_id, encode_events
-from .log import read_session_file
+from .log import message_event, read_session_file
 from .stores.common import DEFAULT_TENANT, check_name, encode_value
 
 __all__ = ["MigrationError", "MigrationReport", "PlannedSession", "migrate"]
-
-_ROLE_TO_TYPE = {"user": "user", "assistant": "assistant", "tool": "tool_result"}
 
 
 class MigrationError(StorageDataError):
@@ -149,17 +147,11 @@ def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes
     """(type, payload, item id) for each message of a JSON v1 document."""
     events = []
     for index, message in enumerate(document["messages"]):
-        role = message.get("role") if isinstance(message, dict) else None
-        if role not in _ROLE_TO_TYPE:
+        event = message_event(message)
+        if event is None:
+            role = message.get("role") if isinstance(message, dict) else None
             raise MigrationError(f"{key}: message {index} has no known role ({role!r})")
-        event = {
-            "type": _ROLE_TO_TYPE[role],
-            "id": f"v1-{index}",
-            "content": message.get("content"),
-            "legacy": message,
-        }
-        if role == "tool":
-            event["tool_use_id"] = message.get("tool_call_id", message.get("tool_use_id"))
+        event.update({"id": f"v1-{index}", "legacy": message})
         try:
             ((kind, payload),) = encode_events([event])
         except ValueError as exc:

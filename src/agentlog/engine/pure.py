@@ -28,8 +28,8 @@ def sqlite_info() -> dict[str, Any]:
     """Version and compile options of the SQLite the standard library links."""
     conn = sqlite3.connect(":memory:")
     try:
-        source_id = conn.execute("SELECT sqlite_source_id()").fetchone()[0]
-        options = [row[0] for row in conn.execute("PRAGMA compile_options")]
+        source_id = conn.execute(Q.SOURCE_ID).fetchone()[0]
+        options = [row[0] for row in conn.execute(Q.COMPILE_OPTIONS)]
     finally:
         conn.close()
     return {

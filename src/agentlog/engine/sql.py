@@ -167,6 +167,8 @@ JOURNAL_WAL = "PRAGMA journal_mode = WAL"
 QUICK_CHECK = "PRAGMA quick_check"
 QUERY_ONLY = "PRAGMA query_only = 1"
 BACKUP_INTO = "VACUUM INTO ?"
+SOURCE_ID = "SELECT sqlite_source_id()"
+COMPILE_OPTIONS = "PRAGMA compile_options"
 
 
 def synchronous(level: str) -> str:

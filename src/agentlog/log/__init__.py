@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .contract import BaseCheckpointer, Checkpointer
 from .file import FileCheckpointer, read_session_file
-from .legacy import legacy_store_adapter
+from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
 
@@ -23,5 +23,6 @@ __all__ = [
     "MemoryCheckpointer",
     "SqliteCheckpointer",
     "legacy_store_adapter",
+    "message_event",
     "read_session_file",
 ]

@@ -18,9 +18,27 @@ from ..errors import (
 from ..events import SessionInfo, StoredEvent, decode_payload
 from .contract import BaseCheckpointer
 
-__all__ = ["LegacyStore", "legacy_store_adapter"]
+__all__ = ["LegacyStore", "legacy_store_adapter", "message_event"]
 
 _ROLE_TO_TYPE = {"user": "user", "assistant": "assistant", "tool": "tool_result"}
+
+
+def message_event(message: object) -> dict[str, Any] | None:
+    """The event a role/content chat message stands for, or ``None`` for anything else.
+
+    ``user`` and ``assistant`` keep their role as the type; ``tool`` becomes a
+    ``tool_result`` answering ``tool_call_id`` (or ``tool_use_id``). The one
+    mapping of legacy messages, used by the adapter and by ``agentlog migrate``.
+    """
+    role = message.get("role") if isinstance(message, dict) else None
+    kind = _ROLE_TO_TYPE.get(role) if isinstance(role, str) else None
+    if kind is None:
+        return None
+    assert isinstance(message, dict)
+    event = {"type": kind, "content": message.get("content")}
+    if kind == "tool_result":
+        event["tool_use_id"] = message.get("tool_call_id", message.get("tool_use_id"))
+    return event
 
 
 class LegacyStore(Protocol):
@@ -41,12 +59,9 @@ def _record_to_event(seq: int, item: Any) -> StoredEvent:
         # A copy, so that changing what read() returned never changes the store.
         event = decode_payload(orjson.dumps(item["event"]))
         return StoredEvent(seq, seq - 1, float(item.get("ts", 0.0)), event["type"], event)
-    if isinstance(item, dict) and item.get("role") in _ROLE_TO_TYPE:
-        kind = _ROLE_TO_TYPE[item["role"]]
-        event = {"type": kind, "content": item.get("content")}
-        if kind == "tool_result":
-            event["tool_use_id"] = item.get("tool_call_id", item.get("tool_use_id"))
-        return StoredEvent(seq, seq - 1, 0.0, kind, event)
+    message = message_event(item)
+    if message is not None:
+        return StoredEvent(seq, seq - 1, 0.0, message["type"], message)
     raise CorruptDatabaseError(f"legacy item {seq} is neither an event record nor a chat message")
 
 

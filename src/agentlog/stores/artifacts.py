@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from ..engine import sql as Q
-from ..errors import StorageDataError, StorageNotFoundError
+from ..errors import StorageDataError
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -36,6 +36,7 @@ from .common import (
     check_revision,
     decode_value,
     encode_value,
+    must_exist,
 )
 
 __all__ = [
@@ -237,9 +238,10 @@ class _ArtifactStoreBase(Transactions):
     def info(self, tenant_id: str, artifact_id: str) -> ArtifactInfo:
         """The artifact's metadata, or :class:`StorageNotFoundError`."""
         key = self._key(tenant_id, artifact_id)
-        row = self._reading("artifact info", lambda ctx: self._get_row(ctx, key))
-        if row is None:
-            raise StorageNotFoundError(f"no {_resource(*key)}")
+        row = must_exist(
+            _resource(*key),
+            self._reading("artifact info", lambda ctx: self._get_row(ctx, key)),
+        )
         return _info(key, row)
 
     def open(self, tenant_id: str, artifact_id: str) -> VerifyingReader:
@@ -282,9 +284,7 @@ class _ArtifactStoreBase(Transactions):
         expected = check_revision(expected_revision)
 
         def work(ctx: Any) -> None:
-            current = self._get_row(ctx, key)
-            if current is None:
-                raise StorageNotFoundError(f"no {_resource(*key)}")
+            current = must_exist(_resource(*key), self._get_row(ctx, key))
             advance(_resource(*key), expected, current[4])
             self._delete_row(ctx, key)
             self._release_blob(ctx, current[0])

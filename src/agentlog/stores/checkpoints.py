@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from ..engine import sql as Q
-from ..errors import StorageDataError, StorageNotFoundError
+from ..errors import StorageDataError
 from ..events import decode_json
 from .common import (
     EngineTransactions,
@@ -34,6 +34,7 @@ from .common import (
     check_page,
     check_revision,
     encode_value,
+    must_exist,
 )
 
 __all__ = [
@@ -356,9 +357,10 @@ class _CheckpointStoreBase(Transactions):
     def load(self, tenant_id: str, run_id: str) -> Checkpoint:
         """The checkpoint, or :class:`StorageNotFoundError`."""
         key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
-        row = self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key))
-        if row is None:
-            raise StorageNotFoundError(f"no {_resource(*key)}")
+        row = must_exist(
+            _resource(*key),
+            self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key)),
+        )
         return _from_row(*row)
 
     def list(
@@ -384,9 +386,7 @@ class _CheckpointStoreBase(Transactions):
         expected = check_revision(expected_revision)
 
         def work(ctx: Any) -> None:
-            row = self._get_row(ctx, key)
-            if row is None:
-                raise StorageNotFoundError(f"no {_resource(*key)}")
+            row = must_exist(_resource(*key), self._get_row(ctx, key))
             advance(_resource(*key), expected, row[6])
             self._delete_row(ctx, key)
 

@@ -14,13 +14,14 @@ from typing import Any, TypeVar
 
 from ..engine import Engine
 from ..engine import schema as S
-from ..errors import StorageConflictError, StorageDataError
+from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..events import check_identifier, check_seq, decode_json, encode_json
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
 
 _T = TypeVar("_T")
+_Row = TypeVar("_Row")
 
 #: The most records one list call returns.
 MAX_PAGE = 1000
@@ -51,6 +52,13 @@ def advance(resource: str, expected: int | None, actual: int | None) -> int:
     if actual != expected:
         raise StorageConflictError(resource, expected, actual)
     return 0 if actual is None else actual + 1
+
+
+def must_exist(resource: str, row: _Row | None) -> _Row:
+    """``row``, or :class:`StorageNotFoundError` when there is none."""
+    if row is None:
+        raise StorageNotFoundError(f"no {resource}")
+    return row
 
 
 def encode_value(value: object) -> bytes:

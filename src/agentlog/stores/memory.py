@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..engine import sql as Q
-from ..errors import StorageNotFoundError
 from ..events import decode_json
 from .common import (
     EngineTransactions,
@@ -26,6 +25,7 @@ from .common import (
     check_revision,
     decode_value,
     encode_value,
+    must_exist,
 )
 
 __all__ = ["InMemoryMemoryStore", "MemoryRecord", "MemoryStore", "SqliteMemoryStore"]
@@ -125,9 +125,10 @@ class _MemoryStoreBase(Transactions):
     def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
         """The record, or :class:`StorageNotFoundError`."""
         ident = self._keys(tenant_id, namespace, key)
-        current = self._reading("memory get", lambda ctx: self._get_row(ctx, ident))
-        if current is None:
-            raise StorageNotFoundError(f"no {_resource(*ident)}")
+        current = must_exist(
+            _resource(*ident),
+            self._reading("memory get", lambda ctx: self._get_row(ctx, ident)),
+        )
         data, revision, created, updated = current
         return MemoryRecord(
             *ident, decode_value(data, _resource(*ident)), revision, created, updated
@@ -150,9 +151,7 @@ class _MemoryStoreBase(Transactions):
         expected = check_revision(expected_revision)
 
         def work(ctx: Any) -> None:
-            current = self._get_row(ctx, ident)
-            if current is None:
-                raise StorageNotFoundError(f"no {_resource(*ident)}")
+            current = must_exist(_resource(*ident), self._get_row(ctx, ident))
             advance(_resource(*ident), expected, current[1])
             self._delete_row(ctx, ident)
 

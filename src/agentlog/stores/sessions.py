@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..engine import schema as S
 from ..engine import sql as Q
-from ..errors import InvalidEventError, StorageDataError, StorageNotFoundError
+from ..errors import InvalidEventError, StorageDataError
 from ..events import StoredEvent, decode_json, encode_events
 from .common import (
     EngineTransactions,
@@ -32,6 +32,7 @@ from .common import (
     check_revision,
     decode_value,
     encode_value,
+    must_exist,
 )
 
 __all__ = [
@@ -216,9 +217,10 @@ class _SessionStoreBase(Transactions):
     def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         """The session's record, or :class:`StorageNotFoundError`."""
         key = self._key(tenant_id, session_id)
-        row = self._reading("session get", lambda ctx: self._get_row(ctx, key))
-        if row is None:
-            raise StorageNotFoundError(f"no {_resource(*key)}")
+        row = must_exist(
+            _resource(*key),
+            self._reading("session get", lambda ctx: self._get_row(ctx, key)),
+        )
         return _record(key, row)
 
     def append(
@@ -264,9 +266,7 @@ class _SessionStoreBase(Transactions):
         after, count = _check_load_args(after_sequence, limit)
 
         def work(ctx: Any) -> tuple[SessionRecord, Snapshot | None, list[tuple[Any, ...]]]:
-            row = self._get_row(ctx, key)
-            if row is None:
-                raise StorageNotFoundError(f"no {_resource(*key)}")
+            row = must_exist(_resource(*key), self._get_row(ctx, key))
             record = _record(key, row)
             snapshot = None
             if use_snapshot and after is None and record.snapshot_through is not None:
@@ -276,10 +276,10 @@ class _SessionStoreBase(Transactions):
             stop = record.head if count is None else min(record.head, start + count)
             return record, snapshot, self._get_items(ctx, row[0], start, max(start, stop))
 
-        record, snapshot, found = self._reading("session load", work, snapshot=True)
+        record, snapshot, rows = self._reading("session load", work, snapshot=True)
         items = [
             StoredEvent(seq, seq - 1, ts, kind, decode_value(data, _resource(*key)))
-            for seq, ts, kind, data in found
+            for seq, ts, kind, data in rows
         ]
         return SessionLoad(record, snapshot, items)
 
@@ -333,9 +333,7 @@ class _SessionStoreBase(Transactions):
         expected = check_revision(expected_revision)
 
         def work(ctx: Any) -> None:
-            row = self._get_row(ctx, key)
-            if row is None:
-                raise StorageNotFoundError(f"no {_resource(*key)}")
+            row = must_exist(_resource(*key), self._get_row(ctx, key))
             advance(_resource(*key), expected, row[2])
             self._remove(ctx, key, row[0])
 
