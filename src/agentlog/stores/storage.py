@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ..engine import Engine, open_engine
 from ..errors import CheckpointerClosedError
@@ -34,26 +34,26 @@ class Storage(Protocol):
     artifacts: ArtifactStore
 
     def close(self) -> None:
-        """Release the stores; later use raises :class:`CheckpointerClosedError`."""
+        """Release the stores (a closed SQLite storage refuses further use)."""
         ...
 
 
-class InMemoryStorage:
-    """The four stores in this process's memory: for tests and ephemeral runs."""
+_Self = TypeVar("_Self", bound="_ClosingStorage")
 
-    def __init__(self) -> None:
-        self.sessions = InMemorySessionStore()
-        self.checkpoints = InMemoryCheckpointStore()
-        self.memory = InMemoryMemoryStore()
-        self.artifacts = InMemoryArtifactStore()
-        self._closed = False
+
+class _ClosingStorage:
+    """The context manager both storages are."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        """Nothing to release; marks the storage closed, like :class:`SqliteStorage`."""
-        self._closed = True
+        raise NotImplementedError
 
-    def __enter__(self) -> InMemoryStorage:
-        if self._closed:
+    def __enter__(self: _Self) -> _Self:
+        if self.closed:
             raise CheckpointerClosedError("the storage is closed")
         return self
 
@@ -66,7 +66,27 @@ class InMemoryStorage:
         self.close()
 
 
-class SqliteStorage:
+class InMemoryStorage(_ClosingStorage):
+    """The four stores in this process's memory: for tests and ephemeral runs."""
+
+    def __init__(self) -> None:
+        self.sessions = InMemorySessionStore()
+        self.checkpoints = InMemoryCheckpointStore()
+        self.memory = InMemoryMemoryStore()
+        self.artifacts = InMemoryArtifactStore()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Nothing to release; marks the storage closed, like :class:`SqliteStorage`."""
+        self._closed = True
+
+
+class SqliteStorage(_ClosingStorage):
     """The four stores in one SQLite file — the same file (and schema) as the session log."""
 
     def __init__(self, engine: Engine) -> None:
@@ -104,23 +124,15 @@ class SqliteStorage:
         faces) and closes with it; closing the checkpointer alone releases
         nothing.
         """
-        if self._engine.closed:
+        if self.closed:
             raise CheckpointerClosedError("the storage is closed")
         return SqliteCheckpointer.on_engine(self._engine, check_name("tenant", tenant))
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._engine.closed
 
     def close(self) -> None:
         """Close the database; later use raises :class:`CheckpointerClosedError`."""
         self._engine.close()
-
-    def __enter__(self) -> SqliteStorage:
-        if self._engine.closed:
-            raise CheckpointerClosedError("the storage is closed")
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
