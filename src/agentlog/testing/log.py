@@ -628,6 +628,7 @@ def checkpointer_conformance(
         (CheckpointerConformance,),
         {
             "open_checkpointer": open_checkpointer,
+            "process_opener": process_opener,
             "durable": durable,
             "multiprocess": multiprocess,
             "__module__": getattr(opener, "__module__", __name__),
