@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from .conftest import ENGINES, PYTHON, TESTS_DIR, child_env
+from .conftest import AVAILABLE, PYTHON, TESTS_DIR, child_env
 
 ROOT = TESTS_DIR.parent
 
@@ -29,6 +29,6 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
     assert [r["scenario"]["key"] for r in results] == ["S1 2k", "S3 2k", "S4 head()"]
     for result in results:
         cells = {cell["system"]: cell for cell in result["cells"]}
-        for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in ENGINES else [])):
+        for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in AVAILABLE else [])):
             assert cells[system]["rate"] > 0, (result["scenario"]["key"], system, cells[system])
             assert cells[system]["peak_rss_kb"] > 0

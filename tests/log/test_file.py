@@ -1,4 +1,5 @@
-"""File backend specifics: ownership lock, torn tails, safe file names, fork/truncate files."""
+"""The file backend: the conformance suite (with and without fsync), the ownership
+lock, torn tails, safe file names, fork/truncate files."""
 
 from __future__ import annotations
 
@@ -8,10 +9,24 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agentlog import CorruptDatabaseError, DirectoryLockedError, FileCheckpointer
+from agentlog import Checkpointer, CorruptDatabaseError, DirectoryLockedError, FileCheckpointer
 from agentlog.log.file import session_file_name
+from agentlog.testing import CheckpointerConformance
 
-from .conftest import PYTHON, child_env
+from ..conftest import PYTHON, child_env
+
+
+class TestFileCheckpointer(CheckpointerConformance):
+    def open_checkpointer(self, location: Path) -> Checkpointer:
+        return FileCheckpointer(location / "sessions")
+
+
+class TestFileCheckpointerFsync(CheckpointerConformance):
+    race_rounds = 20
+
+    def open_checkpointer(self, location: Path) -> Checkpointer:
+        return FileCheckpointer(location / "sessions", fsync=True)
+
 
 EVENTS = [{"type": "user", "content": f"m{i}"} for i in range(6)]
 

@@ -6,13 +6,13 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from .conftest import ENGINES, PYTHON, child_env
+from ..conftest import PYTHON, child_env
+from ..memory_use import fresh_peak_command
 
 SCRIPT = r"""
-import hashlib, json, resource, sys
+import hashlib, json, sys
 from agentlog import SqliteStorage
+from memory_use import current_rss_bytes, mb, peak_rss_bytes
 
 SIZE = 256 * 1024 * 1024
 
@@ -28,12 +28,8 @@ class Source:
         self.digest.update(block)
         return block
 
-def rss_mb():
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / 2**20
-
 with SqliteStorage.open(sys.argv[1], engine=sys.argv[2]) as storage:
-    start = rss_mb()
+    start = mb(current_rss_bytes())
     source = Source()
     info = storage.artifacts.put("t", "big", source, "application/octet-stream", None)
     back = hashlib.sha256()
@@ -46,16 +42,15 @@ with SqliteStorage.open(sys.argv[1], engine=sys.argv[2]) as storage:
     print(json.dumps({
         "size": info.size, "read": read, "stored_sha": info.sha256,
         "source_sha": source.digest.hexdigest(), "read_sha": back.hexdigest(),
-        "start_mb": start, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "start_mb": start, "peak_mb": mb(peak_rss_bytes()),
         "listed": [i.artifact_id for i in listed],
     }))
 """
 
 
-@pytest.mark.parametrize("engine", ENGINES)
 def test_256_mb_streams_through_with_flat_memory(tmp_path: Path, engine: str) -> None:
     run = subprocess.run(
-        [PYTHON, "-c", SCRIPT, str(tmp_path / "big.db"), engine],
+        fresh_peak_command([PYTHON, "-c", SCRIPT, str(tmp_path / "big.db"), engine]),
         capture_output=True,
         text=True,
         env=child_env(),

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
+from agentlog.engine import DEFAULT_ENGINE
 
-from .conftest import ENGINES, PYTHON, TESTS_DIR, child_env
+from ..conftest import ENGINES, PYTHON, child_env, require_engine
 
 KILLS = 22
+CHILD = str(Path(__file__).resolve().parent / "crash_child.py")
 
 
 def open_store(backend: str, location: Path) -> Checkpointer:
@@ -28,7 +30,7 @@ def open_store(backend: str, location: Path) -> Checkpointer:
 BACKENDS = [
     "file",
     *(f"sqlite-normal-{engine}" for engine in ENGINES),
-    f"sqlite-full-{ENGINES[0]}",
+    f"sqlite-full-{DEFAULT_ENGINE}",
 ]
 
 
@@ -60,13 +62,15 @@ def check_store(backend: str, location: Path, acknowledged: int) -> int:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_kill_9_mid_append_keeps_a_whole_prefix(tmp_path: Path, backend: str) -> None:
+    if backend != "file":
+        require_engine(backend.split("-")[2])
     location = tmp_path / ("sessions" if backend == "file" else "crash.db")
     rng = random.Random(backend)
     acknowledged = 0
     heads = []
     for kill in range(KILLS):
         child = subprocess.Popen(
-            [PYTHON, str(TESTS_DIR / "crash_child.py"), backend, str(location), str(kill)],
+            [PYTHON, CHILD, backend, str(location), str(kill)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

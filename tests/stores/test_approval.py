@@ -10,9 +10,9 @@ from pathlib import Path
 
 from agentlog import SqliteStorage
 
-from .conftest import PYTHON, TESTS_DIR, child_env
+from ..conftest import PYTHON, child_env
 
-CHILD = str(TESTS_DIR / "approval_child.py")
+CHILD = str(Path(__file__).resolve().parent / "approval_child.py")
 
 
 def start_run_and_kill_at_approval(db: Path) -> None:

@@ -1,95 +1,21 @@
-"""The MemoryStore on every implementation and engine; schema migration forward."""
+"""The storage as a whole: the stores share the session log's file and its schema
+(migrated forward from an older file, refused when newer), the one log read and
+written through both faces, a closed storage."""
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
-import subprocess
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from agentlog import SqliteCheckpointer
 from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import AgentlogError, SchemaVersionError, StorageConflictError
-from agentlog.stores import DEFAULT_TENANT, InMemoryStorage, SqliteStorage
-from agentlog.testing import (
-    ArtifactStoreConformance,
-    CheckpointStoreConformance,
-    MemoryStoreConformance,
-    SessionStoreConformance,
-)
+from agentlog.stores import DEFAULT_TENANT, SqliteStorage
 
-from .conftest import ENGINES, PYTHON
-
-
-class TestInMemoryMemoryStore(MemoryStoreConformance):
-    durable = False
-
-    def open_storage(self, location: Path) -> Any:
-        return InMemoryStorage()
-
-
-class TestInMemoryCheckpointStore(CheckpointStoreConformance):
-    durable = False
-
-    def open_storage(self, location: Path) -> Any:
-        return InMemoryStorage()
-
-
-class TestInMemorySessionStore(SessionStoreConformance):
-    durable = False
-
-    def open_storage(self, location: Path) -> Any:
-        return InMemoryStorage()
-
-
-class TestInMemoryArtifactStore(ArtifactStoreConformance):
-    durable = False
-
-    def open_storage(self, location: Path) -> Any:
-        return InMemoryStorage()
-
-    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
-        chunks = storage.artifacts._blobs[sha256][0]
-        chunks[0] = b"X" + chunks[0][1:]
-        return True
-
-
-class SqliteStorageOpener:
-    engine: ClassVar[str]
-    multiprocess = True
-
-    def open_storage(self, location: Path) -> Any:
-        return SqliteStorage.open(location / "agentlog.db", engine=self.engine)
-
-    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
-        # From another process: this one has the file open with an engine
-        # whose SQLite may not be the standard library's.
-        script = (
-            "import sqlite3, sys\n"
-            "conn = sqlite3.connect(sys.argv[1])\n"
-            "conn.execute(\"UPDATE blob_chunks SET data = CAST(X'00' || substr(data, 2) AS BLOB)"
-            ' WHERE sha256 = ? AND n = 0", (sys.argv[2],))\n'
-            "conn.commit()\n"
-        )
-        subprocess.run([PYTHON, "-c", script, str(location / "agentlog.db"), sha256], check=True)
-        return True
-
-
-# One class per store and engine, at module level so spawned children import it.
-for _engine in ENGINES:
-    for _suite, _store in [
-        (MemoryStoreConformance, "MemoryStore"),
-        (CheckpointStoreConformance, "CheckpointStore"),
-        (ArtifactStoreConformance, "ArtifactStore"),
-        (SessionStoreConformance, "SessionStore"),
-    ]:
-        _name = f"TestSqlite{_store}_{_engine}"
-        globals()[_name] = type(
-            _name, (SqliteStorageOpener, _suite), {"engine": _engine, "__qualname__": _name}
-        )
+from ..conftest import digest
 
 
 def test_default_tenant_is_an_explicit_name() -> None:
@@ -146,10 +72,10 @@ def test_a_newer_file_is_refused_by_the_stores_too(tmp_path: Path, engine: str) 
     conn.execute("PRAGMA journal_mode = DELETE")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
-    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    before = digest(db)
     with pytest.raises(SchemaVersionError):
         SqliteStorage.open(db, engine=engine)
-    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert digest(db) == before
 
 
 def test_one_log_two_faces(tmp_path: Path, engine: str) -> None:

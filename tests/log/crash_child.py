@@ -1,6 +1,6 @@
 """Appends batches to a store forever, acknowledging each returned append on stdout.
 
-Run by test_crash.py, which kills it with SIGKILL at a random moment.
+Run by tests/log/test_crash.py, which kills it with SIGKILL at a random moment.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""What the suites share: hostile ids, ``make_event``, and the store-suite base.
+
+:class:`StoreSuite` is the base of the four store suites: the ``location``
+and ``storage`` fixtures, the flags a store promises, a picklable opener for
+spawned racers, and the two ways of racing (see :mod:`agentlog.testing.races`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from ..events import MAX_SESSION_ID_LENGTH
+from .races import RaceFunction, Tally, run_race
+
+#: Ids every backend must refuse.
+HOSTILE_SESSION_IDS: tuple[Any, ...] = (
+    "",
+    ".",
+    "..",
+    "../x",
+    "a/b",
+    "/abs",
+    "a\\b",
+    "\x00",
+    "a\x00b",
+    "line\nbreak",
+    "tab\there",
+    "\x1b[31m",
+    "bidi\u202eoverride",
+    "x" * 10_000,
+    "x" * (MAX_SESSION_ID_LENGTH + 1),
+    None,
+    123,
+    b"bytes",
+)
+
+
+def make_event(kind: str = "user", **fields: Any) -> dict[str, Any]:
+    """A small valid event of type ``kind``."""
+    event: dict[str, Any] = {"type": kind}
+    event.update(fields)
+    return event
+
+
+def open_store_suite(suite: type[StoreSuite], location: Path) -> Any:
+    """Open the storage of ``suite`` at ``location``: the opener a spawned racer
+    receives (picklable because ``suite`` is importable from its module)."""
+    return suite().open_storage(location)
+
+
+class StoreSuite:
+    """What the four store suites share: the storage fixture and the races.
+
+    Implement :meth:`open_storage` returning an object with the store as an
+    attribute (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) and a
+    ``close()`` method — a ``SqliteStorage`` or an ``InMemoryStorage``.
+    """
+
+    #: The storage outlives the object: closing and reopening keeps everything.
+    durable: ClassVar[bool] = True
+    #: Two processes may open one storage at once.
+    multiprocess: ClassVar[bool] = False
+    #: Rounds of the two-writer races.
+    race_rounds: ClassVar[int] = 40
+
+    def open_storage(self, location: Path) -> Any:
+        """Open (or reopen) the storage at ``location``, a directory."""
+        raise NotImplementedError
+
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> Path:
+        """A fresh, empty directory for this test's storage."""
+        path = tmp_path / "storage"
+        path.mkdir()
+        return path
+
+    @pytest.fixture
+    def storage(self, location: Path) -> Iterator[Any]:
+        """An open storage on a fresh location."""
+        opened = self.open_storage(location)
+        yield opened
+        opened.close()
+
+    def race_in_threads(self, storage: Any, race: RaceFunction) -> list[Tally]:
+        """Two threads run ``race`` on one storage."""
+        return run_race(race, self.race_rounds, store=storage)
+
+    def race_in_processes(self, location: Path, race: RaceFunction) -> list[Tally]:
+        """Two spawned processes run ``race`` on the storage at ``location``."""
+        opener = functools.partial(open_store_suite, type(self))
+        return run_race(race, self.race_rounds, opener=opener, location=location)

@@ -1,0 +1,124 @@
+"""The file format both engines share: WAL and the schema marks, refusing newer
+and foreign files untouched, 64-bit keys at the seq bound, rows written by hand."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentlog import SchemaVersionError, SqliteCheckpointer, StorageUnavailableError
+from agentlog.engine.schema import APPLICATION_ID, MAX_SEQ, MAX_SID, SCHEMA_VERSION
+
+from ..conftest import digest
+
+EVENT = {"type": "user", "content": "hello"}
+
+
+def test_open_sets_wal_and_marks_the_schema(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    finally:
+        conn.close()
+
+
+def test_newer_schema_is_refused_before_anything_changes(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "new.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", [EVENT])
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = digest(db)
+    with pytest.raises(SchemaVersionError, match="newer"):
+        SqliteCheckpointer(db, engine=engine)
+    assert digest(db) == before
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+def test_another_applications_database_is_left_alone(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "theirs.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER)")
+    conn.execute("INSERT INTO accounts VALUES (1, 100)")
+    conn.commit()
+    conn.close()
+    before = digest(db)
+    with pytest.raises(SchemaVersionError, match="another application"):
+        SqliteCheckpointer(db, engine=engine)
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA application_id = 1234")
+    conn.close()
+    assert digest(db) != before
+    before = digest(db)
+    with pytest.raises(SchemaVersionError, match="not an agentlog database"):
+        SqliteCheckpointer(db, engine=engine)
+    assert digest(db) == before
+
+
+def test_64_bit_keys_and_the_seq_bound(tmp_path: Path, engine: str) -> None:
+    """Seq values near 2**32 and event keys near 2**63 come back exactly."""
+    db = tmp_path / "big.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    conn = sqlite3.connect(db)
+    start = MAX_SEQ - 3
+    conn.execute(
+        "INSERT INTO sessions (sid, tenant, name, head, created, mtime)"
+        " VALUES (?, 'default', 'edge', ?, 0, 0)",
+        (MAX_SID, start),
+    )
+    conn.execute(
+        "INSERT INTO events (id, ts, type, data) VALUES (?, 0, 'user', ?)",
+        ((MAX_SID << 32) | start, b'{"type":"user"}'),
+    )
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.head("edge") == start
+        assert cp.append("edge", [EVENT, EVENT], expected_head=start) == MAX_SEQ - 1
+        assert cp.append("edge", [EVENT]) == MAX_SEQ
+        with pytest.raises(ValueError, match="exceed"):
+            cp.append("edge", [EVENT])
+        stored = list(cp.read("edge", since_seq=start - 1))
+        assert [e.seq for e in stored] == [start, MAX_SEQ - 2, MAX_SEQ - 1, MAX_SEQ]
+        assert [e.parent_seq for e in stored] == [start - 1, start, MAX_SEQ - 2, MAX_SEQ - 1]
+        assert stored[-1].seq == 2**32 - 1
+        # The file's largest session number is taken: no new one fits above it.
+        with pytest.raises(StorageUnavailableError, match="too many sessions"):
+            cp.fork("edge", MAX_SEQ - 1, "edge-copy")
+        with pytest.raises(StorageUnavailableError, match="too many sessions"):
+            cp.append("new", [EVENT])
+        assert cp.truncate("edge", start) == start
+        assert cp.head("edge") == start
+
+
+def test_rows_written_by_hand_are_read_as_they_are(tmp_path: Path, engine: str) -> None:
+    """A type outside the nine (a hand-edited or future file) comes back verbatim."""
+    db = tmp_path / "hand.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", [EVENT])
+    conn = sqlite3.connect(db)
+    sid = conn.execute("SELECT sid FROM sessions WHERE name = 's'").fetchone()[0]
+    conn.execute(
+        "INSERT INTO events (id, ts, type, data) VALUES (?, 2.5, 'custom-kind', ?)",
+        ((sid << 32) | 2, b'{"type":"custom-kind","x":1}'),
+    )
+    conn.execute("UPDATE sessions SET head = 2 WHERE sid = ?", (sid,))
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        first, second = cp.read("s")
+        assert (first.type, second.type, second.ts) == ("user", "custom-kind", 2.5)
+        assert second.event == {"type": "custom-kind", "x": 1}

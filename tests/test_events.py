@@ -1,0 +1,88 @@
+"""Events and ids: the nine event types, check_session_id, store_events, StoredEvent."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pytest
+
+from agentlog import (
+    EVENT_TYPES,
+    InvalidEventError,
+    InvalidSessionIdError,
+    StoredEvent,
+    check_session_id,
+    store_events,
+)
+from agentlog.testing import HOSTILE_SESSION_IDS
+
+
+def test_the_nine_event_types() -> None:
+    assert {
+        "user",
+        "assistant",
+        "tool_started",
+        "tool_result",
+        "file_snapshot",
+        "artifact_verified",
+        "permission_decision",
+        "summary",
+        "context_view",
+    } == EVENT_TYPES
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_SESSION_IDS, ids=repr)
+def test_check_session_id_refuses_hostile_ids(hostile: Any) -> None:
+    with pytest.raises(InvalidSessionIdError):
+        check_session_id(hostile)
+
+
+def test_check_session_id_accepts_and_normalises_str_subclasses() -> None:
+    class Name(str):
+        pass
+
+    assert check_session_id("ok-1") == "ok-1"
+    checked = check_session_id(Name("abc"))
+    assert checked == "abc"
+    assert type(checked) is str
+
+
+def test_store_events_stamps_and_copies() -> None:
+    source = [{"type": "user", "content": ["hi"]}, {"type": "assistant", "content": "yo"}]
+    before = time.time()
+    stored = store_events("s", 5, source)
+    assert [(e.seq, e.parent_seq, e.type) for e in stored] == [(6, 5, "user"), (7, 6, "assistant")]
+    assert all(before <= e.ts <= time.time() for e in stored)
+    assert [e.event for e in stored] == source
+    source[0]["content"].append("later")
+    assert stored[0].event["content"] == ["hi"]
+    assert store_events("s", 0, [], ts=1.0) == []
+    assert store_events("s", 0, source, ts=3.0)[0].ts == 3.0
+
+
+def test_store_events_validates_like_append() -> None:
+    with pytest.raises(InvalidSessionIdError):
+        store_events("../x", 0, [{"type": "user"}])
+    with pytest.raises(ValueError):
+        store_events("s", -1, [{"type": "user"}])
+    with pytest.raises(InvalidEventError) as info:
+        store_events("s", 0, [{"type": "user"}, {"type": "nope"}])
+    assert info.value.index == 1
+
+
+def test_nan_is_caught_even_next_to_null_values_and_null_text() -> None:
+    fine = {"type": "user", "a": None, "text": "null null", "nested": [None, {"x": None}]}
+    assert store_events("s", 0, [fine])[0].event == fine
+    with pytest.raises(InvalidEventError, match="event 0"):
+        store_events("s", 0, [{"type": "user", "a": None, "b": math.nan}])
+
+
+def test_stored_event_is_an_immutable_tuple() -> None:
+    event = StoredEvent(1, 0, 1.5, "user", {"type": "user"})
+    assert event.seq == 1 and event.parent_seq == 0 and event.type == "user"
+    seq, parent, ts, kind, body = event
+    assert (seq, parent, ts, kind, body) == (1, 0, 1.5, "user", {"type": "user"})
+    with pytest.raises(AttributeError):
+        event.seq = 2  # type: ignore[misc]

@@ -1,0 +1,63 @@
+"""agentlog.testing keeps every name it has ever offered, and says how to use it."""
+
+from __future__ import annotations
+
+import importlib
+
+import agentlog.testing
+
+#: What ``from agentlog.testing import *`` gives.
+ALL = [
+    "HOSTILE_SESSION_IDS",
+    "ArtifactStoreConformance",
+    "CheckpointStoreConformance",
+    "CheckpointerConformance",
+    "MemoryStoreConformance",
+    "SessionStoreConformance",
+    "checkpointer_conformance",
+    "make_event",
+]
+
+#: Every public name the module offered before it became a package.
+BEFORE_THE_SPLIT = [
+    "Any", "ArtifactInfo", "ArtifactStoreConformance", "Callable", "Checkpoint",
+    "CheckpointConflictError", "CheckpointStoreConformance", "Checkpointer",
+    "CheckpointerClosedError", "CheckpointerConformance", "ClassVar", "HOSTILE_SESSION_IDS",
+    "InvalidEventError", "InvalidSessionIdError", "Iterator", "MAX_SESSION_ID_LENGTH",
+    "MemoryStoreConformance", "Path", "RaceFunction", "SessionExistsError", "SessionInfo",
+    "SessionNotFoundError", "SessionStoreConformance", "SideEffect", "StorageConflictError",
+    "StorageDataError", "StorageNotFoundError", "StoredEvent", "annotations",
+    "checkpointer_conformance", "datetime", "functools", "make_event", "math",
+    "multiprocessing", "pytest", "queue", "random", "threading", "time",
+]  # fmt: skip
+
+
+def test_star_import_gives_the_suites() -> None:
+    assert sorted(agentlog.testing.__all__) == sorted(ALL)
+    namespace: dict[str, object] = {}
+    exec("from agentlog.testing import *", namespace)
+    assert sorted(name for name in namespace if name != "__builtins__") == sorted(ALL)
+
+
+def test_every_name_offered_before_the_split_is_still_importable() -> None:
+    missing = [name for name in BEFORE_THE_SPLIT if not hasattr(agentlog.testing, name)]
+    assert missing == []
+
+
+def test_each_suite_lives_in_its_own_module() -> None:
+    for module, suite in [
+        ("log", "CheckpointerConformance"),
+        ("sessions", "SessionStoreConformance"),
+        ("checkpoints", "CheckpointStoreConformance"),
+        ("memory", "MemoryStoreConformance"),
+        ("artifacts", "ArtifactStoreConformance"),
+    ]:
+        cls = getattr(agentlog.testing, suite)
+        assert cls.__module__ == f"agentlog.testing.{module}"
+        assert getattr(importlib.import_module(cls.__module__), suite) is cls
+
+
+def test_the_docstring_says_how_to_run_the_suites() -> None:
+    doc = agentlog.testing.__doc__ or ""
+    for needed in ("CheckpointerConformance", "open_checkpointer", "open_storage", "spawn"):
+        assert needed in doc
