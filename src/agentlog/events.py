@@ -177,7 +177,11 @@ def _encode_one(index: int, event: object) -> tuple[str, bytes]:
     return event_type, payload
 
 
-def encode_events(events: Iterable[SessionEvent]) -> list[tuple[str, bytes]]:
+#: A batch of events as backends receive it: validated ``(type, json_bytes)`` pairs.
+EncodedBatch = list[tuple[str, bytes]]
+
+
+def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
     """Validate and encode events to ``(type, json_bytes)`` pairs.
 
     Raises :class:`InvalidEventError` (a ``ValueError``) or

@@ -36,7 +36,7 @@ from ..errors import (
     SessionNotFoundError,
     StorageUnavailableError,
 )
-from ..events import StoredEvent
+from ..events import EncodedBatch, StoredEvent
 from . import schema as S
 from . import sql as Q
 from .interface import Connection
@@ -194,7 +194,7 @@ class EngineBase(Generic[ConnectionT]):
         name: str,
         expected_head: int | None,
         ts: float,
-        batch: Sequence[tuple[str, bytes]],
+        batch: EncodedBatch,
     ) -> int:
         """Append a non-empty batch atomically; return the new head (the hot path)."""
         raise NotImplementedError
@@ -376,7 +376,7 @@ class EngineBase(Generic[ConnectionT]):
         name: str,
         expected_head: int | None,
         ts: float,
-        batch: Sequence[tuple[str, bytes]],
+        batch: EncodedBatch,
     ) -> int:
         """Append a batch atomically; return the new head.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..events import StoredEvent
+from ..events import EncodedBatch, StoredEvent
 
 __all__ = ["Connection", "Engine", "EngineFactory"]
 
@@ -63,7 +63,7 @@ class Engine(Protocol):
         name: str,
         expected_head: int | None,
         ts: float,
-        batch: Sequence[tuple[str, bytes]],
+        batch: EncodedBatch,
     ) -> int:
         """Append encoded ``(type, json)`` events atomically; return the new head.
 

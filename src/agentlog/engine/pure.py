@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import CheckpointConflictError
-from ..events import StoredEvent, decode_json
+from ..events import EncodedBatch, StoredEvent, decode_json
 from . import schema as S
 from . import sql as Q
 from .base import EngineBase, driver_error
@@ -119,7 +119,7 @@ class PyEngine(EngineBase[PyConnection]):
         name: str,
         expected_head: int | None,
         ts: float,
-        batch: Sequence[tuple[str, bytes]],
+        batch: EncodedBatch,
     ) -> int:
         def work(conn: PyConnection) -> int:
             row = conn.db.execute(Q.SELECT_SESSION, (tenant, name)).fetchone()

@@ -11,6 +11,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from ..errors import CheckpointerClosedError
 from ..events import (
+    EncodedBatch,
     SessionEvent,
     SessionInfo,
     StoredEvent,
@@ -100,11 +101,7 @@ class BaseCheckpointer(ABC):
 
     @abstractmethod
     def _append(
-        self,
-        session_id: str,
-        batch: builtins.list[tuple[str, bytes]],
-        expected_head: int | None,
-        ts: float,
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int: ...
 
     @abstractmethod

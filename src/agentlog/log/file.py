@@ -43,7 +43,7 @@ from ..errors import (
     SessionNotFoundError,
     StorageUnavailableError,
 )
-from ..events import SessionInfo, StoredEvent
+from ..events import EncodedBatch, SessionInfo, StoredEvent
 from .contract import BaseCheckpointer
 
 try:
@@ -279,11 +279,7 @@ class FileCheckpointer(BaseCheckpointer):
         session.activity = self._activity
 
     def _append(
-        self,
-        session_id: str,
-        batch: builtins.list[tuple[str, bytes]],
-        expected_head: int | None,
-        ts: float,
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         with self._lock:
             self._check_open()

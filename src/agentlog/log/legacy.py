@@ -15,7 +15,7 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from ..events import SessionInfo, StoredEvent, decode_payload
+from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
 from .contract import BaseCheckpointer
 
 __all__ = ["LegacyStore", "legacy_store_adapter", "message_event"]
@@ -86,11 +86,7 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
         return self.store.load(session_id) is not None
 
     def _append(
-        self,
-        session_id: str,
-        batch: builtins.list[tuple[str, bytes]],
-        expected_head: int | None,
-        ts: float,
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         with self._lock:
             self._check_open()

@@ -6,7 +6,7 @@ import builtins
 import threading
 
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
-from ..events import SessionInfo, StoredEvent, decode_payload
+from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
 from .contract import BaseCheckpointer
 
 __all__ = ["MemoryCheckpointer"]
@@ -43,11 +43,7 @@ class MemoryCheckpointer(BaseCheckpointer):
         return session
 
     def _append(
-        self,
-        session_id: str,
-        batch: builtins.list[tuple[str, bytes]],
-        expected_head: int | None,
-        ts: float,
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         with self._lock:
             self._check_open()

@@ -7,7 +7,7 @@ import os
 
 from ..engine import Engine, open_engine
 from ..engine.schema import DEFAULT_TENANT
-from ..events import SessionInfo, StoredEvent, check_session_id
+from ..events import EncodedBatch, SessionInfo, StoredEvent, check_session_id
 from .contract import BaseCheckpointer
 
 __all__ = ["SqliteCheckpointer"]
@@ -86,11 +86,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         return self._engine.name
 
     def _append(
-        self,
-        session_id: str,
-        batch: builtins.list[tuple[str, bytes]],
-        expected_head: int | None,
-        ts: float,
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         return self._engine.append(self._tenant, session_id, expected_head, ts, batch)
 

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO
 
 from ..engine import sql as Q
 from ..errors import StorageDataError
@@ -146,45 +146,6 @@ class VerifyingReader(io.RawIOBase):
             raise StorageDataError(f"{resource}: stored bytes do not match their sha256")
 
 
-@runtime_checkable
-class ArtifactStore(Protocol):
-    """Artifacts: bytes, media type, sha256 and metadata, tenant-scoped with CAS."""
-
-    def put(
-        self,
-        tenant_id: str,
-        artifact_id: str,
-        data: bytes | BinaryIO,
-        media_type: str,
-        expected_revision: int | None,
-        metadata: Any = None,
-    ) -> ArtifactInfo:
-        """Store (``expected_revision=None``) or replace an artifact; bytes or a stream."""
-        ...
-
-    def info(self, tenant_id: str, artifact_id: str) -> ArtifactInfo:
-        """The artifact's metadata, or :class:`StorageNotFoundError`."""
-        ...
-
-    def get(self, tenant_id: str, artifact_id: str) -> tuple[ArtifactInfo, bytes]:
-        """Metadata and the whole content, verified."""
-        ...
-
-    def open(self, tenant_id: str, artifact_id: str) -> VerifyingReader:
-        """A stream of the content, verified when it has been read to the end."""
-        ...
-
-    def list(
-        self, tenant_id: str, after: str | None = None, limit: int = 100
-    ) -> builtins.list[ArtifactInfo]:
-        """Metadata of the tenant's artifacts in id order, ids strictly after ``after``."""
-        ...
-
-    def delete(self, tenant_id: str, artifact_id: str, expected_revision: int) -> None:
-        """Remove the artifact if it is at ``expected_revision``; shared bytes stay."""
-        ...
-
-
 #: An artifact's stored row: ``(sha256, size, media_type, metadata json, revision,
 #: created, updated)``.
 Row = tuple[str, int, str, bytes, int, float, float]
@@ -196,8 +157,12 @@ def _info(key: tuple[str, str], row: Row) -> ArtifactInfo:
     return ArtifactInfo(*key, sha, size, media, metadata, revision, created, updated)
 
 
-class _ArtifactStoreBase(Transactions):
-    """The contract, written once; an implementation supplies rows, blobs and transactions."""
+class ArtifactStore(Transactions):
+    """Artifacts: bytes, media type, sha256 and metadata, tenant-scoped with CAS.
+
+    The contract is written once here, on row primitives (the underscored
+    methods at the end) that the in-memory and the SQLite implementation supply.
+    """
 
     @staticmethod
     def _key(tenant_id: object, artifact_id: object) -> tuple[str, str]:
@@ -321,7 +286,7 @@ class _ArtifactStoreBase(Transactions):
         raise NotImplementedError
 
 
-class InMemoryArtifactStore(LockedTransactions, _ArtifactStoreBase):
+class InMemoryArtifactStore(LockedTransactions, ArtifactStore):
     """An :class:`ArtifactStore` in this process's memory."""
 
     def __init__(self) -> None:
@@ -366,7 +331,7 @@ class InMemoryArtifactStore(LockedTransactions, _ArtifactStoreBase):
         return found[0][n] if found is not None and n < len(found[0]) else None
 
 
-class SqliteArtifactStore(EngineTransactions, _ArtifactStoreBase):
+class SqliteArtifactStore(EngineTransactions, ArtifactStore):
     """An :class:`ArtifactStore` in the SQLite file of the session log.
 
     A put is one write transaction: the bytes are streamed into chunks under

@@ -20,7 +20,7 @@ import builtins
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..engine import sql as Q
 from ..errors import StorageDataError
@@ -201,52 +201,12 @@ def _from_row(
     )
 
 
-@runtime_checkable
-class CheckpointStore(Protocol):
-    """Run checkpoints, tenant-scoped, written with compare-and-set revisions."""
+class CheckpointStore(Transactions):
+    """Run checkpoints, tenant-scoped, written with compare-and-set revisions.
 
-    def save(
-        self,
-        tenant_id: str,
-        run_id: str,
-        expected_revision: int | None,
-        *,
-        status: str,
-        state: Any,
-        session_id: str | None = None,
-        parent_run_id: str | None = None,
-        interruption: Any = None,
-        side_effects: Iterable[SideEffect | Mapping[str, Any]] = (),
-        trace: Any = None,
-    ) -> Checkpoint:
-        """Create (``expected_revision=None``) or replace the run's checkpoint."""
-        ...
-
-    def load(self, tenant_id: str, run_id: str) -> Checkpoint:
-        """The checkpoint, or :class:`StorageNotFoundError`."""
-        ...
-
-    def list(
-        self,
-        tenant_id: str,
-        *,
-        run_id: str | None = None,
-        session_id: str | None = None,
-        status: str | None = None,
-        parent_run_id: str | None = None,
-        after: str | None = None,
-        limit: int = 100,
-    ) -> builtins.list[Checkpoint]:
-        """Checkpoints matching every filter given, in run id order after ``after``."""
-        ...
-
-    def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
-        """Remove the checkpoint if it is at ``expected_revision``."""
-        ...
-
-
-class _CheckpointStoreBase(Transactions):
-    """Validation shared by the implementations; each supplies the storage."""
+    The contract is written once here, on row primitives (the underscored
+    methods at the end) that the in-memory and the SQLite implementation supply.
+    """
 
     def _prepare(
         self,
@@ -411,7 +371,7 @@ class _CheckpointStoreBase(Transactions):
         raise NotImplementedError
 
 
-class InMemoryCheckpointStore(LockedTransactions, _CheckpointStoreBase):
+class InMemoryCheckpointStore(LockedTransactions, CheckpointStore):
     """A :class:`CheckpointStore` in this process's memory (JSON kept encoded)."""
 
     def __init__(self) -> None:
@@ -441,7 +401,7 @@ class InMemoryCheckpointStore(LockedTransactions, _CheckpointStoreBase):
             )[:limit]
 
 
-class SqliteCheckpointStore(EngineTransactions, _CheckpointStoreBase):
+class SqliteCheckpointStore(EngineTransactions, CheckpointStore):
     """A :class:`CheckpointStore` in the SQLite file of the session log.
 
     Listing by session, status and parent run is served by indexes on

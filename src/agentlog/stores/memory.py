@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..engine import sql as Q
 from ..events import decode_json
@@ -50,45 +50,14 @@ class MemoryRecord:
     updated_at: float
 
 
-@runtime_checkable
-class MemoryStore(Protocol):
+class MemoryStore(Transactions):
     """Revisable JSON memory keyed by (tenant, namespace, key).
 
     The namespace is part of the key: the same key in two namespaces (or two
     tenants) names two records.
-    """
 
-    def put(
-        self,
-        tenant_id: str,
-        namespace: str,
-        key: str,
-        value: Any,
-        expected_revision: int | None,
-    ) -> MemoryRecord:
-        """Create (``expected_revision=None``) or replace (the current revision) a record."""
-        ...
-
-    def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
-        """The record, or :class:`StorageNotFoundError`."""
-        ...
-
-    def list(
-        self, tenant_id: str, namespace: str, after: str | None = None, limit: int = 100
-    ) -> builtins.list[MemoryRecord]:
-        """Records of one namespace in key order, keys strictly after ``after``."""
-        ...
-
-    def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
-        """Remove the record if it is at ``expected_revision``."""
-        ...
-
-
-class _MemoryStoreBase(Transactions):
-    """The contract, written once; an implementation supplies rows and transactions.
-
-    A row is ``(value, revision, created, updated)`` under the key
-    ``(tenant, namespace, key)``.
+    The contract is written once here, on row primitives (the underscored
+    methods at the end) that the in-memory and the SQLite implementation supply.
     """
 
     @staticmethod
@@ -175,7 +144,7 @@ class _MemoryStoreBase(Transactions):
         raise NotImplementedError
 
 
-class InMemoryMemoryStore(LockedTransactions, _MemoryStoreBase):
+class InMemoryMemoryStore(LockedTransactions, MemoryStore):
     """A :class:`MemoryStore` in this process's memory (values kept encoded)."""
 
     def __init__(self) -> None:
@@ -203,7 +172,7 @@ class InMemoryMemoryStore(LockedTransactions, _MemoryStoreBase):
             return [(k, *self._records[(tenant, namespace, k)]) for k in keys]
 
 
-class SqliteMemoryStore(EngineTransactions, _MemoryStoreBase):
+class SqliteMemoryStore(EngineTransactions, MemoryStore):
     """A :class:`MemoryStore` in the SQLite file of the session log.
 
     Each write is one ``BEGIN IMMEDIATE`` transaction that reads the current

@@ -16,7 +16,7 @@ import builtins
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..engine import schema as S
 from ..engine import sql as Q
@@ -102,61 +102,6 @@ def _items(items: Iterable[Mapping[str, Any]]) -> tuple[list[tuple[str, bytes]],
     return encoded, ids
 
 
-@runtime_checkable
-class SessionStore(Protocol):
-    """Tenant-scoped sessions: metadata, an item journal with CAS, snapshots."""
-
-    def create(self, tenant_id: str, session_id: str, metadata: Any = None) -> SessionRecord:
-        """A new, empty session at revision 0 (a conflict when it exists)."""
-        ...
-
-    def get(self, tenant_id: str, session_id: str) -> SessionRecord:
-        """The session's record, or :class:`StorageNotFoundError`."""
-        ...
-
-    def append(
-        self,
-        tenant_id: str,
-        session_id: str,
-        expected_revision: int,
-        items: Iterable[Mapping[str, Any]],
-    ) -> SessionRecord:
-        """Append items (events with unique ``id``s) at contiguous sequences."""
-        ...
-
-    def load(
-        self,
-        tenant_id: str,
-        session_id: str,
-        after_sequence: int | None = None,
-        use_snapshot: bool = True,
-        limit: int | None = None,
-    ) -> SessionLoad:
-        """The newest snapshot and the items after it (or the items after ``after_sequence``)."""
-        ...
-
-    def compact(
-        self,
-        tenant_id: str,
-        session_id: str,
-        expected_revision: int,
-        through_sequence: int,
-        state: Any,
-    ) -> SessionRecord:
-        """Save a snapshot of the state through ``through_sequence``."""
-        ...
-
-    def list(
-        self, tenant_id: str, after: str | None = None, limit: int = 100
-    ) -> builtins.list[SessionRecord]:
-        """The tenant's sessions in id order, ids strictly after ``after``."""
-        ...
-
-    def delete(self, tenant_id: str, session_id: str, expected_revision: int) -> None:
-        """Remove the session, its items and snapshots, if it is at ``expected_revision``."""
-        ...
-
-
 def _check_load_args(
     after_sequence: int | None, limit: int | None
 ) -> tuple[int | None, int | None]:
@@ -184,8 +129,12 @@ def _record(key: tuple[str, str], row: Row) -> SessionRecord:
     return SessionRecord(*key, revision, head, metadata, through, created, updated)
 
 
-class _SessionStoreBase(Transactions):
-    """The contract, written once; an implementation supplies rows and transactions."""
+class SessionStore(Transactions):
+    """Tenant-scoped sessions: metadata, an item journal with CAS, snapshots.
+
+    The contract is written once here, on row primitives (the underscored
+    methods at the end) that the in-memory and the SQLite implementation supply.
+    """
 
     @staticmethod
     def _key(tenant_id: object, session_id: object) -> tuple[str, str]:
@@ -398,7 +347,7 @@ class _Session:
                 through)  # fmt: skip
 
 
-class InMemorySessionStore(LockedTransactions, _SessionStoreBase):
+class InMemorySessionStore(LockedTransactions, SessionStore):
     """A :class:`SessionStore` in this process's memory (JSON kept encoded)."""
 
     def __init__(self) -> None:
@@ -451,7 +400,7 @@ class InMemorySessionStore(LockedTransactions, _SessionStoreBase):
         del self._sessions[key]
 
 
-class SqliteSessionStore(EngineTransactions, _SessionStoreBase):
+class SqliteSessionStore(EngineTransactions, SessionStore):
     """A :class:`SessionStore` on the session log's own tables (the handle is the sid)."""
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
