@@ -533,18 +533,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(argv: list[str]) -> None:
-    # Two commands bypass the parser: the benchmark has options of its own,
-    # and the demo's second process is internal (not listed in --help).
+    # The benchmark bypasses the parser: it has options of its own.
     if argv[:1] == ["bench"]:
         _bench(argv[1:])
         return
-    if argv[:1] == ["_demo-resume"] and len(argv) == 3:
-        _demo_resume(argv[1], argv[2])
-        return
-    parser = _parser()
     prog, store = "agentlog", None
     try:
-        args = parser.parse_args(argv)
+        if argv[:1] == ["_demo-resume"] and len(argv) == 3:
+            # The demo's second process: internal, so not a listed command.
+            prog, store = "agentlog demo", argv[1]
+            _demo_resume(argv[1], argv[2])
+            return
+        args = _parser().parse_args(argv)
         prog, store = f"agentlog {args.command}", getattr(args, "store", None)
         args.func(args)
     except UsageError as exc:
