@@ -272,6 +272,17 @@ def _open(store: Path) -> SqliteCheckpointer | FileCheckpointer:
 # -- pipes ----------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose every listing is far larger than a pipe's buffer (64 KiB)."""
+    db = tmp_path_factory.mktemp("big") / "big.db"
+    with SqliteCheckpointer(db) as cp:
+        cp.append("big", [{"type": "user", "content": "x" * 100}] * 3000)
+        for n in range(1000):
+            cp.append(f"s{n:04}-" + "x" * 120, EVENTS[:1])
+    return db
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -284,12 +295,8 @@ def _open(store: Path) -> SqliteCheckpointer | FileCheckpointer:
     ],
     ids=" ".join,
 )
-def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: list[str]) -> None:
-    db = tmp_path / "big.db"
-    with SqliteCheckpointer(db) as cp:
-        cp.append("big", [{"type": "user", "content": "x" * 100}] * 3000)
-        for n in range(300):
-            cp.append(f"s{n}", EVENTS[:1])
+def test_a_closed_pipe_ends_quietly(big_store: Path, command: list[str]) -> None:
+    db = big_store
     argv = _argv(command, db) if command != ["demo"] else command
     env = {**child_env(), "PYTHONUNBUFFERED": "1"}  # every line leaves at once
     with subprocess.Popen(
