@@ -1,7 +1,10 @@
 """The ``agentlog`` command line: a demo, and the everyday operations on a store.
 
-A STORE argument is a SQLite file, or a directory of JSONL session files
-(the file backend).
+A STORE argument is a SQLite file, or a directory of JSONL session files (a
+file store). Commands that only read open the store read-only and never
+create or change anything; the commands that write (``fork``, ``truncate``)
+open an existing store only. Every mistake is one line on standard error and
+a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -9,29 +12,92 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from . import __version__
 from .engine import engine_info
 from .errors import AgentlogError, CheckpointConflictError
-from .events import StoredEvent
+from .events import SessionInfo, StoredEvent
 from .fold import fold_events
-from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer
+from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
 from .stores import DEFAULT_TENANT
 
 __all__ = ["main"]
 
+#: The exit status of a command whose output was cut short by a closed pipe
+#: (``agentlog show … | head``), as for a process that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 128 + 13
 
-def open_store(location: str) -> BaseCheckpointer:
-    """A checkpointer for ``location``: a directory is a file store, else SQLite."""
+
+class UsageError(Exception):
+    """A mistake in how the command was called: reported as one line, exit status 2."""
+
+    def __init__(self, message: str, prog: str | None = None) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+# -- opening a store -----------------------------------------------------------------
+
+
+def open_store(
+    location: str, *, write: bool = False, tenant: str = DEFAULT_TENANT
+) -> BaseCheckpointer:
+    """The store at ``location``: a directory is a file store, anything else SQLite.
+
+    Never creates one: a missing path, or a directory that holds no file
+    store, is an error. Without ``write`` the store is opened read-only.
+    """
+    if not os.path.lexists(location):
+        raise UsageError(f"no such file or directory: {location}")
     if os.path.isdir(location):
-        return FileCheckpointer(location)
-    return SqliteCheckpointer(location)
+        if not is_file_store(location):
+            raise UsageError(
+                f"{location} is a directory that holds no file store (no .agentlog.lock, "
+                "no session files)"
+            )
+        if tenant != DEFAULT_TENANT:
+            raise UsageError(
+                f"{location} is a file store, which has no tenants (--tenant is for SQLite files)"
+            )
+        if write:
+            return FileCheckpointer(location, create=False)
+        return FileCheckpointer(location, read_only=True)
+    if write:
+        return SqliteCheckpointer(location, create=False, tenant=tenant)
+    return SqliteCheckpointer(location, read_only=True, tenant=tenant)
+
+
+def _exists(log: BaseCheckpointer, session: str) -> bool:
+    # A head of 0 is an unknown session, or one truncated to nothing.
+    return log.head(session) > 0 or any(info.id == session for info in log.list())
+
+
+def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
+    """The head of ``args.session``; an unknown session is an error."""
+    head = log.head(args.session)
+    if head > 0 or _exists(log, args.session):
+        return head
+    where = args.store
+    if args.tenant != DEFAULT_TENANT:
+        where = f"tenant {args.tenant!r} of {args.store}"
+    hint = "agentlog list shows them"
+    if isinstance(log, SqliteCheckpointer):
+        others = sorted({t for t, info in log.list_all_tenants() if info.id == args.session})
+        if others:
+            hint = f"it is in tenant {others[0]!r}: add --tenant {shlex.quote(others[0])}"
+    raise UsageError(f"no session {args.session!r} in {where} ({hint})")
+
+
+# -- printing ------------------------------------------------------------------------
 
 
 def _short(value: Any, width: int = 90) -> str:
@@ -50,16 +116,26 @@ def _print_event(event: StoredEvent) -> None:
     print(f"{event.seq:>6}  {stamp}  {event.type:<19} {_short(body)}")
 
 
+def _print_json(value: Any, indent: int | None = None) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=indent))
+
+
+def _event_json(event: StoredEvent) -> dict[str, Any]:
+    return event._asdict()
+
+
 # -- the demo --------------------------------------------------------------------
 
 SESSION = "demo-session"
+DEMO_SESSIONS = (SESSION, SESSION + "-alt")
 
 
-def _demo(db: str) -> None:
-    print(f"agentlog demo — engine: {engine_info()['engine']}, store: {db}\n")
+def _demo(db: str, kept: bool) -> None:
+    where = db if kept else f"{db} (temporary, removed at the end; --db FILE keeps one)"
+    print(f"agentlog demo — engine: {engine_info()['engine']}, store: {where}\n")
     with SqliteCheckpointer(db) as log:
-        log.delete(SESSION)
-        log.delete(SESSION + "-alt")
+        for name in DEMO_SESSIONS:
+            log.delete(name)
         print("1. An agent records a turn, one append per step, each with expected_head:")
         steps: list[list[dict[str, Any]]] = [
             [{"type": "user", "content": "What is in the repo, and how big is main.py?"}],
@@ -114,7 +190,7 @@ def _demo(db: str) -> None:
             [{"type": "assistant", "content": "main.py and README.md; main.py is short."}],
             expected_head=6,
         )
-        for name in (SESSION, SESSION + "-alt"):
+        for name in DEMO_SESSIONS:
             print(f"   {name} folded:")
             _print_transcript(fold_events(log.read(name)), indent="     ")
 
@@ -125,10 +201,12 @@ def _demo(db: str) -> None:
         print(f"\nintegrity: {detail}")
         if not ok:
             raise SystemExit(1)
+    if kept:
+        print(f"\nThe sessions are kept in {db}; see them with: agentlog show {db} {SESSION}")
 
 
 def _demo_resume(db: str, session_id: str) -> None:
-    with SqliteCheckpointer(db) as log:
+    with SqliteCheckpointer(db, create=False) as log:
         events = list(log.read(session_id))
         head = events[-1].seq if events else 0
         print(f"   pid {os.getpid()} read {len(events)} events; the conversation so far:")
@@ -144,35 +222,68 @@ def _demo_resume(db: str, session_id: str) -> None:
         print(f"   appended user + assistant -> head {head}")
 
 
+def _cmd_demo(args: argparse.Namespace) -> None:
+    if not args.db:
+        with tempfile.TemporaryDirectory() as tmp:
+            _demo(str(Path(tmp) / "demo.db"), kept=False)
+        return
+    db = args.db
+    if os.path.isdir(db):
+        raise UsageError(f"--db {db} is a directory; give a SQLite file")
+    if os.path.exists(db) and os.path.getsize(db) > 0:
+        with SqliteCheckpointer(db, read_only=True) as log:
+            taken = [name for name in DEMO_SESSIONS if _exists(log, name)]
+        if taken and not args.force:
+            raise UsageError(
+                f"{db} already holds {' and '.join(taken)}, which the demo would reset; "
+                "add --force to reset them, or choose another --db"
+            )
+    _demo(db, kept=True)
+
+
 # -- everyday commands -------------------------------------------------------------
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
-        for info in log.list():
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.mtime))
-            print(f"{info.id}\t{info.head}\t{stamp}")
+    with open_store(args.store, tenant=args.tenant) as log:
+        rows: list[tuple[str, SessionInfo]]
+        if args.all_tenants and isinstance(log, SqliteCheckpointer):
+            rows = log.list_all_tenants()
+        else:
+            rows = [(args.tenant, info) for info in log.list()]
+    for tenant, info in rows:
+        if args.json:
+            _print_json({"tenant": tenant, "id": info.id, "head": info.head, "mtime": info.mtime})
+            continue
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.mtime))
+        columns = [tenant] if args.all_tenants else []
+        print("\t".join([*columns, info.id, str(info.head), stamp]))
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
+    with open_store(args.store, tenant=args.tenant) as log:
+        _require_session(log, args)
         events = log.read(args.session, since_seq=args.since)
         if args.raw:
             for event in events:
                 _print_event(event)
         elif args.json:
             for event in events:
-                print(json.dumps(event._asdict(), ensure_ascii=False))
+                _print_json(_event_json(event))
         else:
             _print_transcript(fold_events(events), indent="")
 
 
 def _cmd_tail(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
+    with open_store(args.store, tenant=args.tenant) as log:
+        _require_session(log, args)
         since = args.since
         while True:
             for event in log.read(args.session, since_seq=since):
-                _print_event(event)
+                if args.json:
+                    _print_json(_event_json(event))
+                else:
+                    _print_event(event)
                 since = event.seq
             sys.stdout.flush()
             if args.once:
@@ -181,21 +292,30 @@ def _cmd_tail(args: argparse.Namespace) -> None:
 
 
 def _cmd_fork(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
+    with open_store(args.store, write=True, tenant=args.tenant) as log:
         head = log.fork(args.session, args.at, args.new_session)
-        print(f"forked {args.session} at {args.at} into {args.new_session} (head {head})")
+    print(f"forked {args.session} at {args.at} into {args.new_session} (head {head})")
 
 
 def _cmd_truncate(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
-        head = log.truncate(args.session, args.to)
-        print(f"{args.session}: head {head}")
+    with open_store(args.store, write=True, tenant=args.tenant) as log:
+        head = _require_session(log, args)
+        new_head = log.truncate(args.session, args.to)
+    if args.to >= head:
+        print(f"{args.session}: head {head} (nothing after {args.to} to drop)")
+    else:
+        print(f"{args.session}: head {new_head}")
 
 
 def _cmd_check(args: argparse.Namespace) -> None:
-    with SqliteCheckpointer(args.store) as log:
+    with open_store(args.store) as log:
+        assert isinstance(log, (SqliteCheckpointer, FileCheckpointer))
         ok, detail = log.check_integrity()
-    print(detail)
+    if args.json:
+        kind = "file" if os.path.isdir(args.store) else "sqlite"
+        _print_json({"store": args.store, "kind": kind, "ok": ok, "detail": detail})
+    else:
+        print(detail)
     if not ok:
         raise SystemExit(1)
 
@@ -225,8 +345,33 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
             print(f"backup (source, and the target as it was): {report.backup}")
 
 
+#: Compile options that only the C engine's own build of the pinned SQLite
+#: sets (csrc/sqlite_embed.h); a system SQLite does not carry them together.
+_EMBED_OPTIONS = frozenset({"THREADSAFE=2", "OMIT_LOAD_EXTENSION", "OMIT_PROGRESS_CALLBACK"})
+
+
+def _sqlite_origin(info: dict[str, Any]) -> str:
+    if info["engine"] != "c":
+        return "the standard library's sqlite3 (the system's SQLite, not the pinned one)"
+    if set(info["compile_options"]) >= _EMBED_OPTIONS:
+        return "the pinned build, embedded in the C engine"
+    return "the system's SQLite: the C engine was built without the pinned one"
+
+
 def _cmd_info(args: argparse.Namespace) -> None:
-    print(json.dumps(engine_info(), indent=2))
+    info = engine_info()
+    if args.json:
+        _print_json(info, indent=2)
+        return
+    print(f"agentlog {__version__}")
+    if info["engine"] == "c":
+        print("engine:  c (compiled)")
+    else:
+        print("engine:  python (pure Python)")
+    if info["extension_error"]:
+        print(f"         the C engine is not available: {info['extension_error']}")
+    print(f"SQLite:  {info['sqlite_version']}, {_sqlite_origin(info)}")
+    print(f"engines: {', '.join(info['available'])} (agentlog info --json for the details)")
 
 
 def _bench(argv: list[str]) -> None:
@@ -241,58 +386,142 @@ def _bench(argv: list[str]) -> None:
     bench_main(argv)
 
 
+# -- arguments ---------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with every mistake reported as one line."""
+
+    def error(self, message: str) -> NoReturn:
+        # "argument --since: must be >= 0 …" reads "--since must be >= 0 …".
+        message = re.sub(r"^argument (\S+?)(?:/\S+)?: (must )", r"\1 \2", message)
+        raise UsageError(f"{message} (see: {self.prog} --help)", self.prog)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    return value
+
+
+DESCRIPTION = (
+    "Inspect and edit agentlog session logs. STORE is a SQLite file or a directory of "
+    "session files (a file store). Read commands open the store read-only; no command "
+    "creates a store, except demo and migrate (their target)."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentlog", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="agentlog", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"agentlog {__version__}")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="record, resume, conflict, fork and fold a session")
-    demo.add_argument("--db", help="SQLite file to use (default: a temporary one)")
+    def command(name: str, text: str, func: Callable[[argparse.Namespace], None]) -> Any:
+        found = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        found.set_defaults(func=func)
+        return found
 
-    resume = sub.add_parser("_demo-resume")  # the demo's second process
-    resume.add_argument("db")
-    resume.add_argument("session")
+    def store(found: argparse.ArgumentParser, kinds: str = "a SQLite file or a file store") -> None:
+        found.add_argument("store", metavar="STORE", help=kinds)
 
-    def store_command(name: str, text: str) -> argparse.ArgumentParser:
-        command = sub.add_parser(name, help=text)
-        command.add_argument("store", help="a SQLite file or a directory of session files")
-        return command
+    def session(found: argparse.ArgumentParser) -> None:
+        found.add_argument("session", metavar="SESSION", help="the session id")
 
-    store_command("list", "list sessions, most recently active first").set_defaults(func=_cmd_list)
-    show = store_command("show", "show a session as a folded transcript")
-    show.add_argument("session")
-    show.add_argument("--since", type=int, default=0, help="start after this seq")
-    show.add_argument("--raw", action="store_true", help="print events, not the transcript")
-    show.add_argument("--json", action="store_true", help="print events as JSON lines")
-    show.set_defaults(func=_cmd_show)
-    tail = store_command("tail", "print a session's events as they are appended")
-    tail.add_argument("session")
-    tail.add_argument("--since", type=int, default=0)
-    tail.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    def tenant(found: argparse.ArgumentParser | Any) -> None:
+        found.add_argument(
+            "--tenant",
+            default=DEFAULT_TENANT,
+            metavar="NAME",
+            help=f"the tenant whose sessions to use (default: {DEFAULT_TENANT!r}; SQLite only)",
+        )
+
+    demo = command("demo", "record, resume, conflict, fork and fold a session", _cmd_demo)
+    demo.add_argument(
+        "--db", metavar="FILE", help="the SQLite file to use and keep (default: a temporary one)"
+    )
+    demo.add_argument(
+        "--force", action="store_true", help="reset the demo's sessions if FILE already holds them"
+    )
+
+    listing = command("list", "list sessions, most recently active first", _cmd_list)
+    store(listing)
+    which = listing.add_mutually_exclusive_group()
+    tenant(which)
+    which.add_argument(
+        "--all-tenants", action="store_true", help="every tenant's sessions, with a tenant column"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object per session")
+
+    show = command("show", "show a session as a folded transcript", _cmd_show)
+    store(show)
+    session(show)
+    tenant(show)
+    show.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
+    form = show.add_mutually_exclusive_group()
+    form.add_argument("--raw", action="store_true", help="print the events, not the transcript")
+    form.add_argument("--json", action="store_true", help="print the events as JSON lines")
+
+    tail = command("tail", "print a session's events as they are appended", _cmd_tail)
+    store(tail)
+    session(tail)
+    tenant(tail)
+    tail.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
+    tail.add_argument(
+        "--interval", type=_seconds, default=0.5, metavar="S", help="seconds between polls (0.5)"
+    )
     tail.add_argument("--once", action="store_true", help="print what is there and stop")
-    tail.set_defaults(func=_cmd_tail)
-    fork = store_command("fork", "copy events 1..AT of a session into a new session")
-    fork.add_argument("session")
-    fork.add_argument("at", type=int)
-    fork.add_argument("new_session")
-    fork.set_defaults(func=_cmd_fork)
-    truncate = store_command("truncate", "drop every event after TO")
-    truncate.add_argument("session")
-    truncate.add_argument("to", type=int)
-    truncate.set_defaults(func=_cmd_truncate)
-    store_command("check", "run SQLite's quick_check on a database").set_defaults(func=_cmd_check)
-    sub.add_parser("info", help="which engine and SQLite run").set_defaults(func=_cmd_info)
-    migrate = sub.add_parser(
-        "migrate", help="copy JSON v1 sessions or a file store into SQLite, backup first"
+    tail.add_argument("--json", action="store_true", help="print the events as JSON lines")
+
+    fork = command("fork", "copy events 1..AT of a session into a new session", _cmd_fork)
+    store(fork)
+    session(fork)
+    fork.add_argument("at", metavar="AT", type=_count, help="the last seq to copy")
+    fork.add_argument("new_session", metavar="NEW", help="the new session's id")
+    tenant(fork)
+
+    truncate = command("truncate", "drop every event of a session after seq TO", _cmd_truncate)
+    store(truncate)
+    session(truncate)
+    truncate.add_argument("to", metavar="TO", type=_count, help="the seq to keep up to")
+    tenant(truncate)
+
+    check = command(
+        "check",
+        "check a store: SQLite's quick_check on a database file, or that every session "
+        "file of a file store reads back",
+        _cmd_check,
+    )
+    store(check)
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    info = command("info", "which engine and SQLite run", _cmd_info)
+    info.add_argument("--json", action="store_true", help="print every detail as JSON")
+
+    migrate = command(
+        "migrate", "copy JSON v1 sessions or a file store into SQLite, backup first", _cmd_migrate
     )
     migrate.add_argument(
-        "source", help="a JSON v1 sessions directory or a FileCheckpointer directory"
+        "source", metavar="SRC", help="a JSON v1 sessions directory or a file store"
     )
-    migrate.add_argument("target", help="the SQLite file to write")
+    migrate.add_argument("target", metavar="DST", help="the SQLite file to write")
     migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
-    migrate.add_argument("--tenant", default=DEFAULT_TENANT)
+    tenant(migrate)
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
     migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
-    migrate.set_defaults(func=_cmd_migrate)
     # Listed for --help; its options are the benchmark's own (see main()).
     sub.add_parser(
         "bench", help="run the benchmark (from a checkout); options as python -m benchmarks"
@@ -300,26 +529,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``agentlog`` command."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+# -- the entry point ---------------------------------------------------------------
+
+
+def _run(argv: list[str]) -> None:
+    # The benchmark bypasses the parser: it has options of its own.
     if argv[:1] == ["bench"]:
         _bench(argv[1:])
         return
-    args = _parser().parse_args(argv)
+    prog, store = "agentlog", None
     try:
-        if args.command == "demo":
-            if args.db:
-                _demo(args.db)
-            else:
-                with tempfile.TemporaryDirectory() as tmp:
-                    _demo(str(Path(tmp) / "demo.db"))
-        elif args.command == "_demo-resume":
-            _demo_resume(args.db, args.session)
-        else:
-            args.func(args)
-    except (AgentlogError, ValueError) as exc:  # typed errors and bad arguments
-        print(f"agentlog: {type(exc).__name__}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        if argv[:1] == ["_demo-resume"] and len(argv) == 3:
+            # The demo's second process: internal, so not a listed command.
+            prog, store = "agentlog demo", argv[1]
+            _demo_resume(argv[1], argv[2])
+            return
+        args = _parser().parse_args(argv)
+        prog, store = f"agentlog {args.command}", getattr(args, "store", None)
+        args.func(args)
+    except UsageError as exc:
+        _fail(exc.prog or prog, str(exc))
+    except (AgentlogError, ValueError, OSError) as exc:  # typed errors, bad arguments, I/O
+        if isinstance(exc, BrokenPipeError):
+            raise
+        message = str(exc) or type(exc).__name__
+        if store and store not in message and not isinstance(exc, ValueError):
+            message = f"{store}: {message}"  # say which store, when the error does not
+        _fail(prog, message)
+
+
+def _fail(prog: str, message: str) -> NoReturn:
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so the interpreter's own
+    flush at exit finds nothing to complain about."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # not a real file (a test's capture): nothing will be flushed to a pipe
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``agentlog`` command."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    try:
+        _run(arguments)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`agentlog show … | head`): stop quietly.
+        _quiet_stdout()
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None

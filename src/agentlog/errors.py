@@ -126,7 +126,8 @@ class StorageConflictError(AgentlogError):
 
 
 class StorageNotFoundError(AgentlogError, LookupError):
-    """The record asked for does not exist."""
+    """The record asked for does not exist — or the store itself does not, when
+    it is opened without creating one (``read_only=True`` or ``create=False``)."""
 
 
 class StorageDataError(AgentlogError, ValueError):

@@ -58,6 +58,10 @@ _ERRORS: dict[int, type[Exception]] = {
 }
 
 
+#: The attribute a driver error carries its ``(code, message)`` in.
+_DRIVER_DETAIL = "sqlite_error"
+
+
 def driver_error(code: int, message: str, context: str) -> Exception:
     """The typed error for a SQLite result code (extended codes too), in ``context``.
 
@@ -69,8 +73,21 @@ def driver_error(code: int, message: str, context: str) -> Exception:
     primary = code & 0xFF
     kind = _ERRORS.get(primary, StorageUnavailableError)
     if primary in (SQLITE_BUSY, SQLITE_LOCKED):
-        return kind(f"{context}: database is busy ({message})")
-    return kind(f"{context}: {message}")
+        error = kind(f"{context}: database is busy ({message})")
+    else:
+        error = kind(f"{context}: {message}")
+    # Kept so that an error met while opening can be restated naming the file.
+    setattr(error, _DRIVER_DETAIL, (code, message))
+    return error
+
+
+def _opening_error(exc: BaseException, path: str) -> BaseException:
+    """A driver error met while opening ``path``, restated so that it names the file."""
+    detail = getattr(exc, _DRIVER_DETAIL, None)
+    if detail is None:
+        return exc
+    code, message = detail
+    return driver_error(code, message, f"cannot open {path!r}")
 
 
 class DriverConnection(Protocol):
@@ -121,10 +138,13 @@ class EngineBase(Generic[ConnectionT]):
             self._claim_file()
             with self._translating(f"cannot open {path!r}"):
                 self._prepare(synchronous, integrity_check_on_open)
-        except BaseException:
+        except BaseException as exc:
             self._release_file()
             self._writer.close()
-            raise
+            restated = _opening_error(exc, path)
+            if restated is exc:
+                raise
+            raise restated from exc
 
     @property
     def closed(self) -> bool:
@@ -394,6 +414,12 @@ class EngineBase(Generic[ConnectionT]):
         """``(name, mtime, head)`` of every session, most recently active first."""
         rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS, (tenant,)))
         return [(name, mtime, head) for name, mtime, head in rows]
+
+    def list_all_sessions(self) -> list[tuple[str, str, float, int]]:
+        """``(tenant, name, mtime, head)`` of every session of every tenant, most
+        recently active first."""
+        rows = self.read("list", lambda conn: conn.rows(Q.LIST_ALL_SESSIONS))
+        return [(tenant, name, mtime, head) for tenant, name, mtime, head in rows]
 
     def delete(self, tenant: str, name: str) -> None:
         """Remove the session and all its events; nothing if it does not exist."""

@@ -84,6 +84,11 @@ class Engine(Protocol):
         """``(name, mtime, head)`` of every session, most recently active first."""
         ...
 
+    def list_all_sessions(self) -> list[tuple[str, str, float, int]]:
+        """``(tenant, name, mtime, head)`` of every session of every tenant, most
+        recently active first."""
+        ...
+
     def delete(self, tenant: str, name: str) -> None:
         """Remove the session with its events and snapshots; nothing if it is unknown."""
         ...

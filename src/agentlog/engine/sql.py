@@ -37,6 +37,8 @@ DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
 LIST_SESSIONS = (
     "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 )
+#: Every session of every tenant, most recently active first.
+LIST_ALL_SESSIONS = "SELECT tenant, name, mtime, head FROM sessions ORDER BY mtime DESC, sid DESC"
 _SESSION_RECORD = (
     "s.head, s.revision, s.metadata, s.created, s.mtime,"
     " (SELECT max(through_seq) FROM snapshots WHERE sid = s.sid)"

@@ -11,7 +11,7 @@ the legacy adapter over role/content message arrays.
 from __future__ import annotations
 
 from .contract import BaseCheckpointer, Checkpointer
-from .file import FileCheckpointer, read_session_file
+from .file import FileCheckpointer, is_file_store, read_session_file
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
@@ -22,6 +22,7 @@ __all__ = [
     "FileCheckpointer",
     "MemoryCheckpointer",
     "SqliteCheckpointer",
+    "is_file_store",
     "legacy_store_adapter",
     "message_event",
     "read_session_file",

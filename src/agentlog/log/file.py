@@ -41,6 +41,7 @@ from ..errors import (
     DirectoryLockedError,
     SessionExistsError,
     SessionNotFoundError,
+    StorageNotFoundError,
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
@@ -51,7 +52,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["FileCheckpointer"]
+__all__ = ["FileCheckpointer", "is_file_store"]
 
 _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
@@ -74,12 +75,24 @@ def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
     return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
 
 
+def _stamp(stat: os.stat_result) -> tuple[int, int, int]:
+    """What changes whenever a session file changes: inode, size and mtime."""
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 class _Session:
     """What the owning process knows about one session file."""
 
-    __slots__ = ("activity", "mtime", "offsets", "path", "session_id")
+    __slots__ = ("activity", "mtime", "offsets", "path", "session_id", "stamp")
 
-    def __init__(self, session_id: str, path: Path, offsets: array[int], mtime: float) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        path: Path,
+        offsets: array[int],
+        mtime: float,
+        stamp: tuple[int, int, int] | None = None,
+    ) -> None:
         self.session_id = session_id
         self.path = path
         # offsets[k] is where event k+1 starts; offsets[head] is the end of
@@ -89,6 +102,8 @@ class _Session:
         # activity counter orders changes that fall in one clock tick.
         self.mtime = mtime
         self.activity = 0
+        # The file as it was read (a read-only checkpointer reloads on change).
+        self.stamp = stamp
 
     @property
     def head(self) -> int:
@@ -147,6 +162,76 @@ def parse_session_file(
     return session_id, offsets
 
 
+def _is_header(line: bytes) -> bool:
+    try:
+        header = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(header, dict)
+        and header.get("agentlog") == 1
+        and isinstance(header.get("session"), str)
+    )
+
+
+def is_file_store(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a file store: the backend's lock file, or at
+    least one session file. Reads only."""
+    path = Path(directory)
+    if not path.is_dir():
+        return False
+    if (path / _LOCK_NAME).is_file():
+        return True
+    for candidate in path.glob(f"*{_SUFFIX}"):
+        try:
+            with open(candidate, "rb") as handle:
+                first = handle.readline(1 << 16)
+        except OSError:
+            continue
+        if _is_header(first):
+            return True
+    return False
+
+
+def _require_store(directory: Path) -> None:
+    """Refuse a directory that holds no file store, changing nothing."""
+    if not directory.exists():
+        raise StorageNotFoundError(f"no such directory: '{directory}'")
+    if not directory.is_dir():
+        raise StorageNotFoundError(f"'{directory}' is not a directory")
+    if not is_file_store(directory):
+        raise StorageNotFoundError(
+            f"'{directory}' holds no agentlog file store (no {_LOCK_NAME}, no session files)"
+        )
+
+
+def _check_session_file(path: Path) -> str | None:
+    """What is wrong with one session file, or ``None``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None  # deleted meanwhile
+    except OSError as exc:
+        return f"cannot read {path}: {exc}"
+    try:
+        parsed = parse_session_file(data, str(path))
+        if parsed is None:
+            return None
+        _, offsets = parsed
+        for seq in range(1, len(offsets)):
+            record = orjson.loads(data[offsets[seq - 1] : offsets[seq]])
+            event = record.get("event") if isinstance(record, dict) else None
+            if not isinstance(event, dict) or record.get("seq") != seq:
+                return f"{path}: line {seq} is not event {seq}"
+            if not isinstance(event.get("type"), str):
+                return f"{path}: event {seq} has no type"
+    except CorruptDatabaseError as exc:
+        return str(exc)
+    except orjson.JSONDecodeError:
+        return f"{path}: unreadable event line {seq}"
+    return None
+
+
 def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, str, bytes]]] | None:
     """A session file's id and committed events as ``(ts, type, payload)``, read-only."""
     parsed = parse_session_file(data, name)
@@ -176,19 +261,41 @@ class FileCheckpointer(BaseCheckpointer):
     batch reaches the operating system in one write before ``append``
     returns. ``fsync=True`` also survives a crash of the operating system, at
     the cost of an fsync per append.
+
+    ``create=False`` opens an existing file store only: a missing directory,
+    or one that holds neither the lock file nor a session file, raises
+    :class:`StorageNotFoundError` instead of becoming a new store.
+    ``read_only=True`` (which implies it) opens one to read beside its owner:
+    it takes no lock and writes nothing — not the lock file, not the repair of
+    a torn tail — and every write raises :class:`StorageUnavailableError`.
+    It sees each batch the owner had committed when a read starts; a file that
+    changed since it was last read is read again.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], fsync: bool = False) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        fsync: bool = False,
+        *,
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a path, not {type(directory).__name__}")
         if fcntl is None:  # pragma: no cover - not POSIX
             raise StorageUnavailableError("FileCheckpointer needs POSIX file locks")
         self.directory = Path(directory)
         self.fsync = bool(fsync)
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
         self._sessions: dict[str, _Session | None] = {}
         self._all_loaded = False
         self._activity = 0
+        self._lock_fd: int | None = None
+        if self.read_only or not create:
+            _require_store(self.directory)
+        if self.read_only:
+            return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -198,6 +305,7 @@ class FileCheckpointer(BaseCheckpointer):
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(self._lock_fd)
+            self._lock_fd = None
             if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise DirectoryLockedError(
                     f"{self.directory} is in use by another process or checkpointer"
@@ -209,7 +317,12 @@ class FileCheckpointer(BaseCheckpointer):
     # -- loading -----------------------------------------------------------------
 
     def _session(self, session_id: str) -> _Session | None:
-        """The session's state, loading (and repairing) its file on first use."""
+        """The session's state, loading (and repairing) its file on first use.
+
+        Read-only, the file is looked at every time and read again when it
+        changed (its owner is another checkpointer)."""
+        if self.read_only:
+            return self._fresh(session_id)
         if session_id in self._sessions:
             return self._sessions[session_id]
         path = self.directory / session_file_name(session_id)
@@ -217,10 +330,32 @@ class FileCheckpointer(BaseCheckpointer):
         self._sessions[session_id] = session
         return session
 
+    def _fresh(self, session_id: str) -> _Session | None:
+        cached = self._sessions.get(session_id)
+        path = self.directory / session_file_name(session_id) if cached is None else cached.path
+        try:
+            stamp = _stamp(path.stat())
+        except FileNotFoundError:
+            stamp = None
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot read {path}: {exc}") from exc
+        if stamp is None:
+            session = None
+        elif cached is not None and cached.stamp == stamp:
+            return cached
+        else:
+            session = self._load(path, session_id)
+        if session is None:
+            self._sessions.pop(session_id, None)
+        else:
+            self._sessions[session_id] = session
+        return session
+
     def _load(self, path: Path, expected_id: str | None) -> _Session | None:
         try:
-            data = path.read_bytes()
-            mtime = path.stat().st_mtime
+            with open(path, "rb") as handle:
+                data = handle.read()
+                stat = os.fstat(handle.fileno())
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -229,14 +364,17 @@ class FileCheckpointer(BaseCheckpointer):
         if parsed is None:
             return None
         session_id, offsets = parsed
-        if offsets[-1] != len(data):
+        if offsets[-1] != len(data) and not self.read_only:
             with open(path, "r+b") as handle:
                 handle.truncate(offsets[-1])
                 if self.fsync:
                     os.fsync(handle.fileno())
-        return _Session(session_id, path, offsets, mtime)
+        return _Session(session_id, path, offsets, stat.st_mtime, _stamp(stat))
 
     def _load_all(self) -> None:
+        if self.read_only:
+            self._reload_all()
+            return
         if self._all_loaded:
             return
         known = {s.path.name for s in self._sessions.values() if s is not None}
@@ -250,6 +388,26 @@ class FileCheckpointer(BaseCheckpointer):
                 continue  # a copied or renamed file: not where we would look for it
             self._sessions[session.session_id] = session
         self._all_loaded = True
+
+    def _reload_all(self) -> None:
+        """Read-only: the sessions as the directory holds them now."""
+        known = {s.path.name: s for s in self._sessions.values() if s is not None}
+        current: dict[str, _Session | None] = {}
+        for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+            cached = known.get(path.name)
+            if cached is not None:
+                session = self._fresh(cached.session_id)
+            else:
+                session = self._load(path, None)
+                if session is not None and path.name != session_file_name(session.session_id):
+                    continue  # a copied or renamed file: not where we would look for it
+            if session is not None and session.session_id not in current:
+                current[session.session_id] = session
+        self._sessions = current
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StorageUnavailableError(f"'{self.directory}' is open read-only")
 
     # -- writing -----------------------------------------------------------------
 
@@ -283,6 +441,7 @@ class FileCheckpointer(BaseCheckpointer):
     ) -> int:
         with self._lock:
             self._check_open()
+            self._check_writable()
             session = self._session(session_id)
             head = 0 if session is None else session.head
             if expected_head is not None and expected_head != head:
@@ -356,6 +515,7 @@ class FileCheckpointer(BaseCheckpointer):
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
         with self._lock:
             self._check_open()
+            self._check_writable()
             session = self._session(session_id)
             if session is None:
                 return 0
@@ -383,6 +543,7 @@ class FileCheckpointer(BaseCheckpointer):
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
         with self._lock:
             self._check_open()
+            self._check_writable()
             source = self._session(session_id)
             if source is None:
                 raise SessionNotFoundError(f"no session {session_id!r} to fork")
@@ -406,6 +567,7 @@ class FileCheckpointer(BaseCheckpointer):
     def _delete(self, session_id: str) -> None:
         with self._lock:
             self._check_open()
+            self._check_writable()
             session = self._session(session_id)
             if session is None:
                 return
@@ -417,6 +579,19 @@ class FileCheckpointer(BaseCheckpointer):
     # -- reading -----------------------------------------------------------------
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        if not self.read_only:
+            return self._scan_once(session_id, since_seq, limit)
+        # The owner may change the file between looking at it and reading it:
+        # read it again from the start, and believe damage only when it stays.
+        for _ in range(2):
+            try:
+                return self._scan_once(session_id, since_seq, limit)
+            except CorruptDatabaseError:
+                with self._lock:
+                    self._sessions.pop(session_id, None)
+        return self._scan_once(session_id, since_seq, limit)
+
+    def _scan_once(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         with self._lock:
             self._check_open()
             session = self._session(session_id)
@@ -424,9 +599,17 @@ class FileCheckpointer(BaseCheckpointer):
                 return []
             last = min(session.head, since_seq + limit)
             start, stop = session.offsets[since_seq], session.offsets[last]
-            with open(session.path, "rb") as handle:
-                handle.seek(start)
-                data = handle.read(stop - start)
+            try:
+                with open(session.path, "rb") as handle:
+                    if self.read_only and _stamp(os.fstat(handle.fileno())) != session.stamp:
+                        raise CorruptDatabaseError(f"{session.path} changed while it was read")
+                    handle.seek(start)
+                    data = handle.read(stop - start)
+            except FileNotFoundError:
+                if self.read_only:
+                    self._sessions.pop(session_id, None)
+                    return []  # deleted by its owner
+                raise
         if len(data) != stop - start:
             raise CorruptDatabaseError(f"{session.path} is shorter than its log")
         try:
@@ -459,7 +642,26 @@ class FileCheckpointer(BaseCheckpointer):
         found.sort(key=lambda s: (s.mtime, s.activity), reverse=True)
         return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
 
+    def check_integrity(self) -> tuple[bool, str]:
+        """Read every session file and check each committed line: ``(True, "ok")``,
+        or ``(False, detail)`` with one line per damaged file.
+
+        A torn tail (what a crash leaves) is not damage; files that are not
+        agentlog session files are left out, as :meth:`list` leaves them out.
+        Changes nothing.
+        """
+        with self._lock:
+            self._check_open()
+            problems = [
+                problem
+                for path in sorted(self.directory.glob(f"*{_SUFFIX}"))
+                if (problem := _check_session_file(path)) is not None
+            ]
+        return (not problems, "\n".join(problems) or "ok")
+
     def _close(self) -> None:
         with self._lock:
             self._sessions.clear()
-            os.close(self._lock_fd)  # releases the directory lock
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the directory lock
+                self._lock_fd = None

@@ -7,7 +7,14 @@ import os
 
 from ..engine import Engine, open_engine
 from ..engine.schema import DEFAULT_TENANT
-from ..events import EncodedBatch, SessionInfo, StoredEvent, check_session_id
+from ..errors import SchemaVersionError, StorageDataError, StorageNotFoundError
+from ..events import (
+    EncodedBatch,
+    SessionInfo,
+    StoredEvent,
+    check_identifier,
+    check_session_id,
+)
 from .contract import BaseCheckpointer
 
 __all__ = ["SqliteCheckpointer"]
@@ -37,6 +44,15 @@ class SqliteCheckpointer(BaseCheckpointer):
     * ``engine`` picks the engine: ``"c"`` (the compiled one, the default when
       it is built) or ``"python"`` (the standard library's ``sqlite3``). Both
       read and write the same file format.
+    * ``read_only=True`` opens an existing agentlog database for reading
+      only: nothing is created, migrated or written, and every write raises
+      :class:`StorageUnavailableError`. A file of an older schema version is
+      read as it is. ``create=False`` opens an existing agentlog database for
+      reading and writing but never creates one. With either, a missing file
+      raises :class:`StorageNotFoundError` and a file that holds no agentlog
+      database (an empty one included) :class:`SchemaVersionError`.
+    * ``tenant`` is the tenant whose sessions this checkpointer sees
+      (:data:`DEFAULT_TENANT` unless told otherwise; the stores write any).
 
     One object is safe to share between threads.
     """
@@ -48,16 +64,29 @@ class SqliteCheckpointer(BaseCheckpointer):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         engine: str | None = None,
+        *,
+        read_only: bool = False,
+        create: bool = True,
+        tenant: str = DEFAULT_TENANT,
     ) -> None:
+        tenant = check_identifier(tenant, "tenant", StorageDataError)
+        if read_only or not create:
+            _refuse_missing(file)
+            if not read_only:
+                # Look without changing anything before opening to write.
+                _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
         self._engine = open_engine(
             file,
             engine=engine,
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
             integrity_check_on_open=integrity_check_on_open,
+            read_only=read_only,
         )
+        if read_only:
+            _require_agentlog(self._engine)
         self.file = self._engine.path
-        self._tenant = DEFAULT_TENANT
+        self._tenant = tenant
 
     @classmethod
     def on_engine(cls, engine: Engine, tenant: str = DEFAULT_TENANT) -> SqliteCheckpointer:
@@ -74,6 +103,25 @@ class SqliteCheckpointer(BaseCheckpointer):
         return self
 
     _owns_engine = True
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose sessions this checkpointer reads and writes."""
+        return self._tenant
+
+    @property
+    def read_only(self) -> bool:
+        """Whether it was opened ``read_only`` (every write raises)."""
+        return self._engine.read_only
+
+    def list_all_tenants(self) -> builtins.list[tuple[str, SessionInfo]]:
+        """``(tenant, SessionInfo)`` for every session of every tenant in the
+        file, most recently active first (:meth:`list` shows this tenant's)."""
+        self._check_open()
+        return [
+            (tenant, SessionInfo(name, mtime, head))
+            for tenant, name, mtime, head in self._engine.list_all_sessions()
+        ]
 
     def check_integrity(self) -> tuple[bool, str]:
         """Run ``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
@@ -118,3 +166,20 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _close(self) -> None:
         if self._owns_engine:
             self._engine.close()
+
+
+def _refuse_missing(file: str | os.PathLike[str]) -> None:
+    """Refuse to open what would have to be created."""
+    location = os.fspath(file) if isinstance(file, (str, os.PathLike)) else file
+    if location == ":memory:":
+        raise ValueError("':memory:' is always a new database: it cannot be opened read-only")
+    if isinstance(location, str) and not os.path.exists(location):
+        raise StorageNotFoundError(f"no such file: {location!r}")
+
+
+def _require_agentlog(engine: Engine) -> Engine:
+    """``engine``, unless its file holds no agentlog database (then it is closed)."""
+    if engine.schema_version == 0:
+        engine.close()
+        raise SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")
+    return engine
