@@ -13,7 +13,7 @@ paths are the shared ``EngineBase``.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset, strlen, strncpy
@@ -291,10 +291,10 @@ cdef class _Append:
         r.expected = expected
         r.ts = ts
         r.count = count
-        r.kinds = <const char **>PyMem_Malloc(count * sizeof(char *))
-        r.payloads = <const char **>PyMem_Malloc(count * sizeof(char *))
-        r.kind_sizes = <int *>PyMem_Malloc(count * sizeof(int))
-        r.payload_sizes = <int *>PyMem_Malloc(count * sizeof(int))
+        r.kinds = <const char **>PyMem_RawMalloc(count * sizeof(char *))
+        r.payloads = <const char **>PyMem_RawMalloc(count * sizeof(char *))
+        r.kind_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
+        r.payload_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
         if r.kinds == NULL or r.payloads == NULL or r.kind_sizes == NULL or r.payload_sizes == NULL:
             raise MemoryError()
         for i in range(count):
@@ -309,10 +309,10 @@ cdef class _Append:
         return 0
 
     def __dealloc__(self):
-        PyMem_Free(self.request.kinds)
-        PyMem_Free(self.request.payloads)
-        PyMem_Free(self.request.kind_sizes)
-        PyMem_Free(self.request.payload_sizes)
+        PyMem_RawFree(self.request.kinds)
+        PyMem_RawFree(self.request.payloads)
+        PyMem_RawFree(self.request.kind_sizes)
+        PyMem_RawFree(self.request.payload_sizes)
 
 
 cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
@@ -701,7 +701,7 @@ class CEngine(EngineBase):
             return
         conn = <CConnection>self._writer
         self.commits += 1
-        group = <Request **>PyMem_Malloc(size * sizeof(Request *))
+        group = <Request **>PyMem_RawMalloc(size * sizeof(Request *))
         try:
             if group == NULL:
                 raise MemoryError()
@@ -723,7 +723,7 @@ class CEngine(EngineBase):
                 item.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            PyMem_Free(group)
+            PyMem_RawFree(group)
             for item in pending:
                 item.done = True
 
