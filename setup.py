@@ -1,17 +1,24 @@
 """Build agentlog, with the C engine when it can be built.
 
-Environment switches (also honoured at import time, see agentlog/engine/__init__.py):
+Environment switches (``AGENTLOG_NO_EXTENSIONS`` is also honoured at import
+time, see agentlog/engine/__init__.py):
 
 * ``AGENTLOG_NO_EXTENSIONS=1`` — build and install the pure-Python engine only.
 * ``AGENTLOG_REQUIRE_EXTENSIONS=1`` (implied by ``CIBUILDWHEEL=1``) — a C engine
   that fails to build fails the install, so a wheel never ships pure by accident.
 * ``AGENTLOG_ASAN=1`` — compile the C engine with AddressSanitizer.
 
-The C engine embeds the pinned SQLite amalgamation from ``csrc/sqlite``
-(fetched, git-ignored), verified against ``csrc/sqlite/checksums``. A build
-from a git checkout fetches it when it is missing (``scripts/fetch_sqlite.py``);
-an sdist carries it. Only when no verified copy can be had is the system's
-SQLite linked instead.
+The C engine is one extension module, ``agentlog.engine.cengine``: Cython
+compiles ``src/agentlog/engine/cengine.pyx`` (which includes the ``.pxi`` parts
+beside it; declarations in ``src/agentlog/engine/includes/*.pxd``) into one C
+file that also compiles in the headers of ``csrc/`` and, through
+``csrc/sqlite_embed.h``, the pinned SQLite amalgamation: one translation unit.
+The amalgamation (``csrc/sqlite/sqlite3.c`` and ``sqlite3.h``: fetched, git-ignored)
+is verified against ``csrc/sqlite/checksums``. A build from a git checkout
+fetches it when it is missing (``scripts/fetch_sqlite.py``); an sdist carries
+it. Only when no verified copy can be had is the system's SQLite linked instead.
+The sdist carries these sources (MANIFEST.in); a wheel carries the compiled
+module and ``cengine.pyi`` only (``exclude-package-data`` in pyproject.toml).
 """
 
 from __future__ import annotations

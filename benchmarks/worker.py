@@ -5,6 +5,7 @@ Prints ``{"seconds", "count", "db_bytes", "peak_rss_kb", "rss_growth_kb"}``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -16,7 +17,51 @@ from benchmarks import systems
 from benchmarks.workload import events
 
 
+def peak_rss_kb(who: int = resource.RUSAGE_SELF) -> int:
+    """Peak resident set size in KiB: ``ru_maxrss`` is bytes on macOS, KiB on Linux."""
+    peak = resource.getrusage(who).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak
+
+
+class _MachTaskBasicInfo(ctypes.Structure):
+    # <mach/task_info.h> struct mach_task_basic_info (declared under #pragma pack(4))
+    _pack_ = 4
+    _fields_ = [
+        ("virtual_size", ctypes.c_uint64),
+        ("resident_size", ctypes.c_uint64),
+        ("resident_size_max", ctypes.c_uint64),
+        ("user_time", ctypes.c_int32 * 2),
+        ("system_time", ctypes.c_int32 * 2),
+        ("policy", ctypes.c_int32),
+        ("suspend_count", ctypes.c_int32),
+    ]
+
+
+def _mach_rss_bytes() -> int:
+    """The current resident size on macOS, from ``task_info(MACH_TASK_BASIC_INFO)``."""
+    libc = ctypes.CDLL(None)
+    task_info = libc.task_info
+    task_info.argtypes = [
+        ctypes.c_uint32,  # task_name_t
+        ctypes.c_int32,  # task_flavor_t
+        ctypes.POINTER(_MachTaskBasicInfo),
+        ctypes.POINTER(ctypes.c_uint32),  # mach_msg_type_number_t *, in natural_t units
+    ]
+    task_info.restype = ctypes.c_int32  # kern_return_t
+    info = _MachTaskBasicInfo()
+    count = ctypes.c_uint32(ctypes.sizeof(info) // 4)
+    task = ctypes.c_uint32.in_dll(libc, "mach_task_self_").value  # mach_task_self()
+    mach_task_basic_info = 20  # MACH_TASK_BASIC_INFO
+    status = task_info(task, mach_task_basic_info, ctypes.byref(info), ctypes.byref(count))
+    if status != 0:
+        raise OSError(f"task_info failed ({status})")
+    return int(info.resident_size)
+
+
 def rss_kb() -> int:
+    """The current resident set size in KiB (Linux: /proc/self/statm; macOS: task_info)."""
+    if sys.platform == "darwin":
+        return _mach_rss_bytes() // 1024
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -60,7 +105,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "seconds": spec["count"] / figures["append"],
             "count": spec["count"],
             "db_bytes": db_bytes(path),
-            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "peak_rss_kb": peak_rss_kb(),
             "rss_growth_kb": 0,
             "list_seconds": None,
             "sessionstore": figures,
@@ -80,7 +125,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         seconds, count = run()
     who = resource.RUSAGE_CHILDREN if system == "raw-c" else resource.RUSAGE_SELF
-    peak = resource.getrusage(who).ru_maxrss
+    peak = peak_rss_kb(who)
     return {
         "seconds": seconds,
         "count": count,

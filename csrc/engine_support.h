@@ -1,4 +1,4 @@
-/* Small C helpers for agentlog._engine. */
+/* Small C helpers for the C engine (agentlog.engine.cengine, includes/support.pxd). */
 #ifndef AGENTLOG_ENGINE_SUPPORT_H
 #define AGENTLOG_ENGINE_SUPPORT_H
 

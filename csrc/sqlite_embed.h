@@ -1,4 +1,4 @@
-/* The SQLite that agentlog._engine drives.
+/* The SQLite that the C engine (agentlog.engine.cengine) drives.
  *
  * With AGENTLOG_EMBEDDED_SQLITE (the normal build) the pinned amalgamation is
  * compiled into this one translation unit. SQLITE_API is defined static, so

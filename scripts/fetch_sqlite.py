@@ -13,8 +13,11 @@ unmodified files:
   builds on machines that reach it.
 
 Whatever the source, every file is checked for its length, SHA-256 and
-SHA3-256 before it is written to DEST (default ``csrc/sqlite``, git-ignored); a file
-without an entry in the checksums file, or one that does not match, aborts.
+SHA3-256 before it is written to DEST (default ``csrc/sqlite``, beside the
+committed checksums; ``sqlite3.c`` and ``sqlite3.h`` are git-ignored there); a
+file without an entry in the checksums file, or one that does not match, aborts.
+setup.py runs this for a build from a checkout, and cibuildwheel before each
+build (``before-build`` in pyproject.toml).
 """
 
 from __future__ import annotations

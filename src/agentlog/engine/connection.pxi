@@ -1,0 +1,188 @@
+# Part of agentlog.engine.cengine, textually included by cengine.pyx: one extension
+# module, which with the embedded SQLite is one C translation unit. The names it
+# uses come from cengine.pyx's imports and the parts included before it.
+#
+# A connection: one sqlite3* handle, its hot statements prepared once (indexed by
+# the ST_* numbers the group commit and the scan use) and the cold paths'
+# statements cached by their SQL text.
+
+cdef enum:
+    ST_BEGIN = 0
+    ST_COMMIT
+    ST_ROLLBACK
+    ST_SELECT_SESSION
+    ST_INSERT_SESSION
+    ST_UPDATE_SESSION
+    ST_INSERT_EVENT
+    ST_NEXT_SID
+    ST_SCAN
+    ST_HEAD
+    N_STATEMENTS
+
+cdef list _SQL = [
+    Q.BEGIN_WRITE.encode(),
+    Q.COMMIT.encode(),
+    Q.ROLLBACK.encode(),
+    Q.SELECT_SESSION.encode(),
+    Q.INSERT_SESSION.encode(),
+    Q.UPDATE_SESSION.encode(),
+    Q.INSERT_EVENT.encode(),
+    Q.NEXT_SID.encode(),
+    Q.SCAN_EVENTS.encode(),
+    Q.SELECT_HEAD.encode(),
+]
+
+
+cdef int _bind(sqlite3_stmt *st, int index, object value) except -1:
+    cdef Py_ssize_t size
+    cdef const char *text
+    if value is None:
+        return sqlite3_bind_null(st, index)
+    if isinstance(value, int):
+        return sqlite3_bind_int64(st, index, value)
+    if isinstance(value, float):
+        return sqlite3_bind_double(st, index, value)
+    if isinstance(value, str):
+        text = PyUnicode_AsUTF8AndSize(value, &size)
+        return sqlite3_bind_text(st, index, text, <int>size, SQLITE_TRANSIENT)
+    if isinstance(value, bytes):
+        return sqlite3_bind_blob(st, index, PyBytes_AS_STRING(value),
+                                 <int>PyBytes_GET_SIZE(value), SQLITE_TRANSIENT)
+    raise TypeError(f"cannot bind {type(value).__name__}")
+
+
+cdef object _column(sqlite3_stmt *st, int index):
+    cdef int kind = sqlite3_column_type(st, index)
+    if kind == SQLITE_INTEGER:
+        return sqlite3_column_int64(st, index)
+    if kind == SQLITE_FLOAT:
+        return sqlite3_column_double(st, index)
+    if kind == SQLITE3_TEXT:
+        return PyUnicode_DecodeUTF8(<const char *>sqlite3_column_text(st, index),
+                                    sqlite3_column_bytes(st, index), NULL)
+    if kind == SQLITE_BLOB:
+        return PyBytes_FromStringAndSize(<const char *>sqlite3_column_blob(st, index),
+                                         sqlite3_column_bytes(st, index))
+    return None
+
+
+cdef class _Statement:
+    """A prepared statement owned by a connection's cache (finalized by it)."""
+
+    cdef sqlite3_stmt *st
+
+
+cdef class CConnection:
+    """One ``sqlite3*`` handle with its hot statements prepared once."""
+
+    cdef sqlite3 *db
+    cdef sqlite3_stmt *statements[N_STATEMENTS]
+    cdef dict cache  # sql -> _Statement, for the cold paths' statements
+
+    def __cinit__(self):
+        cdef int i
+        self.db = NULL
+        self.cache = {}
+        for i in range(N_STATEMENTS):
+            self.statements[i] = NULL
+
+    cdef int open(self, str path, bint create, bint query_only, int busy_timeout_ms) except -1:
+        cdef bytes encoded = path.encode("utf-8")
+        cdef const char *filename = encoded
+        cdef int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        cdef int rc
+        flags |= (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) if create else SQLITE_OPEN_READONLY
+        with nogil:
+            rc = sqlite3_open_v2(filename, &self.db, flags, NULL)
+        if rc != SQLITE_OK:
+            error = _error(rc, sqlite3_errmsg(self.db) if self.db != NULL else sqlite3_errstr(rc),
+                           f"cannot open {path!r}")
+            self.close()
+            raise error
+        sqlite3_busy_timeout(self.db, busy_timeout_ms)
+        if query_only:
+            self.rows(Q.QUERY_ONLY, ())
+        return 0
+
+    cdef sqlite3_stmt *statement(self, int index) except NULL:
+        cdef sqlite3_stmt *st = self.statements[index]
+        cdef bytes sql
+        cdef int rc
+        if st == NULL:
+            if self.db == NULL:
+                raise CheckpointerClosedError("the database is closed")
+            sql = <bytes>_SQL[index]
+            rc = sqlite3_prepare_v3(self.db, sql, <int>len(sql), SQLITE_PREPARE_PERSISTENT,
+                                    &st, NULL)
+            if rc != SQLITE_OK:
+                raise _error(rc, sqlite3_errmsg(self.db), "prepare")
+            self.statements[index] = st
+        return st
+
+    def rows(self, str sql, params=()):
+        """Run one statement (prepared once per connection); return its rows as tuples."""
+        cdef sqlite3_stmt *st = NULL
+        cdef bytes encoded
+        cdef int rc, i, columns
+        cdef _Statement cached
+        if self.db == NULL:
+            raise CheckpointerClosedError("the database is closed")
+        cached = self.cache.get(sql)
+        if cached is None:
+            encoded = sql.encode("utf-8")
+            rc = sqlite3_prepare_v3(self.db, encoded, <int>len(encoded), SQLITE_PREPARE_PERSISTENT,
+                                    &st, NULL)
+            if rc != SQLITE_OK:
+                raise _error(rc, sqlite3_errmsg(self.db), sql)
+            if len(self.cache) >= 128:
+                self._clear_cache()
+            cached = _Statement()
+            cached.st = st
+            self.cache[sql] = cached
+        st = cached.st
+        result = []
+        try:
+            for i, value in enumerate(params, 1):
+                _bind(st, i, value)
+            columns = sqlite3_column_count(st)
+            while True:
+                # Without the GIL: BEGIN IMMEDIATE may wait for the busy timeout.
+                with nogil:
+                    rc = sqlite3_step(st)
+                if rc == SQLITE_DONE:
+                    break
+                if rc != SQLITE_ROW:
+                    raise _error(rc, sqlite3_errmsg(self.db), sql.split(" ", 2)[0])
+                result.append(tuple([_column(st, i) for i in range(columns)]))
+        finally:
+            sqlite3_reset(st)
+            sqlite3_clear_bindings(st)
+        return result
+
+    def in_transaction(self):
+        """Whether a transaction is open."""
+        return self.db != NULL and not sqlite3_get_autocommit(self.db)
+
+    cdef void _clear_cache(self) noexcept:
+        cdef _Statement cached
+        for cached in self.cache.values():
+            if cached.st != NULL:
+                sqlite3_finalize(cached.st)
+                cached.st = NULL
+        self.cache.clear()
+
+    cpdef void close(self) noexcept:
+        """Finalize the statements and close the handle; idempotent."""
+        cdef int i
+        if self.cache is not None:
+            self._clear_cache()
+        for i in range(N_STATEMENTS):
+            if self.statements[i] != NULL:
+                sqlite3_finalize(self.statements[i])
+                self.statements[i] = NULL
+        if self.db != NULL:
+            sqlite3_close_v2(self.db)
+            self.db = NULL
+
+    def __dealloc__(self):
+        self.close()

@@ -1,0 +1,182 @@
+# Part of agentlog.engine.cengine, textually included by cengine.pyx: one extension
+# module, which with the embedded SQLite is one C translation unit. The names it
+# uses come from cengine.pyx's imports and the parts included before it.
+#
+# Scanning: a page is stepped without the GIL into flat buffers (the payloads
+# joined into one JSON array, the seqs, stamps and kinds), decoded in one call,
+# then each StoredEvent is built in place. And a session's head.
+
+cdef tuple _KIND_OBJECTS = tuple(sorted(EVENT_TYPES))
+cdef tuple _KIND_BYTES = tuple(kind.encode() for kind in _KIND_OBJECTS)
+cdef enum:
+    N_KINDS = 9
+cdef const char *_KIND_TEXT[N_KINDS]
+cdef int _KIND_SIZE[N_KINDS]
+assert len(_KIND_BYTES) == N_KINDS
+for _i, _known in enumerate(_KIND_BYTES):
+    _KIND_TEXT[_i] = PyBytes_AS_STRING(_known)  # kept alive by _KIND_BYTES
+    _KIND_SIZE[_i] = <int>PyBytes_GET_SIZE(_known)
+
+
+cdef struct Page:
+    char *payloads  # "[" p1 "," p2 ... : one JSON array once closed with "]"
+    size_t size
+    size_t capacity
+    int64_t *seqs
+    double *stamps
+    int *kinds  # index into the canonical kinds, or -1 - offset into `others`
+    Py_ssize_t count
+    Py_ssize_t allocated
+    char *others  # [int size][bytes] for any kind outside the canonical nine
+    size_t others_size
+    size_t others_capacity
+
+
+cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
+    cdef size_t wanted
+    if needed <= capacity[0]:
+        return 0
+    wanted = needed * 2 if needed > 65536 else 131072
+    if _resize(<void **>buffer, wanted) < 0:
+        return -1
+    capacity[0] = wanted
+    return 0
+
+
+cdef int _resize(void **buffer, size_t size) noexcept nogil:
+    """realloc that keeps ``buffer`` (still owned by the caller) when it fails."""
+    cdef void *grown = realloc(buffer[0], size)
+    if grown == NULL:
+        return -1
+    buffer[0] = grown
+    return 0
+
+
+cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
+    """Step every row of the page into ``page``; SQLITE_DONE or an error code."""
+    cdef int rc, k, kind_size, blob_size
+    cdef const char *kind_text
+    cdef const void *blob
+    cdef Py_ssize_t wanted
+    while True:
+        rc = sqlite3_step(st)
+        if rc == SQLITE_DONE:
+            return rc
+        if rc != SQLITE_ROW:
+            return rc
+        if page.count == page.allocated:
+            wanted = page.allocated * 2 if page.allocated else 256
+            if (_resize(<void **>&page.seqs, wanted * sizeof(int64_t)) < 0
+                    or _resize(<void **>&page.stamps, wanted * sizeof(double)) < 0
+                    or _resize(<void **>&page.kinds, wanted * sizeof(int)) < 0):
+                return SQLITE_NOMEM
+            page.allocated = wanted
+        page.seqs[page.count] = sqlite3_column_int64(st, 0)
+        page.stamps[page.count] = sqlite3_column_double(st, 1)
+        kind_text = <const char *>sqlite3_column_text(st, 2)
+        kind_size = sqlite3_column_bytes(st, 2)
+        page.kinds[page.count] = -1
+        for k in range(N_KINDS):
+            if _KIND_SIZE[k] == kind_size and memcmp(_KIND_TEXT[k], kind_text, kind_size) == 0:
+                page.kinds[page.count] = k
+                break
+        if page.kinds[page.count] < 0:
+            if _grow(&page.others, &page.others_capacity,
+                     page.others_size + sizeof(int) + kind_size) < 0:
+                return SQLITE_NOMEM
+            page.kinds[page.count] = -1 - <int>page.others_size
+            memcpy(page.others + page.others_size, &kind_size, sizeof(int))
+            memcpy(page.others + page.others_size + sizeof(int), kind_text, kind_size)
+            page.others_size += sizeof(int) + kind_size
+        blob = sqlite3_column_blob(st, 3)
+        blob_size = sqlite3_column_bytes(st, 3)
+        if _grow(&page.payloads, &page.capacity, page.size + <size_t>blob_size + 2) < 0:
+            return SQLITE_NOMEM
+        if page.count:
+            page.payloads[page.size] = b","
+            page.size += 1
+        memcpy(page.payloads + page.size, blob, blob_size)
+        page.size += blob_size
+        page.count += 1
+
+
+cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit):
+    cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
+    cdef Py_ssize_t tenant_size, name_size, i
+    cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
+    cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
+    cdef Page page
+    cdef int rc, k, other_size
+    cdef list result = []
+    memset(&page, 0, sizeof(Page))
+    page.size = 1  # room for the opening bracket
+    sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
+    sqlite3_bind_int64(st, 3, since_seq)
+    sqlite3_bind_int64(st, 4, limit)
+    try:
+        with nogil:
+            rc = _step_page(st, &page)
+            sqlite3_reset(st)  # ends the read transaction before any Python work
+        if rc == SQLITE_NOMEM:
+            raise MemoryError()
+        if rc != SQLITE_DONE:
+            raise _error(rc, sqlite3_errmsg(conn.db), "read")
+        if page.count == 0:
+            return result
+        page.payloads[0] = b"["
+        page.payloads[page.size] = b"]"
+        page.size += 1
+        # One decode call for the page, straight from the buffer, no copy.
+        view = PyMemoryView_FromMemory(page.payloads, page.size, PyBUF_READ)
+        try:
+            events = decode_json(view)
+        finally:
+            view.release()
+        if len(events) != page.count:
+            raise CorruptDatabaseError("stored event payloads do not decode one to one")
+        stored_type = StoredEvent
+        seqs, stamps = page.seqs, page.stamps
+        previous_seq = PyLong_FromLongLong(seqs[0] - 1)
+        previous_ts = None
+        for i in range(page.count):
+            seq = PyLong_FromLongLong(seqs[i])
+            if i and seqs[i - 1] != seqs[i] - 1:
+                previous_seq = PyLong_FromLongLong(seqs[i] - 1)
+            if previous_ts is None or stamps[i] != stamps[i - 1]:
+                previous_ts = PyFloat_FromDouble(stamps[i])
+            k = page.kinds[i]
+            if k >= 0:
+                kind = _KIND_OBJECTS[k]
+            else:
+                memcpy(&other_size, page.others + (-1 - k), sizeof(int))
+                kind = PyUnicode_DecodeUTF8(page.others + (-1 - k) + sizeof(int), other_size, NULL)
+            result.append(agentlog_stored_event(stored_type, seq, previous_seq, previous_ts,
+                                                kind, events[i]))
+            previous_seq = seq
+        return result
+    finally:
+        free(page.payloads)
+        free(page.seqs)
+        free(page.stamps)
+        free(page.kinds)
+        free(page.others)
+
+
+cdef int64_t _head(CConnection conn, str tenant, str name) except -1:
+    cdef sqlite3_stmt *st = conn.statement(ST_HEAD)
+    cdef Py_ssize_t tenant_size, name_size
+    cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
+    cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
+    cdef int rc
+    cdef int64_t head = 0
+    sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
+    sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
+    with nogil:
+        rc = sqlite3_step(st)
+        if rc == SQLITE_ROW:
+            head = sqlite3_column_int64(st, 0)
+        sqlite3_reset(st)
+    if rc != SQLITE_ROW and rc != SQLITE_DONE:
+        raise _error(rc, sqlite3_errmsg(conn.db), "head")
+    return head
