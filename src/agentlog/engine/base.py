@@ -286,9 +286,14 @@ class EngineBase(Generic[ConnectionT]):
             raise CheckpointerClosedError("the database is closed")
 
     def _borrow_reader(self) -> ConnectionT:
-        """A read connection from the pool (a new one when none is idle)."""
-        self._check_open()
+        """A read connection from the pool (a new one when none is idle).
+
+        The pool's own lock, not the GIL, guards it (free-threaded builds
+        have none); ``head()`` goes through here, so it is kept to one lock.
+        """
         with self._readers_lock:
+            if self._closed:
+                raise CheckpointerClosedError("the database is closed")
             if self._idle_readers:
                 return self._idle_readers.pop()
         return self._connect(query_only=True)
@@ -468,8 +473,9 @@ class EngineBase(Generic[ConnectionT]):
             if conn.rows(Q.SELECT_SESSION, (tenant, new_name)):
                 raise SessionExistsError(f"session {new_name!r} already exists")
             new_sid = self.create_session(conn, tenant, new_name, head=at_seq, ts=ts, revision=1)
-            conn.rows(Q.COPY_EVENTS, (S.event_key(sid, 0), S.event_key(new_sid, 0), at_seq))
-            conn.rows(Q.COPY_SNAPSHOTS, (sid, new_sid, at_seq))
+            source, target = S.event_key(sid, 0), S.event_key(new_sid, 0)
+            conn.rows(Q.COPY_EVENTS, (source, target, source, source + at_seq))
+            conn.rows(Q.COPY_SNAPSHOTS, (new_sid, sid, at_seq))
             return at_seq
 
         return self.write("fork", work)

@@ -56,13 +56,15 @@ SESSION_NAMES = "SELECT name FROM sessions WHERE tenant = ?"
 
 INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
 INSERT_ITEM = "INSERT INTO events (id, ts, type, data, item_id) VALUES (?, ?, ?, ?, ?)"
-#: One page of a forward scan; the session lookup and the range are one
-#: statement so a page is one consistent snapshot.
+#: One page of a forward scan: ``(tenant, name, since_seq, limit)``. The session
+#: lookup and the range are one statement so a page is one consistent snapshot.
+#: (Plain ``?`` placeholders only: Python 3.12+ treats ``?NNN`` as named.)
 SCAN_EVENTS = (
     "SELECT e.id & 4294967295, e.ts, e.type, e.data"
     " FROM sessions s JOIN events e"
-    " ON e.id > (s.sid << 32) + ?3 AND e.id <= (s.sid << 32) + 4294967295"
-    " WHERE s.tenant = ?1 AND s.name = ?2 ORDER BY e.id LIMIT ?4"
+    " ON s.tenant = ? AND s.name = ?"
+    " AND e.id > (s.sid << 32) + ? AND e.id <= (s.sid << 32) + 4294967295"
+    " ORDER BY e.id LIMIT ?"
 )
 #: Events with keys in (?, ?]: ``(seq, ts, type, data)``.
 EVENTS_BETWEEN = (
@@ -70,9 +72,10 @@ EVENTS_BETWEEN = (
 )
 ITEM_TAKEN = "SELECT 1 FROM events WHERE (id >> 32) = ? AND item_id = ?"
 DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
+#: ``(source key base, target key base, source key base, last source key)``.
 COPY_EVENTS = (
     "INSERT INTO events (id, ts, type, data, item_id)"
-    " SELECT id - ?1 + ?2, ts, type, data, item_id FROM events WHERE id > ?1 AND id <= ?1 + ?3"
+    " SELECT id - ? + ?, ts, type, data, item_id FROM events WHERE id > ? AND id <= ?"
 )
 
 # -- snapshots ---------------------------------------------------------------------
@@ -82,9 +85,10 @@ SELECT_SNAPSHOT = (
     "SELECT through_seq, state, created FROM snapshots WHERE sid = ? AND through_seq = ?"
 )
 DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
+#: ``(target sid, source sid, through_seq bound)``.
 COPY_SNAPSHOTS = (
     "INSERT INTO snapshots (sid, through_seq, state, created)"
-    " SELECT ?2, through_seq, state, created FROM snapshots WHERE sid = ?1 AND through_seq <= ?3"
+    " SELECT ?, through_seq, state, created FROM snapshots WHERE sid = ? AND through_seq <= ?"
 )
 
 # -- memory ------------------------------------------------------------------------
