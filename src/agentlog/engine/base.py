@@ -393,6 +393,71 @@ class EngineBase(Generic[ConnectionT]):
         for seq, (ts, kind, data, item_id) in enumerate(events, after_seq + 1):
             conn.rows(Q.INSERT_ITEM, (S.event_key(sid, seq), ts, kind, data, item_id))
 
+    def append_in(
+        self,
+        conn: ConnectionT,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: EncodedBatch,
+    ) -> int:
+        """Inside a write: append a non-empty batch after the head; return the new head.
+
+        A conflict or the seq bound is found before anything of this batch is
+        written, so it refuses this batch alone.
+        """
+        rows = conn.rows(Q.SELECT_SESSION, (tenant, name))
+        head = rows[0][1] if rows else 0
+        if expected_head is not None and expected_head != head:
+            raise CheckpointConflictError(name, expected_head, head)
+        new_head = head + len(batch)
+        if new_head > S.MAX_SEQ:
+            raise ValueError(f"session {name!r} would exceed {S.MAX_SEQ} events")
+        if rows:
+            sid = rows[0][0]
+            conn.rows(Q.UPDATE_SESSION, (new_head, ts, sid))
+        else:
+            sid = self.create_session(conn, tenant, name, head=new_head, ts=ts, revision=1)
+        self._insert_batch(conn, S.event_key(sid, head + 1), ts, batch)
+        return new_head
+
+    def _insert_batch(
+        self, conn: ConnectionT, first_key: int, ts: float, batch: EncodedBatch
+    ) -> None:
+        """Insert ``batch`` at consecutive keys from ``first_key`` (a twin may do it faster)."""
+        for key, (kind, data) in enumerate(batch, first_key):
+            conn.rows(Q.INSERT_EVENT, (key, ts, kind, data))
+
+    def append_many(
+        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
+    ) -> list[int | CheckpointConflictError | ValueError]:
+        """Append several batches in ONE write transaction, each atomically on its own.
+
+        ``requests`` are ``(name, expected_head, batch)``; the result holds, in
+        order, each one's new head, or the error that refused it alone
+        (:class:`CheckpointConflictError`, or ``ValueError`` past the seq bound).
+        Any other failure rolls the whole transaction back and is raised.
+        """
+
+        def work(conn: ConnectionT) -> list[int | CheckpointConflictError | ValueError]:
+            results: list[int | CheckpointConflictError | ValueError] = []
+            for name, expected_head, batch in requests:
+                try:
+                    if batch:
+                        results.append(self.append_in(conn, tenant, name, expected_head, ts, batch))
+                        continue
+                    rows = conn.rows(Q.SELECT_HEAD, (tenant, name))
+                    head = int(rows[0][0]) if rows else 0
+                    if expected_head is not None and expected_head != head:
+                        raise CheckpointConflictError(name, expected_head, head)
+                    results.append(head)
+                except (CheckpointConflictError, ValueError) as exc:
+                    results.append(exc)
+            return results
+
+        return self.write("append", work)
+
     # -- the log's cold paths --------------------------------------------------------
 
     def append(

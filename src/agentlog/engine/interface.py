@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from ..errors import CheckpointConflictError
 from ..events import EncodedBatch, StoredEvent
 
 __all__ = ["Connection", "Engine", "EngineFactory"]
@@ -69,6 +70,16 @@ class Engine(Protocol):
 
         A stale ``expected_head`` raises ``CheckpointConflictError`` and writes
         nothing. An empty batch writes nothing and returns the head.
+        """
+        ...
+
+    def append_many(
+        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
+    ) -> list[int | CheckpointConflictError | ValueError]:
+        """Append several ``(name, expected_head, batch)`` in one write transaction.
+
+        Each is atomic on its own: the result holds its new head, or the
+        ``CheckpointConflictError`` / ``ValueError`` that refused it alone.
         """
         ...
 

@@ -13,9 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import CheckpointConflictError
 from ..events import EncodedBatch, StoredEvent, decode_json
-from . import schema as S
 from . import sql as Q
 from .base import EngineBase, driver_error
 
@@ -114,37 +112,22 @@ class PyEngine(EngineBase[PyConnection]):
     # -- the hot paths -----------------------------------------------------------------
 
     def _append_batch(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
-        def work(conn: PyConnection) -> int:
-            row = conn.db.execute(Q.SELECT_SESSION, (tenant, name)).fetchone()
-            head = 0 if row is None else row[1]
-            if expected_head is not None and expected_head != head:
-                raise CheckpointConflictError(name, expected_head, head)
-            new_head = head + len(batch)
-            if new_head > S.MAX_SEQ:
-                raise ValueError(f"session {name!r} would exceed {S.MAX_SEQ} events")
-            if row is None:
-                sid = self.create_session(conn, tenant, name, head=new_head, ts=ts, revision=1)
-            else:
-                sid = row[0]
-                conn.db.execute(Q.UPDATE_SESSION, (new_head, ts, sid))
-            base = S.event_key(sid, head)
-            if len(batch) == 1:
-                conn.db.execute(Q.INSERT_EVENT, (base + 1, ts, batch[0][0], batch[0][1]))
-            else:
-                conn.db.executemany(
-                    Q.INSERT_EVENT,
-                    [(base + i, ts, kind, data) for i, (kind, data) in enumerate(batch, 1)],
-                )
-            return new_head
+        return self.write(
+            "append", lambda conn: self.append_in(conn, tenant, name, expected_head, ts, batch)
+        )
 
-        return self.write("append", work)
+    def _insert_batch(
+        self, conn: PyConnection, first_key: int, ts: float, batch: EncodedBatch
+    ) -> None:
+        if len(batch) == 1:
+            conn.db.execute(Q.INSERT_EVENT, (first_key, ts, batch[0][0], batch[0][1]))
+        else:
+            conn.db.executemany(
+                Q.INSERT_EVENT,
+                [(first_key + i, ts, kind, data) for i, (kind, data) in enumerate(batch)],
+            )
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""

@@ -10,7 +10,7 @@ the legacy adapter over role/content message arrays.
 
 from __future__ import annotations
 
-from .contract import BaseCheckpointer, Checkpointer
+from .contract import BaseCheckpointer, Checkpointer, PreparedAppend
 from .file import FileCheckpointer, is_file_store, read_session_file
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
@@ -21,6 +21,7 @@ __all__ = [
     "Checkpointer",
     "FileCheckpointer",
     "MemoryCheckpointer",
+    "PreparedAppend",
     "SqliteCheckpointer",
     "is_file_store",
     "legacy_store_adapter",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import builtins
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from ..errors import CheckpointerClosedError
+from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import (
     EncodedBatch,
     SessionEvent,
@@ -20,7 +20,7 @@ from ..events import (
     encode_events,
 )
 
-__all__ = ["BaseCheckpointer", "Checkpointer"]
+__all__ = ["BaseCheckpointer", "Checkpointer", "PreparedAppend"]
 
 _Self = TypeVar("_Self", bound="BaseCheckpointer")
 
@@ -87,6 +87,14 @@ class Checkpointer(Protocol):
         ...
 
 
+class PreparedAppend(NamedTuple):
+    """An append checked and encoded by :meth:`BaseCheckpointer.prepare_append`."""
+
+    session_id: str
+    batch: EncodedBatch
+    expected_head: int | None
+
+
 class BaseCheckpointer(ABC):
     """Argument checking, the closed state and the context manager, shared.
 
@@ -150,6 +158,45 @@ class BaseCheckpointer(ABC):
             expected_head = check_seq("expected_head", expected_head)
         batch = encode_events(events)
         return self._append(session_id, batch, expected_head, time.time())
+
+    def prepare_append(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> PreparedAppend:
+        """Check and encode an append without writing it (see :meth:`append_prepared`).
+
+        Raises what :meth:`append` raises for bad input; writes nothing.
+        """
+        self._check_open()
+        session_id = check_session_id(session_id)
+        if expected_head is not None:
+            expected_head = check_seq("expected_head", expected_head)
+        return PreparedAppend(session_id, encode_events(events), expected_head)
+
+    def append_prepared(
+        self, appends: Sequence[PreparedAppend]
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        """Write prepared appends, each atomically and on its own terms.
+
+        The result holds, in order, each append's new head, or the
+        :class:`CheckpointConflictError` (or ``ValueError``, past the seq bound)
+        that refused it alone. Where the backend can (SQLite), all of them are
+        one transaction: a group commit. Any other failure raises, and then
+        nothing of the group was written.
+        """
+        self._check_open()
+        return self._append_many(appends, time.time())
+
+    def _append_many(
+        self, appends: Sequence[PreparedAppend], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        """One append after another (a backend with transactions does better)."""
+        results: builtins.list[int | CheckpointConflictError | ValueError] = []
+        for session_id, batch, expected_head in appends:
+            try:
+                results.append(self._append(session_id, batch, expected_head, ts))
+            except (CheckpointConflictError, ValueError) as exc:
+                results.append(exc)
+        return results
 
     def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None

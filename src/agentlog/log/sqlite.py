@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import builtins
 import os
+from collections.abc import Sequence
 
 from ..engine import Engine, open_engine
 from ..engine.schema import DEFAULT_TENANT
-from ..errors import SchemaVersionError, StorageDataError, StorageNotFoundError
+from ..errors import (
+    CheckpointConflictError,
+    SchemaVersionError,
+    StorageDataError,
+    StorageNotFoundError,
+)
 from ..events import (
     EncodedBatch,
     SessionInfo,
@@ -15,7 +21,7 @@ from ..events import (
     check_identifier,
     check_session_id,
 )
-from .contract import BaseCheckpointer
+from .contract import BaseCheckpointer, PreparedAppend
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -137,6 +143,12 @@ class SqliteCheckpointer(BaseCheckpointer):
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         return self._engine.append(self._tenant, session_id, expected_head, ts, batch)
+
+    def _append_many(
+        self, appends: Sequence[PreparedAppend], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
+        return self._engine.append_many(self._tenant, requests, ts)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._engine.scan(self._tenant, session_id, since_seq, limit)

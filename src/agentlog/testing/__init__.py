@@ -38,6 +38,7 @@ runner, threads or spawned processes), :mod:`~agentlog.testing.log` (the
 
 from __future__ import annotations
 
+from .aio import AsyncCheckpointerConformance, BlockingFacade
 from .artifacts import ArtifactStoreConformance
 from .checkpoints import CheckpointStoreConformance
 from .harness import HOSTILE_SESSION_IDS, make_event
@@ -49,6 +50,8 @@ from .sessions import SessionStoreConformance
 __all__ = [
     "HOSTILE_SESSION_IDS",
     "ArtifactStoreConformance",
+    "AsyncCheckpointerConformance",
+    "BlockingFacade",
     "CheckpointStoreConformance",
     "CheckpointerConformance",
     "MemoryStoreConformance",
@@ -57,25 +60,8 @@ __all__ = [
     "make_event",
 ]
 
-# Before it became a package, this module also exposed what it imported for
-# its own use; those names stay importable from here so that no existing
-# `from agentlog.testing import …` breaks.
-import functools as functools
-import math as math
-import multiprocessing as multiprocessing
-import queue as queue
-import random as random
-import threading as threading
-import time as time
-from collections.abc import Callable as Callable
-from collections.abc import Iterator as Iterator
-from datetime import datetime as datetime
-from pathlib import Path as Path
-from typing import Any as Any
-from typing import ClassVar as ClassVar
-
-import pytest as pytest
-
+# Before it became a package, this module also exposed agentlog's own types
+# that it imported for its own use; they stay importable from here.
 from ..errors import CheckpointConflictError as CheckpointConflictError
 from ..errors import CheckpointerClosedError as CheckpointerClosedError
 from ..errors import InvalidEventError as InvalidEventError

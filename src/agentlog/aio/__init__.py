@@ -1,0 +1,28 @@
+"""agentlog for asyncio: the session log's contract as coroutines, on one writer.
+
+:class:`AsyncCheckpointer` is the seed's asynchronous contract (``append``,
+``head``, ``list``, ``delete``, ``truncate``, ``fork`` awaited; ``read`` an
+async iterator). :class:`AsyncSqliteCheckpointer`,
+:class:`AsyncFileCheckpointer` and :class:`AsyncMemoryCheckpointer` implement
+it over the synchronous backends: appends from any number of coroutines are
+queued to one writer thread that commits everything queued in one
+transaction, and each caller is woken on its own loop once per group.
+"""
+
+from __future__ import annotations
+
+from .checkpointer import (
+    AsyncBaseCheckpointer,
+    AsyncFileCheckpointer,
+    AsyncMemoryCheckpointer,
+    AsyncSqliteCheckpointer,
+)
+from .contract import AsyncCheckpointer
+
+__all__ = [
+    "AsyncBaseCheckpointer",
+    "AsyncCheckpointer",
+    "AsyncFileCheckpointer",
+    "AsyncMemoryCheckpointer",
+    "AsyncSqliteCheckpointer",
+]

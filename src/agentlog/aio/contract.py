@@ -1,0 +1,56 @@
+"""The async contract of the session log: the seed's shape (coroutines, async reads)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Iterable
+from typing import Protocol, runtime_checkable
+
+from ..events import SessionEvent, SessionInfo, StoredEvent
+
+__all__ = ["AsyncCheckpointer"]
+
+
+@runtime_checkable
+class AsyncCheckpointer(Protocol):
+    """:class:`agentlog.Checkpointer` for asyncio: the same rules, awaited.
+
+    The conformance suite :class:`agentlog.testing.AsyncCheckpointerConformance`
+    checks that an object behaves like one.
+    """
+
+    async def append(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> int:
+        """Append all events or none; return the new head (a stale head conflicts)."""
+        ...
+
+    def read(
+        self, session_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> AsyncIterator[StoredEvent]:
+        """Yield events with seq > ``since_seq`` in seq order (at most ``limit``)."""
+        ...
+
+    async def head(self, session_id: str) -> int:
+        """The seq of the last event; 0 for an empty or unknown session."""
+        ...
+
+    async def list(self) -> builtins.list[SessionInfo]:
+        """Every session, most recently active first."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session and its events; idempotent."""
+        ...
+
+    async def truncate(self, session_id: str, to_seq: int) -> int:
+        """Remove events after ``to_seq``; return the new head."""
+        ...
+
+    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
+        """Create ``new_session_id`` holding events 1..``at_seq``; return its head."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish queued writes and release resources; later calls raise."""
+        ...

@@ -1,0 +1,184 @@
+"""The writer: one thread that runs a backend's writes in groups.
+
+Coroutines (and, later, threads) queue writes; the writer thread drains the
+queue and runs every queued append in one call to the backend's
+:meth:`~agentlog.log.BaseCheckpointer.append_prepared` — one transaction on
+SQLite — so each caller completes after the commit that holds its events, and
+a conflict refuses only its own append. Other writes (delete, truncate, fork)
+run in queue order between the groups. Completions go back to each caller's
+event loop with one ``call_soon_threadsafe`` per loop per group, never one per
+append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CheckpointerClosedError, StorageUnavailableError
+from ..log import BaseCheckpointer, PreparedAppend
+
+__all__ = ["Job", "Writer"]
+
+
+class Job:
+    """One queued write and the future its caller awaits."""
+
+    __slots__ = ("append", "call", "future", "loop")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        append: PreparedAppend | None = None,
+        call: Callable[[], Any] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.future: asyncio.Future[Any] = loop.create_future()
+        self.append = append
+        self.call = call
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the caller's loop: complete every future of one group (cancelled ones stay so)."""
+    for future, result, error in outcomes:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+class Writer:
+    """A thread running ``backend``'s writes; ``inline=True`` runs them on the caller's thread.
+
+    Inline suits a backend whose writes never block (memory): it skips the
+    thread hop and the group, not the semantics.
+    """
+
+    def __init__(self, backend: BaseCheckpointer, name: str, *, inline: bool = False) -> None:
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: deque[Job] = deque()
+        self._closing = False
+        self._failure: BaseException | None = None
+        #: Groups the writer has run (for tests and tuning).
+        self.groups = 0
+        self._thread: threading.Thread | None = None
+        if not inline:
+            self._thread = threading.Thread(
+                target=self._run, name=f"agentlog writer {name}", daemon=True
+            )
+            self._thread.start()
+
+    # -- what callers do ---------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` (or, inline, run it now); its future settles when it is done."""
+        with self._lock:
+            self._refuse_if_stopped()
+            if self._thread is not None:
+                self._queue.append(job)
+                self._wake.notify()
+                return
+        self._execute([job])
+
+    def withdraw(self, job: Job) -> bool:
+        """Take ``job`` back if the writer has not started it: then it is never written."""
+        with self._lock:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return False
+            return True
+
+    def close(self) -> None:
+        """Refuse new work, finish every queued job, stop the thread. Idempotent."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _refuse_if_stopped(self) -> None:
+        if self._failure is not None:
+            raise StorageUnavailableError(
+                f"the writer stopped after a failure: {self._failure!r}"
+            ) from self._failure
+        if self._closing:
+            raise CheckpointerClosedError("the checkpointer is closed")
+
+    # -- the thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closing:
+                    self._wake.wait()
+                if not self._queue:
+                    return  # closing, and everything queued is done
+                jobs = list(self._queue)
+                self._queue.clear()
+            try:
+                self._execute(jobs)
+            except BaseException as exc:  # a bug or an interpreter shutdown: fail, never hang
+                self._fail(jobs, exc)
+                return
+
+    def _fail(self, jobs: list[Job], exc: BaseException) -> None:
+        with self._lock:
+            self._failure = exc
+            jobs = jobs + list(self._queue)
+            self._queue.clear()
+        error = StorageUnavailableError(f"the writer failed: {exc!r}")
+        self._complete([(job, None, error) for job in jobs])
+
+    def _execute(self, jobs: list[Job]) -> None:
+        """Run ``jobs`` in order: consecutive appends as one group, other calls one by one."""
+        self.groups += 1
+        outcomes: list[tuple[Job, Any, BaseException | None]] = []
+        run: list[tuple[Job, PreparedAppend]] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            try:
+                results = self._backend.append_prepared([append for _, append in run])
+            except Exception as exc:
+                outcomes.extend((job, None, exc) for job, _ in run)
+            else:
+                for (job, _), result in zip(run, results, strict=True):
+                    if isinstance(result, Exception):
+                        outcomes.append((job, None, result))
+                    else:
+                        outcomes.append((job, result, None))
+            run.clear()
+
+        for job in jobs:
+            if job.append is not None:
+                run.append((job, job.append))
+                continue
+            flush()
+            assert job.call is not None
+            try:
+                outcomes.append((job, job.call(), None))
+            except Exception as exc:
+                outcomes.append((job, None, exc))
+        flush()
+        self._complete(outcomes)
+
+    @staticmethod
+    def _complete(outcomes: list[tuple[Job, Any, BaseException | None]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        for job, result, error in outcomes:
+            by_loop.setdefault(job.loop, []).append((job.future, result, error))
+        for loop, items in by_loop.items():
+            # A closed loop has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, items)

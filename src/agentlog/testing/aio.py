@@ -1,0 +1,245 @@
+"""The async twin of the log's conformance suite.
+
+:class:`AsyncCheckpointerConformance` runs every test of
+:class:`~agentlog.testing.CheckpointerConformance` — the whole contract, bad
+input, hostile ids, the two-thread and two-process races, tailing, reopen —
+against an :class:`~agentlog.aio.AsyncCheckpointer`, by driving it through
+:class:`BlockingFacade` on an event loop of its own; then it adds what only an
+async backend can get wrong: many coroutines appending at once, a cancelled
+append, and closing with writes still queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+
+from ..aio import AsyncCheckpointer
+from ..errors import CheckpointConflictError, CheckpointerClosedError
+from ..events import SessionEvent, SessionInfo, StoredEvent
+from .harness import make_event
+from .log import CheckpointerConformance
+
+__all__ = ["AsyncCheckpointerConformance", "BlockingFacade", "open_async_suite"]
+
+_T = TypeVar("_T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per process, on a daemon thread, for every facade."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="agentlog facade loop", daemon=True
+            ).start()
+            _loop = loop
+        return _loop
+
+
+class BlockingFacade:
+    """An :class:`~agentlog.aio.AsyncCheckpointer` seen as a synchronous ``Checkpointer``.
+
+    Every call runs on a background event loop and blocks until it is done,
+    so a synchronous suite (or a synchronous host) can drive an async backend.
+    """
+
+    def __init__(self, opener: Callable[[], AsyncCheckpointer]) -> None:
+        self._loop = _background_loop()
+        self.target = self._run(self._open(opener))
+
+    @staticmethod
+    async def _open(opener: Callable[[], AsyncCheckpointer]) -> AsyncCheckpointer:
+        return opener()  # constructed on the loop, as an async host would
+
+    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def append(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> int:
+        """See :meth:`agentlog.Checkpointer.append`."""
+        return self._run(self.target.append(session_id, events, expected_head))
+
+    def read(
+        self, session_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> Iterator[StoredEvent]:
+        """See :meth:`agentlog.Checkpointer.read` (collected on the loop, then iterated)."""
+
+        async def collect() -> builtins.list[StoredEvent]:
+            return [event async for event in self.target.read(session_id, since_seq, limit)]
+
+        return iter(self._run(collect()))
+
+    def head(self, session_id: str) -> int:
+        """See :meth:`agentlog.Checkpointer.head`."""
+        return self._run(self.target.head(session_id))
+
+    def list(self) -> builtins.list[SessionInfo]:
+        """See :meth:`agentlog.Checkpointer.list`."""
+        return self._run(self.target.list())
+
+    def delete(self, session_id: str) -> None:
+        """See :meth:`agentlog.Checkpointer.delete`."""
+        self._run(self.target.delete(session_id))
+
+    def truncate(self, session_id: str, to_seq: int) -> int:
+        """See :meth:`agentlog.Checkpointer.truncate`."""
+        return self._run(self.target.truncate(session_id, to_seq))
+
+    def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
+        """See :meth:`agentlog.Checkpointer.fork`."""
+        return self._run(self.target.fork(session_id, at_seq, new_session_id))
+
+    def close(self) -> None:
+        """Close the async checkpointer (``aclose``)."""
+        self._run(self.target.aclose())
+
+    def __enter__(self) -> BlockingFacade:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_async_suite(suite: type[AsyncCheckpointerConformance], location: Path) -> BlockingFacade:
+    """The facade over ``suite``'s async checkpointer at ``location`` (picklable for spawn)."""
+    return BlockingFacade(functools.partial(suite().open_async_checkpointer, location))
+
+
+class AsyncCheckpointerConformance(CheckpointerConformance):
+    """The contract of ``AsyncCheckpointer`` as tests; subclass to run them.
+
+    Implement :meth:`open_async_checkpointer` (called on a running event
+    loop) and set :attr:`durable` / :attr:`multiprocess` as for the sync suite.
+    """
+
+    #: Coroutines appending at once in the concurrency test.
+    coroutines: ClassVar[int] = 64
+
+    def open_async_checkpointer(self, location: Path) -> AsyncCheckpointer:
+        """Open (or reopen) the async store that lives at ``location``, a directory."""
+        raise NotImplementedError
+
+    def open_checkpointer(self, location: Path) -> BlockingFacade:
+        """The sync suite's tests drive the async checkpointer through a facade."""
+        return open_async_suite(type(self), location)
+
+    def process_opener(self) -> Callable[[Path], BlockingFacade]:
+        """A picklable ``opener(location)`` for the multi-process tests."""
+        return functools.partial(open_async_suite, type(self))
+
+    # -- what only an async backend can get wrong ---------------------------------
+
+    def test_many_coroutines_append_at_once(self, location: Path) -> None:
+        async def main() -> None:
+            cp = self.open_async_checkpointer(location)
+            try:
+
+                async def writer(n: int) -> builtins.list[int]:
+                    heads = []
+                    for i in range(5):
+                        event = make_event("user", content=f"{n}:{i}")
+                        heads.append(await cp.append(f"s{n}", [event], expected_head=i))
+                    return heads
+
+                results = await asyncio.gather(*(writer(n) for n in range(self.coroutines)))
+                assert all(heads == [1, 2, 3, 4, 5] for heads in results)
+                shared = await asyncio.gather(
+                    *(cp.append("shared", [make_event("user", content=str(n))]) for n in range(20))
+                )
+                assert sorted(shared) == list(range(1, 21))
+                events = [e async for e in cp.read("shared")]
+                assert [e.seq for e in events] == list(range(1, 21))
+                assert len({e.event["content"] for e in events}) == 20
+            finally:
+                await cp.aclose()
+
+        asyncio.run(main())
+
+    def test_one_conflict_refuses_only_its_own_append(self, location: Path) -> None:
+        async def main() -> None:
+            cp = self.open_async_checkpointer(location)
+            try:
+                await cp.append("s", [make_event("user")])
+                outcomes = await asyncio.gather(
+                    cp.append("s", [make_event("user", n=1)], expected_head=1),
+                    cp.append("s", [make_event("user", n=2)], expected_head=1),
+                    cp.append("other", [make_event("user")], expected_head=0),
+                    return_exceptions=True,
+                )
+                assert outcomes[0] == 2
+                assert isinstance(outcomes[1], CheckpointConflictError)
+                assert (outcomes[1].expected, outcomes[1].actual) == (1, 2)
+                assert outcomes[2] == 1
+                assert [e.seq for e in [e async for e in cp.read("s")]] == [1, 2]
+            finally:
+                await cp.aclose()
+
+        asyncio.run(main())
+
+    def test_a_cancelled_append_is_whole_or_absent(self, location: Path) -> None:
+        async def main() -> None:
+            cp = self.open_async_checkpointer(location)
+            try:
+                tasks = [
+                    asyncio.ensure_future(cp.append("s", [make_event("user", n=n)] * 3))
+                    for n in range(30)
+                ]
+                await asyncio.sleep(0)
+                for task in tasks[::2]:
+                    task.cancel()
+                outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+                written = [o for o in outcomes if isinstance(o, int)]
+                assert all(isinstance(o, (int, asyncio.CancelledError)) for o in outcomes)
+                head = await cp.head("s")
+                events = [e async for e in cp.read("s")]
+                # Whatever was cancelled is absent or whole: never a torn batch.
+                assert head == len(events) and head % 3 == 0
+                assert len(written) <= head // 3
+                for start in range(0, head, 3):
+                    assert len({e.event["n"] for e in events[start : start + 3]}) == 1
+            finally:
+                await cp.aclose()
+
+        asyncio.run(main())
+
+    def test_aclose_finishes_queued_writes_then_refuses(self, location: Path) -> None:
+        async def main() -> None:
+            cp = self.open_async_checkpointer(location)
+            pending = [
+                asyncio.ensure_future(cp.append("s", [make_event("user", n=n)])) for n in range(50)
+            ]
+            await asyncio.sleep(0)
+            await cp.aclose()
+            outcomes = await asyncio.gather(*pending, return_exceptions=True)
+            assert sorted(o for o in outcomes if isinstance(o, int)) == list(range(1, 51))
+            with pytest.raises(CheckpointerClosedError):
+                await cp.append("s", [make_event("user")])
+            with pytest.raises(CheckpointerClosedError):
+                await cp.head("s")
+
+        asyncio.run(main())
+        if self.durable:
+            facade = self.open_checkpointer(location)
+            try:
+                assert facade.head("s") == 50
+            finally:
+                facade.close()
