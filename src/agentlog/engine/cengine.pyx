@@ -80,6 +80,23 @@ def _sqlite_info():
     }
 
 
+cdef object _outcome(_Append item):
+    """What one written (or refused) append comes to: its head, or the error."""
+    cdef int status = item.request.status
+    name = item.name
+    if status == SQLITE_OK:
+        return item.request.head
+    if status == APPEND_CONFLICT:
+        return CheckpointConflictError(name, item.request.expected, item.request.head)
+    if status == APPEND_TOO_LONG:
+        return ValueError(f"session {name!r} would exceed {MAX_SEQ} events")
+    if status == APPEND_TOO_MANY_SESSIONS:
+        return StorageUnavailableError("the database holds too many sessions")
+    if status == _CLOSED:
+        return CheckpointerClosedError("the database is closed")
+    return _error(status, item.error.encode(), "append")
+
+
 class CEngine(EngineBase):
     """The engine interface on the SQLite C API (see the module docstring)."""
 
@@ -137,21 +154,63 @@ class CEngine(EngineBase):
                     self._leading = False
                     if self._waiting:
                         self._committed.notify_all()
-        status = mine.request.status
-        if status == SQLITE_OK:
-            return mine.request.head
-        if status == APPEND_CONFLICT:
-            raise CheckpointConflictError(name, expected, mine.request.head)
-        if status == APPEND_TOO_LONG:
-            raise ValueError(f"session {name!r} would exceed {MAX_SEQ} events")
-        if status == APPEND_TOO_MANY_SESSIONS:
-            raise StorageUnavailableError("the database holds too many sessions")
-        if status == _CLOSED:
-            raise CheckpointerClosedError("the database is closed")
-        raise _error(status, mine.error.encode(), "append")
+        outcome = _outcome(mine)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def append_many(self, str tenant, requests, double ts):
+        """Append several ``(name, expected_head, batch)`` in ONE write transaction.
+
+        The group-commit path, called with a whole group at once (the async
+        writer's): each append is atomic on its own, and the result holds its
+        new head or the ``CheckpointConflictError`` / ``ValueError`` that
+        refused it alone. An empty batch writes nothing: its head is read
+        (and checked) after the group's commit.
+        """
+        cdef _Append item
+        cdef list items = []
+        cdef list order = []
+        if self.read_only:
+            raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
+        for name, expected_head, batch in requests:
+            if not batch:
+                order.append((name, expected_head))
+                continue
+            item = _Append()
+            item.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
+            items.append(item)
+            order.append(item)
+        if items:
+            with self._write_lock:
+                self._commit_items(items)
+        results = []
+        for entry in order:
+            if isinstance(entry, _Append):
+                outcome = _outcome(<_Append>entry)
+                if isinstance(outcome, (CheckpointConflictError, ValueError)):
+                    results.append(outcome)
+                elif isinstance(outcome, BaseException):
+                    raise outcome  # the whole group failed
+                else:
+                    results.append(outcome)
+                continue
+            name, expected_head = entry
+            head = self.head(tenant, name)
+            if expected_head is not None and expected_head != head:
+                results.append(CheckpointConflictError(name, expected_head, head))
+            else:
+                results.append(head)
+        return results
 
     def _commit_pending(self):
         """Under the write lock: write every queued append in one transaction."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        self._commit_items(pending)
+
+    def _commit_items(self, list pending):
+        """Under the write lock: write ``pending`` (``_Append`` objects) in one transaction."""
         cdef char errbuf[256]
         cdef sqlite3_stmt *statements[N_STATEMENTS]
         cdef Request **group
@@ -159,8 +218,6 @@ class CEngine(EngineBase):
         cdef CConnection conn
         cdef _Append item
         errbuf[0] = 0
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
         size = len(pending)
         if self._closed:
             for item in pending:
