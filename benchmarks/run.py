@@ -44,7 +44,7 @@ def langgraph_events(scenario: Scenario) -> int:
 class Scenario:
     key: str
     title: str
-    kind: str  # append | threads | replay | heads
+    kind: str  # append | threads | async | replay | heads | sessionstore
     count: int
     batch: int = 1
     sessions: int = 1
@@ -150,6 +150,22 @@ def scenarios(quick: bool) -> list[Scenario]:
             "threads",
             large,
             threads=4,
+            systems=AGENTLOG,
+        ),
+        Scenario(
+            f"S7 1 {small // k}k",
+            f"S7 async, 1 coroutine x 1 event/call, {small // k}k",
+            "async",
+            small,
+            threads=1,
+            systems=AGENTLOG,
+        ),
+        Scenario(
+            f"S7 64 {large // k}k",
+            f"S7 async, 64 coroutines x 1 event/call, {large // k}k",
+            "async",
+            large,
+            threads=64,
             systems=AGENTLOG,
         ),
     ]
@@ -263,8 +279,8 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
     ]
     for scenario, cells in results:
         raw = next((c.rate for c in cells if c.system == "raw-c" and c.rates), None)
-        if scenario.kind == "threads":
-            raw = s1_raw
+        if scenario.kind in ("threads", "async"):
+            raw = s1_raw  # concurrent writers are compared with raw C's S1
         for n, cell in enumerate(cells):
             title = scenario.title if n == 0 else ""
             if not cell.rates:
@@ -273,7 +289,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
             ratio = f"{cell.rate / raw:.2f}" if raw and scenario.kind != "sessionstore" else "-"
             per_event = (
                 f"{cell.db_bytes / cell.count:.0f}"
-                if scenario.kind in ("append", "threads", "sessionstore") and cell.count
+                if scenario.kind in ("append", "threads", "async", "sessionstore") and cell.count
                 else ""
             )
             rate = f"{cell.rate:,.0f}"

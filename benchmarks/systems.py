@@ -65,6 +65,31 @@ def agentlog_threads(
         return time.perf_counter() - start, share * threads
 
 
+def agentlog_async(
+    engine: str, path: str, events: list[dict[str, Any]], coroutines: int, sync: str
+) -> tuple[float, int]:
+    """S7: ``coroutines`` coroutines on one AsyncSqliteCheckpointer, one session
+    each, one event per call (with expected heads)."""
+    import asyncio
+
+    from agentlog.aio import AsyncSqliteCheckpointer
+
+    async def main() -> tuple[float, int]:
+        async with AsyncSqliteCheckpointer(path, synchronous=sync, engine=engine) as cp:
+            share = len(events) // coroutines
+
+            async def writer(slot: int) -> None:
+                head = 0
+                for event in events[slot * share : (slot + 1) * share]:
+                    head = await cp.append(f"a{slot}", [event], expected_head=head)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(writer(n) for n in range(coroutines)))
+            return time.perf_counter() - start, share * coroutines
+
+    return asyncio.run(main())
+
+
 def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[float, int]:
     from agentlog import SqliteCheckpointer
 
