@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from ..errors import CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, StoredEvent
 from ..log import BaseCheckpointer, FileCheckpointer, MemoryCheckpointer, SqliteCheckpointer
-from .writer import Job, Writer
+from .writer import Job, Writer, settle
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -129,16 +129,16 @@ class AsyncBaseCheckpointer:
             return
         self._closed = True
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done: asyncio.Future[Any] = loop.create_future()
 
         def stop() -> None:
+            error: BaseException | None = None
             try:
                 self._writer.close()
                 self._backend.close()
             except BaseException as exc:
-                loop.call_soon_threadsafe(_settle_once, done, exc)
-            else:
-                loop.call_soon_threadsafe(_settle_once, done, None)
+                error = exc
+            loop.call_soon_threadsafe(settle, [(done, None, error)])
 
         # Waiting for the writer's last group must not block the loop.
         threading.Thread(target=stop, name="agentlog writer close", daemon=True).start()
@@ -161,15 +161,6 @@ class AsyncBaseCheckpointer:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-def _settle_once(future: asyncio.Future[None], error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import CheckpointerClosedError, StorageUnavailableError
 from ..log import BaseCheckpointer, PreparedAppend
 
-__all__ = ["Job", "Writer"]
+__all__ = ["Job", "Writer", "settle"]
 
 
 class Job:
@@ -43,7 +43,7 @@ class Job:
         self.call = call
 
 
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     """On the caller's loop: complete every future of one group (cancelled ones stay so)."""
     for future, result, error in outcomes:
         if future.done():
@@ -181,4 +181,4 @@ class Writer:
         for loop, items in by_loop.items():
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, items)
+                loop.call_soon_threadsafe(settle, items)
