@@ -21,6 +21,7 @@ database has a single connection, so there reads take the write lock too.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -128,8 +129,9 @@ class EngineBase(Generic[ConnectionT]):
         self._memory = path == ":memory:"
         self._busy_timeout_ms = max(0, int(busy_timeout_ms))
         self._write_lock = threading.Lock()
-        self._readers_lock = threading.Lock()
-        self._idle_readers: list[ConnectionT] = []
+        # The reader pool: a deque, whose pop() and append() are atomic on
+        # their own (free-threaded builds included), so it needs no lock.
+        self._idle_readers: collections.deque[ConnectionT] = collections.deque()
         self._closed = False
         self._file_key: tuple[int, int] | None = None
         # Read-only opens need no query_only: the file itself is opened read-only.
@@ -288,22 +290,28 @@ class EngineBase(Generic[ConnectionT]):
     def _borrow_reader(self) -> ConnectionT:
         """A read connection from the pool (a new one when none is idle).
 
-        The pool's own lock, not the GIL, guards it (free-threaded builds
-        have none); ``head()`` goes through here, so it is kept to one lock.
+        The C twin inlines this and :meth:`_return_reader` on its hot paths.
         """
-        with self._readers_lock:
-            if self._closed:
-                raise CheckpointerClosedError("the database is closed")
-            if self._idle_readers:
-                return self._idle_readers.pop()
-        return self._connect(query_only=True)
+        if self._closed:
+            raise CheckpointerClosedError("the database is closed")
+        try:
+            return self._idle_readers.pop()
+        except IndexError:
+            return self._connect(query_only=True)
 
     def _return_reader(self, conn: ConnectionT) -> None:
-        with self._readers_lock:
-            if not self._closed:
-                self._idle_readers.append(conn)
+        self._idle_readers.append(conn)
+        if self._closed:  # closed meanwhile: close() may have drained the pool already
+            self._drain_readers()
+
+    def _drain_readers(self) -> None:
+        """Close every idle reader."""
+        while True:
+            try:
+                conn = self._idle_readers.pop()
+            except IndexError:
                 return
-        conn.close()
+            conn.close()
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[ConnectionT]:
@@ -577,9 +585,6 @@ class EngineBase(Generic[ConnectionT]):
             if self._closed:
                 return
             self._closed = True
-            with self._readers_lock:
-                idle, self._idle_readers = self._idle_readers, []
-            for conn in idle:
-                conn.close()
+            self._drain_readers()
             self._writer.close()
             self._release_file()

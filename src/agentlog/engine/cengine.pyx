@@ -80,6 +80,24 @@ def _sqlite_info():
     }
 
 
+cdef inline CConnection _borrow_reader(object engine):
+    """``EngineBase._borrow_reader`` for the hot paths, without a Python call."""
+    if engine._closed:
+        raise CheckpointerClosedError("the database is closed")
+    try:
+        return <CConnection>engine._idle_readers.pop()
+    except IndexError:
+        return <CConnection>engine._connect(True)
+
+
+cdef inline int _return_reader(object engine, CConnection conn) except -1:
+    """``EngineBase._return_reader`` for the hot paths, without a Python call."""
+    engine._idle_readers.append(conn)
+    if engine._closed:
+        engine._drain_readers()
+    return 0
+
+
 cdef object _outcome(_Append item):
     """What one written (or refused) append comes to: its head, or the error."""
     cdef int status = item.request.status
@@ -258,11 +276,11 @@ class CEngine(EngineBase):
             with self._write_lock:
                 self._check_open()
                 return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit)
-        conn = self._borrow_reader()
+        conn = _borrow_reader(self)
         try:
-            return _scan_page(<CConnection>conn, tenant, name, since_seq, limit)
+            return _scan_page(conn, tenant, name, since_seq, limit)
         finally:
-            self._return_reader(conn)
+            _return_reader(self, conn)
 
     def head(self, str tenant, str name):
         """The session's head; 0 when it is empty or unknown."""
@@ -270,8 +288,8 @@ class CEngine(EngineBase):
             with self._write_lock:
                 self._check_open()
                 return _head(<CConnection>self._writer, tenant, name)
-        conn = self._borrow_reader()
+        conn = _borrow_reader(self)
         try:
-            return _head(<CConnection>conn, tenant, name)
+            return _head(conn, tenant, name)
         finally:
-            self._return_reader(conn)
+            _return_reader(self, conn)
