@@ -6,12 +6,24 @@ The classes live at module level so that spawned racers can import them."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import io
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog.aio import AsyncInMemoryStorage, AsyncSqliteStorage, AsyncStorage
+from agentlog.aio import (
+    AsyncArtifactStore,
+    AsyncCheckpointStore,
+    AsyncInMemoryStorage,
+    AsyncMemoryStore,
+    AsyncSessionStore,
+    AsyncSqliteStorage,
+    AsyncStorage,
+)
+from agentlog.stores import ArtifactStore, CheckpointStore, MemoryStore, SessionStore
 from agentlog.testing import (
     ArtifactStoreConformance,
     AsyncStorageConformance,
@@ -131,3 +143,70 @@ def test_no_call_hops_through_to_thread(tmp_path: Path, monkeypatch: pytest.Monk
             assert (await storage.memory.get("t", "ns", "k")).value == 1
 
     asyncio.run(main())
+
+
+SYNC_AND_ASYNC = [
+    (SessionStore, AsyncSessionStore),
+    (CheckpointStore, AsyncCheckpointStore),
+    (MemoryStore, AsyncMemoryStore),
+    (ArtifactStore, AsyncArtifactStore),
+]
+
+
+@pytest.mark.parametrize(("sync", "twin"), SYNC_AND_ASYNC, ids=lambda c: c.__name__)
+def test_every_public_method_has_a_coroutine_twin_with_its_signature(
+    sync: type[Any], twin: type[Any]
+) -> None:
+    public = {
+        name for name in vars(sync) if not name.startswith("_") and callable(vars(sync)[name])
+    }
+    for name in public:
+        method = getattr(twin, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert inspect.signature(method) == inspect.signature(getattr(sync, name)), name
+        assert method.__doc__ == getattr(sync, name).__doc__
+
+
+def test_every_write_runs_on_the_writer_and_every_read_on_the_loop(tmp_path: Path) -> None:
+    async def main() -> dict[str, set[str]]:
+        threads: dict[str, set[str]] = {"atomic": set(), "reading": set()}
+        async with await AsyncSqliteStorage.open(tmp_path / "r.db") as storage:
+            sync = storage.storage
+            for store in (sync.sessions, sync.checkpoints, sync.memory, sync.artifacts):
+                for kind in ("atomic", "reading"):
+                    original = getattr(store, f"_{kind}")
+
+                    def spy(*args: Any, _o: Any = original, _k: str = kind, **kw: Any) -> Any:
+                        threads[_k].add(threading.current_thread().name)
+                        return _o(*args, **kw)
+
+                    setattr(store, f"_{kind}", spy)
+            s, c, m, a = storage.sessions, storage.checkpoints, storage.memory, storage.artifacts
+            await s.create("t", "s")
+            await s.append("t", "s", 0, [{"type": "user", "id": "1"}])
+            await s.compact("t", "s", 1, 1, {"state": 1})
+            await s.get("t", "s")
+            await s.load("t", "s")
+            await s.list("t")
+            await s.delete("t", "s", 2)
+            await c.save("t", "r", None, status="running", state={})
+            await c.load("t", "r")
+            await c.list("t")
+            await c.delete("t", "r", 0)
+            await m.put("t", "ns", "k", 1, None)
+            await m.get("t", "ns", "k")
+            await m.list("t", "ns")
+            await m.delete("t", "ns", "k", 0)
+            await a.put("t", "a", io.BytesIO(b"x"), "text/plain", None)
+            await a.info("t", "a")
+            (await a.open("t", "a")).read()
+            await a.get("t", "a")
+            await a.list("t")
+            await a.delete("t", "a", 0)
+        return threads
+
+    loop_thread = threading.current_thread().name
+    threads = asyncio.run(main())
+    assert len(threads["atomic"]) == 1
+    assert next(iter(threads["atomic"])).startswith("agentlog writer")
+    assert threads["reading"] == {loop_thread}

@@ -116,11 +116,14 @@ def _reads(
     method: Callable[Concatenate[_Store, _P], _R],
 ) -> Callable[Concatenate[AsyncStore[_Store], _P], Coroutine[Any, Any, _R]]:
     """The coroutine twin of a sync read: runs on the loop's thread."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def read(self: AsyncStore[_Store], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         self.queue.check_open()
-        return method(self.sync, *args, **kwargs)
+        # Looked up on the instance, so an implementation's override is the one run.
+        bound: Callable[_P, _R] = getattr(self.sync, name)
+        return bound(*args, **kwargs)
 
     return read
 
@@ -129,10 +132,12 @@ def _writes(
     method: Callable[Concatenate[_Store, _P], _R],
 ) -> Callable[Concatenate[AsyncStore[_Store], _P], Coroutine[Any, Any, _R]]:
     """The coroutine twin of a sync write: one ``call=`` job on the storage's writer."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def write(self: AsyncStore[_Store], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        return await self.queue.write(functools.partial(method, self.sync, *args, **kwargs))
+        bound: Callable[_P, _R] = getattr(self.sync, name)
+        return await self.queue.write(functools.partial(bound, *args, **kwargs))
 
     return write
 
