@@ -23,7 +23,13 @@ from agentlog.aio import (
     AsyncSqliteStorage,
     AsyncStorage,
 )
-from agentlog.stores import ArtifactStore, CheckpointStore, MemoryStore, SessionStore
+from agentlog.stores import (
+    ArtifactStore,
+    CheckpointStore,
+    MemoryStore,
+    SessionStore,
+    SqliteStorage,
+)
 from agentlog.testing import (
     ArtifactStoreConformance,
     AsyncStorageConformance,
@@ -210,3 +216,34 @@ def test_every_write_runs_on_the_writer_and_every_read_on_the_loop(tmp_path: Pat
     assert len(threads["atomic"]) == 1
     assert next(iter(threads["atomic"])).startswith("agentlog writer")
     assert threads["reading"] == {loop_thread}
+
+
+def test_a_cancelled_open_closes_what_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[SqliteStorage] = []
+    release = threading.Event()
+    real_open = SqliteStorage.open
+
+    def slow_open(*args: Any, **kwargs: Any) -> SqliteStorage:
+        release.wait(10)
+        storage = real_open(*args, **kwargs)
+        opened.append(storage)
+        return storage
+
+    monkeypatch.setattr(SqliteStorage, "open", slow_open)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(AsyncSqliteStorage.open(tmp_path / "c.db"))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(500):
+            if opened and opened[0].closed:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert len(opened) == 1 and opened[0].closed

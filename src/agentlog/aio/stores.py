@@ -20,6 +20,7 @@ signature without a second copy of it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import threading
@@ -36,7 +37,7 @@ from ..stores import (
     SessionStore,
     SqliteStorage,
 )
-from .writer import Job, Writer, settle
+from .writer import Job, Writer
 
 __all__ = [
     "AsyncArtifactStore",
@@ -55,23 +56,37 @@ _Store = TypeVar("_Store")
 _Self = TypeVar("_Self", bound="AsyncStorage")
 
 
-def _off_loop(call: Callable[[], _T]) -> asyncio.Future[_T]:
+def _off_loop(
+    call: Callable[[], _T], abandon: Callable[[_T], object] | None = None
+) -> asyncio.Future[_T]:
     """Run ``call`` on a thread of its own; its outcome settles the returned future.
 
     For the rare blocking step that has no writer to go to (opening a file,
-    draining the writer), so the loop keeps running meanwhile.
+    draining the writer), so the loop keeps running meanwhile. If the caller
+    was cancelled meanwhile, ``abandon(result)`` releases what ``call`` made.
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[_T] = loop.create_future()
 
+    def deliver(result: _T) -> None:
+        if not done.cancelled():
+            done.set_result(result)
+        elif abandon is not None:
+            abandon(result)
+
+    def fail(error: BaseException) -> None:
+        if not done.cancelled():
+            done.set_exception(error)
+
     def run() -> None:
-        result: Any = None
-        error: BaseException | None = None
         try:
             result = call()
         except BaseException as exc:
-            error = exc
-        loop.call_soon_threadsafe(settle, [(done, result, error)])
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(fail, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(deliver, result)
 
     threading.Thread(target=run, name="agentlog off-loop", daemon=True).start()
     return done
@@ -283,7 +298,8 @@ class AsyncSqliteStorage(AsyncStorage):
             busy_timeout_ms=busy_timeout_ms,
             engine=engine,
         )
-        return cls(await _off_loop(opener))
+        # Cancelled while the file opens: the opened storage is closed, not leaked.
+        return cls(await _off_loop(opener, abandon=SqliteStorage.close))
 
     @property
     def engine(self) -> str:
