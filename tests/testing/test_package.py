@@ -11,7 +11,10 @@ ALL = [
     "HOSTILE_SESSION_IDS",
     "ArtifactStoreConformance",
     "AsyncCheckpointerConformance",
+    "AsyncStorageConformance",
+    "AsyncStorageSuite",
     "BlockingFacade",
+    "BlockingStorage",
     "CheckpointStoreConformance",
     "CheckpointerConformance",
     "MemoryStoreConformance",
@@ -54,6 +57,7 @@ def test_each_suite_lives_in_its_own_module() -> None:
         ("memory", "MemoryStoreConformance"),
         ("artifacts", "ArtifactStoreConformance"),
         ("aio", "AsyncCheckpointerConformance"),
+        ("aio_stores", "AsyncStorageConformance"),
     ]:
         cls = getattr(agentlog.testing, suite)
         assert cls.__module__ == f"agentlog.testing.{module}"

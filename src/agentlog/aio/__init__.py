@@ -7,6 +7,10 @@ async iterator). :class:`AsyncSqliteCheckpointer`,
 it over the synchronous backends: appends from any number of coroutines are
 queued to one writer thread that commits everything queued in one
 transaction, and each caller is woken on its own loop once per group.
+
+:class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
+stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
+coroutines, every write of the four on one writer per storage.
 """
 
 from __future__ import annotations
@@ -18,11 +22,27 @@ from .checkpointer import (
     AsyncSqliteCheckpointer,
 )
 from .contract import AsyncCheckpointer
+from .stores import (
+    AsyncArtifactStore,
+    AsyncCheckpointStore,
+    AsyncInMemoryStorage,
+    AsyncMemoryStore,
+    AsyncSessionStore,
+    AsyncSqliteStorage,
+    AsyncStorage,
+)
 
 __all__ = [
+    "AsyncArtifactStore",
     "AsyncBaseCheckpointer",
+    "AsyncCheckpointStore",
     "AsyncCheckpointer",
     "AsyncFileCheckpointer",
+    "AsyncInMemoryStorage",
     "AsyncMemoryCheckpointer",
+    "AsyncMemoryStore",
+    "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
+    "AsyncSqliteStorage",
+    "AsyncStorage",
 ]

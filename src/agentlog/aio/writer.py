@@ -58,10 +58,13 @@ class Writer:
     """A thread running ``backend``'s writes; ``inline=True`` runs them on the caller's thread.
 
     Inline suits a backend whose writes never block (memory): it skips the
-    thread hop and the group, not the semantics.
+    thread hop and the group, not the semantics. Without a ``backend`` the
+    writer runs only ``call=`` jobs (the async stores' writer).
     """
 
-    def __init__(self, backend: BaseCheckpointer, name: str, *, inline: bool = False) -> None:
+    def __init__(
+        self, backend: BaseCheckpointer | None, name: str, *, inline: bool = False
+    ) -> None:
         self._backend = backend
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -149,6 +152,8 @@ class Writer:
             if not run:
                 return
             try:
+                if self._backend is None:
+                    raise TypeError("this writer has no backend to append to")
                 results = self._backend.append_prepared([append for _, append in run])
             except Exception as exc:
                 outcomes.extend((job, None, exc) for job, _ in run)

@@ -28,7 +28,11 @@ The four stores' suites work the same way: subclass
 implement ``open_storage(location)``, returning an object that has the store
 as an attribute (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) and
 a ``close()`` method, such as a ``SqliteStorage``; set ``durable`` and
-``multiprocess`` to what it promises. Run them with plain ``pytest``.
+``multiprocess`` to what it promises. Run them with plain ``pytest``. For an
+async storage (:class:`agentlog.aio.AsyncStorage`), mix in
+:class:`AsyncStorageSuite` and implement ``async open_async_storage(location)``
+instead: the suites then drive it through :class:`BlockingStorage`;
+:class:`AsyncStorageConformance` adds the async-only tests.
 
 The package: :mod:`~agentlog.testing.harness` (``make_event``, the hostile
 ids, the store-suite base), :mod:`~agentlog.testing.races` (the one race
@@ -39,6 +43,7 @@ runner, threads or spawned processes), :mod:`~agentlog.testing.log` (the
 from __future__ import annotations
 
 from .aio import AsyncCheckpointerConformance, BlockingFacade
+from .aio_stores import AsyncStorageConformance, AsyncStorageSuite, BlockingStorage
 from .artifacts import ArtifactStoreConformance
 from .checkpoints import CheckpointStoreConformance
 from .harness import HOSTILE_SESSION_IDS, make_event
@@ -51,7 +56,10 @@ __all__ = [
     "HOSTILE_SESSION_IDS",
     "ArtifactStoreConformance",
     "AsyncCheckpointerConformance",
+    "AsyncStorageConformance",
+    "AsyncStorageSuite",
     "BlockingFacade",
+    "BlockingStorage",
     "CheckpointStoreConformance",
     "CheckpointerConformance",
     "MemoryStoreConformance",

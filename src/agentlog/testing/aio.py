@@ -28,7 +28,7 @@ from ..events import SessionEvent, SessionInfo, StoredEvent
 from .harness import make_event
 from .log import CheckpointerConformance
 
-__all__ = ["AsyncCheckpointerConformance", "BlockingFacade", "open_async_suite"]
+__all__ = ["AsyncCheckpointerConformance", "BlockingFacade", "background_loop", "open_async_suite"]
 
 _T = TypeVar("_T")
 
@@ -36,7 +36,7 @@ _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
+def background_loop() -> asyncio.AbstractEventLoop:
     """One event loop per process, on a daemon thread, for every facade."""
     global _loop
     with _loop_lock:
@@ -57,7 +57,7 @@ class BlockingFacade:
     """
 
     def __init__(self, opener: Callable[[], AsyncCheckpointer]) -> None:
-        self._loop = _background_loop()
+        self._loop = background_loop()
         self.target = self._run(self._open(opener))
 
     @staticmethod
