@@ -417,8 +417,10 @@ class BaseCheckpointer(ABC):
         :meth:`change_token`). Closing the checkpointer ends a waiting
         follower with :class:`CheckpointerClosedError`. A truncate (or a
         delete) below the last seq it yielded raises
-        :class:`SessionTruncatedError`; one that is undone by appends past
-        that seq before the follower looks is not noticed.
+        :class:`SessionTruncatedError` when the follower next looks (it
+        reads a page at a time, so events of a page read before the
+        truncate are still yielded); a truncate undone by appends past that
+        seq before the follower looks is not noticed.
         """
         self._check_open()
         session_id = check_session_id(session_id)
