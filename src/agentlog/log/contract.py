@@ -128,6 +128,11 @@ class CommitSignal:
         """How many times it has been notified: take it before looking at the log."""
         return self._count
 
+    @property
+    def subscribers(self) -> int:
+        """How many listeners are subscribed (an event loop with followers is one)."""
+        return len(self._listeners)
+
     def notify(self) -> None:
         """One write has committed: wake every waiter, call every listener."""
         with self._cond:
