@@ -165,7 +165,7 @@ def test_cancelling_or_closing_a_follower_leaves_no_task_thread_or_listener(
         await follower.aclose()
         assert cp.backend.commits.subscribers == 0
         assert asyncio.all_tasks() == tasks
-        assert set(threading.enumerate()) == threads
+        assert set(threading.enumerate()) <= threads  # (an earlier close thread may end)
         # And the checkpointer still works.
         await cp.append("s", [EVENT])
         assert [event.seq for event in await take(cp.follow("s", 1), 1)] == [2]
