@@ -277,18 +277,19 @@ def _cmd_show(args: argparse.Namespace) -> None:
 def _cmd_tail(args: argparse.Namespace) -> None:
     with open_store(args.store, tenant=args.tenant) as log:
         _require_session(log, args)
-        since = args.since
-        while True:
-            for event in log.read(args.session, since_seq=since):
-                if args.json:
-                    _print_json(_event_json(event))
-                else:
-                    _print_event(event)
-                since = event.seq
-            sys.stdout.flush()
-            if args.once:
-                return
-            time.sleep(args.interval)
+        if args.once:
+            events = log.read(args.session, since_seq=args.since)
+        else:
+            # Each event as its writer commits it; a truncate below what was
+            # printed ends the tail with an error (SessionTruncatedError).
+            events = log.follow(args.session, args.since, poll_interval=args.interval)
+        for event in events:
+            if args.json:
+                _print_json(_event_json(event))
+            else:
+                _print_event(event)
+            if not args.once:
+                sys.stdout.flush()  # the next one may be a while
 
 
 def _cmd_fork(args: argparse.Namespace) -> None:
@@ -481,7 +482,11 @@ def _parser() -> argparse.ArgumentParser:
     tenant(tail)
     tail.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
     tail.add_argument(
-        "--interval", type=_seconds, default=0.5, metavar="S", help="seconds between polls (0.5)"
+        "--interval",
+        type=_seconds,
+        default=0.05,
+        metavar="S",
+        help="seconds between looks for another process's writes (0.05)",
     )
     tail.add_argument("--once", action="store_true", help="print what is there and stop")
     tail.add_argument("--json", action="store_true", help="print the events as JSON lines")

@@ -19,6 +19,7 @@ __all__ = [
     "SchemaVersionError",
     "SessionExistsError",
     "SessionNotFoundError",
+    "SessionTruncatedError",
     "StorageConflictError",
     "StorageDataError",
     "StorageNotFoundError",
@@ -76,6 +77,26 @@ class SessionNotFoundError(AgentlogError, LookupError):
 
 class SessionExistsError(AgentlogError, ValueError):
     """The operation would create a session whose id is already taken."""
+
+
+class SessionTruncatedError(AgentlogError):
+    """A followed session's head fell below the last seq the follower yielded.
+
+    The session was truncated (or deleted) under a follower: the events it
+    already yielded are no longer the log. Read the session again (from
+    ``head``, or from the start) and follow from there.
+    """
+
+    def __init__(self, session_id: str, seq: int, head: int) -> None:
+        super().__init__(
+            f"session {session_id!r} was truncated to {head} under a follower at seq {seq}"
+        )
+        self.session_id = session_id
+        self.seq = seq
+        self.head = head
+
+    def __reduce__(self) -> tuple[type[SessionTruncatedError], tuple[str, int, int]]:
+        return (type(self), (self.session_id, self.seq, self.head))
 
 
 class CheckpointerClosedError(AgentlogError, RuntimeError):

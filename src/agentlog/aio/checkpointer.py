@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -19,8 +20,15 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..errors import CheckpointerClosedError
-from ..events import SessionEvent, SessionInfo, StoredEvent
-from ..log import BaseCheckpointer, FileCheckpointer, MemoryCheckpointer, SqliteCheckpointer
+from ..events import SessionEvent, SessionInfo, StoredEvent, check_seq, check_session_id
+from ..log import (
+    DEFAULT_POLL_INTERVAL,
+    BaseCheckpointer,
+    CommitSignal,
+    FileCheckpointer,
+    MemoryCheckpointer,
+    SqliteCheckpointer,
+)
 from .writer import Job, Writer, settle
 
 __all__ = [
@@ -34,6 +42,64 @@ _T = TypeVar("_T")
 _Self = TypeVar("_Self", bound="AsyncBaseCheckpointer")
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _LoopWaker:
+    """The followers waiting on one event loop, woken together after a commit.
+
+    Subscribed to the backend's :class:`CommitSignal` while it has followers;
+    a commit (on the writer thread, or inline on the loop) schedules one
+    ``call_soon_threadsafe`` per loop however many followers wait, and none
+    while a wake-up is already pending or nobody waits.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, signal: CommitSignal) -> None:
+        self.loop = loop
+        self.signal = signal
+        self.followers = 0
+        self._lock = threading.Lock()
+        self._waiting: set[asyncio.Future[None]] = set()
+        self._scheduled = False
+
+    def on_commit(self) -> None:
+        """Any thread: a commit happened; wake this loop's waiting followers once."""
+        with self._lock:
+            if self._scheduled or not self._waiting:
+                return
+            self._scheduled = True
+        # A closed loop has nobody waiting on it any more.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            self._scheduled = False
+            waiting, self._waiting = self._waiting, set()
+        for future in waiting:
+            _wake(future)
+
+    async def wait(self, mark: int, timeout: float) -> None:
+        """Until the signal's count moves past ``mark``, or ``timeout`` seconds."""
+        future = self.loop.create_future()
+        with self._lock:
+            self._waiting.add(future)
+        # Registered first, then looked: a commit in between is never missed.
+        if self.signal.count != mark:
+            with self._lock:
+                self._waiting.discard(future)
+            return
+        timer = self.loop.call_later(timeout, _wake, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            with self._lock:
+                self._waiting.discard(future)
+
+
 class AsyncBaseCheckpointer:
     """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend."""
 
@@ -41,6 +107,8 @@ class AsyncBaseCheckpointer:
         self._backend = backend
         self._writer = Writer(backend, type(backend).__name__, inline=inline_writes)
         self._closed = False
+        self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
+        self._wakers_lock = threading.Lock()
 
     @property
     def backend(self) -> BaseCheckpointer:
@@ -105,6 +173,70 @@ class AsyncBaseCheckpointer:
         """The seq of the last event; 0 for an empty or unknown session."""
         self._check_open()
         return self._backend.head(session_id)
+
+    async def follow(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> AsyncIterator[StoredEvent]:
+        """Yield the events after ``since_seq`` as they are committed, forever.
+
+        The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: it
+        never blocks the loop (pages and the cheap look for other processes'
+        commits are short reads on the loop's thread; between them it awaits
+        a future), it starts no thread and no task, and it can be cancelled
+        at any ``await`` — stopping iterating, ``aclose()`` or cancelling
+        the task leaves nothing behind. This checkpointer's commits wake it
+        at once (one wake-up per loop per commit group); other processes'
+        are noticed within ``poll_interval`` seconds. Closing the
+        checkpointer ends it with :class:`CheckpointerClosedError`; a
+        truncate below what it yielded with :class:`SessionTruncatedError`.
+        """
+        self._check_open()
+        backend = self._backend
+        session_id = check_session_id(session_id)
+        last = check_seq("since_seq", since_seq)
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
+        signal = backend.commits
+        waker = self._join_waker(asyncio.get_running_loop(), signal)
+        try:
+            while True:
+                self._check_open()
+                mark = signal.count
+                token = backend.change_token(session_id)
+                page = backend.follow_page(session_id, last)
+                if page:
+                    for event in page:
+                        last = event.seq
+                        yield event
+                    await asyncio.sleep(0)  # other tasks run between pages
+                    continue
+                while True:
+                    await waker.wait(mark, poll_interval)
+                    self._check_open()
+                    if signal.count != mark or backend.change_token(session_id) != token:
+                        break
+        finally:
+            self._leave_waker(waker)
+
+    def _join_waker(self, loop: asyncio.AbstractEventLoop, signal: CommitSignal) -> _LoopWaker:
+        with self._wakers_lock:
+            waker = self._wakers.get(loop)
+            if waker is None:
+                waker = self._wakers[loop] = _LoopWaker(loop, signal)
+                signal.subscribe(waker.on_commit)
+            waker.followers += 1
+            return waker
+
+    def _leave_waker(self, waker: _LoopWaker) -> None:
+        with self._wakers_lock:
+            waker.followers -= 1
+            if waker.followers == 0:
+                del self._wakers[waker.loop]
+                waker.signal.unsubscribe(waker.on_commit)
 
     async def list(self) -> builtins.list[SessionInfo]:
         """Every session, most recently active first."""

@@ -555,6 +555,20 @@ class EngineBase(Generic[ConnectionT]):
 
     # -- the file ----------------------------------------------------------------------
 
+    def data_version(self) -> tuple[int, int]:
+        """A token that changes when any connection commits to the file.
+
+        ``PRAGMA data_version`` on a pooled reader; its value only compares
+        with the same connection's, so the token pairs it with which reader
+        answered: a new reader gives a different token (a needless look,
+        never a missed commit). Compare tokens for equality only.
+        """
+
+        def work(conn: ConnectionT) -> tuple[int, int]:
+            return (id(conn), int(conn.rows(Q.DATA_VERSION)[0][0]))
+
+        return self.read("data version", work)
+
     def check_integrity(self) -> tuple[bool, str]:
         """Run ``PRAGMA quick_check``; ``(True, "ok")`` for a sound file."""
         try:

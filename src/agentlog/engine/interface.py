@@ -155,6 +155,14 @@ class Engine(Protocol):
 
     # -- the file ----------------------------------------------------------------------
 
+    def data_version(self) -> tuple[int, int]:
+        """A cheap token that changes whenever any connection (any process) commits.
+
+        Compare two tokens for equality only: equal means nothing was
+        committed in between (a different one may be a false alarm).
+        """
+        ...
+
     def check_integrity(self) -> tuple[bool, str]:
         """``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
         ...

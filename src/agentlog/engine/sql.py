@@ -171,6 +171,9 @@ USER_VERSION = "PRAGMA user_version"
 ANY_TABLE = "SELECT count(*) FROM sqlite_master"
 JOURNAL_WAL = "PRAGMA journal_mode = WAL"
 QUICK_CHECK = "PRAGMA quick_check"
+#: Per connection: changes whenever another connection has committed since
+#: the last time this connection asked (a follower's cheap "anything new?").
+DATA_VERSION = "PRAGMA data_version"
 QUERY_ONLY = "PRAGMA query_only = 1"
 BACKUP_INTO = "VACUUM INTO ?"
 SOURCE_ID = "SELECT sqlite_source_id()"

@@ -10,15 +10,23 @@ the legacy adapter over role/content message arrays.
 
 from __future__ import annotations
 
-from .contract import BaseCheckpointer, Checkpointer, PreparedAppend
+from .contract import (
+    DEFAULT_POLL_INTERVAL,
+    BaseCheckpointer,
+    Checkpointer,
+    CommitSignal,
+    PreparedAppend,
+)
 from .file import FileCheckpointer, is_file_store, read_session_file
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
 
 __all__ = [
+    "DEFAULT_POLL_INTERVAL",
     "BaseCheckpointer",
     "Checkpointer",
+    "CommitSignal",
     "FileCheckpointer",
     "MemoryCheckpointer",
     "PreparedAppend",

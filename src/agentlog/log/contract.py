@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from ..errors import CheckpointConflictError, CheckpointerClosedError
+from ..errors import CheckpointConflictError, CheckpointerClosedError, SessionTruncatedError
 from ..events import (
     EncodedBatch,
     SessionEvent,
@@ -20,7 +21,18 @@ from ..events import (
     encode_events,
 )
 
-__all__ = ["BaseCheckpointer", "Checkpointer", "PreparedAppend"]
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "BaseCheckpointer",
+    "Checkpointer",
+    "CommitSignal",
+    "PreparedAppend",
+]
+
+#: Seconds between a follower's looks for other processes' commits.
+DEFAULT_POLL_INTERVAL = 0.01
+
+_signal_lock = threading.Lock()
 
 _Self = TypeVar("_Self", bound="BaseCheckpointer")
 
@@ -95,6 +107,67 @@ class PreparedAppend(NamedTuple):
     expected_head: int | None
 
 
+class CommitSignal:
+    """Tells this process's followers that their checkpointer wrote something.
+
+    The checkpointer calls :meth:`notify` after each successful write (an
+    append, a group of appends, a truncate, a fork, a delete) and when it
+    closes. Threads block in :meth:`wait`; an event loop subscribes a
+    callback (called on the writing thread, so it must only hand over, e.g.
+    with ``call_soon_threadsafe``).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._count = 0
+        self._waiting = 0
+        self._listeners: tuple[Callable[[], None], ...] = ()
+
+    @property
+    def count(self) -> int:
+        """How many times it has been notified: take it before looking at the log."""
+        return self._count
+
+    @property
+    def subscribers(self) -> int:
+        """How many listeners are subscribed (an event loop with followers is one)."""
+        return len(self._listeners)
+
+    def notify(self) -> None:
+        """One write has committed: wake every waiter, call every listener."""
+        with self._cond:
+            self._count += 1
+            if self._waiting:
+                self._cond.notify_all()
+            listeners = self._listeners
+        for listener in listeners:
+            listener()
+
+    def wait(self, mark: int, timeout: float) -> bool:
+        """Block until :attr:`count` is no longer ``mark`` (True) or ``timeout`` passes."""
+        with self._cond:
+            if self._count != mark:
+                return True
+            self._waiting += 1
+            try:
+                return self._cond.wait_for(lambda: self._count != mark, timeout)
+            finally:
+                self._waiting -= 1
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every notification, until :meth:`unsubscribe`."""
+        with self._cond:
+            self._listeners = (*self._listeners, listener)
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        """Stop calling ``listener`` (nothing if it is not subscribed)."""
+        with self._cond:
+            listeners = list(self._listeners)
+            if listener in listeners:
+                listeners.remove(listener)
+            self._listeners = tuple(listeners)
+
+
 class BaseCheckpointer(ABC):
     """Argument checking, the closed state and the context manager, shared.
 
@@ -104,6 +177,8 @@ class BaseCheckpointer(ABC):
 
     _closed: bool = False
     _page_size = 1000
+    # Made by the first follower: until then a write pays one attribute check.
+    _commit_signal: CommitSignal | None = None
 
     # -- what a backend implements -------------------------------------------
 
@@ -133,6 +208,10 @@ class BaseCheckpointer(ABC):
     @abstractmethod
     def _close(self) -> None: ...
 
+    def _change_token(self, session_id: str) -> Hashable:
+        """What changes when another process writes ``session_id`` (None: none can)."""
+        return None
+
     # -- the contract -----------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -157,7 +236,10 @@ class BaseCheckpointer(ABC):
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
         batch = encode_events(events)
-        return self._append(session_id, batch, expected_head, time.time())
+        head = self._append(session_id, batch, expected_head, time.time())
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
+        return head
 
     def prepare_append(
         self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
@@ -184,7 +266,10 @@ class BaseCheckpointer(ABC):
         nothing of the group was written.
         """
         self._check_open()
-        return self._append_many(appends, time.time())
+        results = self._append_many(appends, time.time())
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
+        return results
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
@@ -243,6 +328,8 @@ class BaseCheckpointer(ABC):
         """Remove every event and the session itself; deleting twice is fine."""
         self._check_open()
         self._delete(check_session_id(session_id))
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove every event with seq > ``to_seq``; return the new head.
@@ -253,7 +340,10 @@ class BaseCheckpointer(ABC):
         self._check_open()
         session_id = check_session_id(session_id)
         to_seq = check_seq("to_seq", to_seq)
-        return self._truncate(session_id, to_seq, time.time())
+        head = self._truncate(session_id, to_seq, time.time())
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
+        return head
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """Create ``new_session_id`` with events 1…``at_seq`` of ``session_id``.
@@ -269,13 +359,105 @@ class BaseCheckpointer(ABC):
         at_seq = check_seq("at_seq", at_seq)
         if new_session_id == session_id:
             raise ValueError("a fork needs a new session id")
-        return self._fork(session_id, at_seq, new_session_id, time.time())
+        head = self._fork(session_id, at_seq, new_session_id, time.time())
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
+        return head
+
+    # -- following --------------------------------------------------------------
+
+    @property
+    def commits(self) -> CommitSignal:
+        """The signal this checkpointer raises after each write (made on first use)."""
+        signal = self._commit_signal
+        if signal is None:
+            with _signal_lock:
+                signal = self._commit_signal
+                if signal is None:
+                    signal = self._commit_signal = CommitSignal()
+        return signal
+
+    def change_token(self, session_id: str) -> Hashable:
+        """A cheap token that changes when another process writes ``session_id``.
+
+        SQLite: ``PRAGMA data_version`` (any commit to the file changes it);
+        a read-only file store: the session file's size and mtime; a backend
+        that no other process can write: ``None``. Compare for equality only.
+        """
+        self._check_open()
+        return self._change_token(check_session_id(session_id))
+
+    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
+        """One step of a follower: up to a page of events after ``after_seq``.
+
+        An empty list means nothing new. Raises
+        :class:`SessionTruncatedError` when the head is below ``after_seq``
+        (the session was truncated or deleted under the follower).
+        """
+        self._check_open()
+        session_id = check_session_id(session_id)
+        after_seq = check_seq("after_seq", after_seq)
+        head = self._head(session_id)
+        if head < after_seq:
+            raise SessionTruncatedError(session_id, after_seq, head)
+        if head == after_seq:
+            return []
+        return self._scan(session_id, after_seq, self._page_size)
+
+    def follow(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> Iterator[StoredEvent]:
+        """Yield the events after ``since_seq`` as they are committed, forever.
+
+        First what is there, then each new event once it is committed. It
+        stops only when the caller stops iterating (``break``, or closing
+        the generator), which leaves nothing behind: no thread, no lock.
+        Writes through this checkpointer wake the follower at once; other
+        processes' writes (and other objects' on the same file) are noticed
+        by a cheap look every ``poll_interval`` seconds (see
+        :meth:`change_token`). Closing the checkpointer ends a waiting
+        follower with :class:`CheckpointerClosedError`. A truncate (or a
+        delete) below the last seq it yielded raises
+        :class:`SessionTruncatedError` when the follower next looks (it
+        reads a page at a time, so events of a page read before the
+        truncate are still yielded); a truncate undone by appends past that
+        seq before the follower looks is not noticed.
+        """
+        self._check_open()
+        session_id = check_session_id(session_id)
+        since_seq = check_seq("since_seq", since_seq)
+        if not poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
+        return self._follow(session_id, since_seq, float(poll_interval))
+
+    def _follow(self, session_id: str, last: int, poll_interval: float) -> Iterator[StoredEvent]:
+        signal = self.commits
+        while True:
+            mark = signal.count
+            token = self.change_token(session_id)
+            page = self.follow_page(session_id, last)
+            if page:
+                for event in page:
+                    last = event.seq
+                    yield event
+                continue
+            while not signal.wait(mark, poll_interval):
+                if self.change_token(session_id) != token:
+                    break
 
     def close(self) -> None:
         """Release the backend; idempotent. Later calls raise an error."""
         if not self._closed:
             self._closed = True
-            self._close()
+            try:
+                self._close()
+            finally:
+                if self._commit_signal is not None:
+                    self._commit_signal.notify()  # a waiting follower sees the close
 
     def __enter__(self: _Self) -> _Self:
         self._check_open()

@@ -628,6 +628,17 @@ class FileCheckpointer(BaseCheckpointer):
             )
         return events
 
+    def _change_token(self, session_id: str) -> tuple[int, int, int] | None:
+        if not self.read_only:
+            return None  # the owner: nobody else writes the directory
+        # Beside the owner, its writes show as the file's inode, size and mtime.
+        try:
+            return _stamp((self.directory / session_file_name(session_id)).stat())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot look at {session_id!r}: {exc}") from exc
+
     def _head(self, session_id: str) -> int:
         with self._lock:
             self._check_open()

@@ -175,6 +175,10 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
         return self._engine.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
 
+    def _change_token(self, session_id: str) -> tuple[int, int]:
+        # Any commit to the file, from any connection or process.
+        return self._engine.data_version()
+
     def _close(self) -> None:
         if self._owns_engine:
             self._engine.close()

@@ -1,0 +1,311 @@
+"""``follow()`` on every synchronous backend: events as they are committed,
+woken at once by this process's writes, by a bounded poll for another
+process's; stopping leaves nothing behind; closing and truncating end it
+with typed errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agentlog import (
+    BaseCheckpointer,
+    CheckpointerClosedError,
+    FileCheckpointer,
+    MemoryCheckpointer,
+    SessionTruncatedError,
+    SqliteCheckpointer,
+    StoredEvent,
+)
+from agentlog.log import CommitSignal
+
+from ..conftest import ENGINES, require_engine
+
+EVENT = {"type": "user", "content": "hi"}
+#: Far longer than any wake-up: a test that waits this long has failed.
+PATIENCE = 20.0
+
+KINDS = ["memory", "file", *(f"sqlite-{name}" for name in ENGINES)]
+
+
+def open_log(kind: str, location: Path) -> BaseCheckpointer:
+    if kind == "memory":
+        return MemoryCheckpointer()
+    if kind == "file":
+        return FileCheckpointer(location / "sessions")
+    engine = kind.removeprefix("sqlite-")
+    require_engine(engine)
+    return SqliteCheckpointer(location / "agentlog.db", engine=engine)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def log(kind: str, tmp_path: Path) -> Iterator[BaseCheckpointer]:
+    with open_log(kind, tmp_path) as cp:
+        yield cp
+
+
+def watchdog(log: BaseCheckpointer, seconds: float = PATIENCE) -> threading.Timer:
+    """Close ``log`` after ``seconds``: a follower that would hang fails instead."""
+    timer = threading.Timer(seconds, log.close)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def later(delay: float, action: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        time.sleep(delay)
+        action()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def take(events: Iterator[StoredEvent], count: int) -> list[StoredEvent]:
+    taken: list[StoredEvent] = []
+    for event in events:
+        taken.append(event)
+        if len(taken) == count:
+            break
+    return taken
+
+
+def test_follow_yields_what_is_there_then_each_later_append(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT, EVENT])
+    # A poll far longer than the test may take: only the commit signal can
+    # deliver the later events in time.
+    writer = later(
+        0.05, lambda: [log.append("s", [dict(EVENT, content=f"m{i}")]) for i in range(3)]
+    )
+    begin = time.monotonic()
+    timer = watchdog(log)
+    follower = log.follow("s", poll_interval=PATIENCE)
+    seen = [event.seq for event in take(follower, 5)]
+    timer.cancel()
+    writer.join()
+    assert seen == [1, 2, 3, 4, 5]
+    assert time.monotonic() - begin < PATIENCE / 2
+
+
+def test_follow_starts_after_since_seq_and_ignores_other_sessions(
+    log: BaseCheckpointer,
+) -> None:
+    log.append("s", [EVENT] * 3)
+    follower = log.follow("s", since_seq=2)
+    assert next(follower).seq == 3
+    log.append("other", [EVENT] * 5)
+    log.append("s", [dict(EVENT, content="four")])
+    event = next(follower)
+    assert (event.seq, event.event["content"]) == (4, "four")
+    follower.close()
+
+
+def test_follow_waits_for_a_session_that_does_not_exist_yet(log: BaseCheckpointer) -> None:
+    writer = later(0.05, lambda: log.append("new", [EVENT]))
+    timer = watchdog(log)
+    assert [event.seq for event in take(log.follow("new"), 1)] == [1]
+    timer.cancel()
+    writer.join()
+
+
+def test_appends_from_several_threads_arrive_in_order_without_gaps(
+    log: BaseCheckpointer,
+) -> None:
+    def write() -> None:
+        for _ in range(25):
+            log.append("s", [EVENT])
+
+    writers = [threading.Thread(target=write) for _ in range(4)]
+    for thread in writers:
+        thread.start()
+    timer = watchdog(log)
+    seen = [event.seq for event in take(log.follow("s"), 100)]
+    timer.cancel()
+    for thread in writers:
+        thread.join()
+    assert seen == list(range(1, 101))
+
+
+def test_stopping_a_follower_leaves_no_thread_behind(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT])
+    before = set(threading.enumerate())
+    follower = log.follow("s", poll_interval=0.001)
+    assert next(follower).seq == 1
+    follower.close()
+    for event in log.follow("s"):
+        assert event.seq == 1
+        break
+    assert set(threading.enumerate()) == before
+    # The checkpointer is still usable, and a new follower sees new events.
+    log.append("s", [EVENT])
+    assert [event.seq for event in take(log.follow("s", 1), 1)] == [2]
+
+
+def test_closing_the_checkpointer_ends_a_waiting_follower(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT])
+    outcome: list[BaseException] = []
+    seen: list[int] = []
+
+    def follow() -> None:
+        try:
+            for event in log.follow("s", poll_interval=PATIENCE):
+                seen.append(event.seq)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    deadline = time.monotonic() + PATIENCE
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)  # now it waits
+    log.close()
+    thread.join(PATIENCE / 2)
+    assert not thread.is_alive()
+    assert seen == [1]
+    assert len(outcome) == 1 and isinstance(outcome[0], CheckpointerClosedError)
+
+
+def test_follow_on_a_closed_checkpointer_raises(log: BaseCheckpointer) -> None:
+    log.close()
+    with pytest.raises(CheckpointerClosedError):
+        log.follow("s")
+
+
+def test_follow_checks_its_arguments(log: BaseCheckpointer) -> None:
+    with pytest.raises(ValueError, match="poll_interval"):
+        log.follow("s", poll_interval=0)
+    with pytest.raises(ValueError):
+        log.follow("", 0)
+    with pytest.raises(ValueError):
+        log.follow("s", -1)
+
+
+def test_a_truncate_below_the_follower_raises_a_typed_error(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT] * 3)
+    follower = log.follow("s")
+    assert [next(follower).seq for _ in range(3)] == [1, 2, 3]
+    log.truncate("s", 1)
+    with pytest.raises(SessionTruncatedError) as caught:
+        next(follower)
+    assert (caught.value.session_id, caught.value.seq, caught.value.head) == ("s", 3, 1)
+
+
+def test_a_truncate_noticed_while_waiting_raises(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT] * 2)
+    truncator = later(0.05, lambda: log.truncate("s", 0))
+    timer = watchdog(log)
+    with pytest.raises(SessionTruncatedError):
+        for _ in log.follow("s"):
+            pass
+    timer.cancel()
+    truncator.join()
+
+
+def test_a_delete_under_the_follower_raises_but_a_truncate_above_it_does_not(
+    log: BaseCheckpointer,
+) -> None:
+    log.append("s", [EVENT] * 2)
+    follower = log.follow("s")
+    assert [next(follower).seq for _ in range(2)] == [1, 2]
+    log.append("s", [EVENT] * 3)
+    log.truncate("s", 3)  # above the follower: it goes on to seq 3, the new head
+    assert next(follower).seq == 3
+    log.delete("s")
+    with pytest.raises(SessionTruncatedError):
+        next(follower)
+
+
+def test_a_second_checkpointer_on_the_same_sqlite_file_is_noticed_by_polling(
+    tmp_path: Path, engine: str
+) -> None:
+    db = tmp_path / "shared.db"
+    with (
+        SqliteCheckpointer(db, engine=engine) as follower_log,
+        SqliteCheckpointer(db, engine=engine) as writer_log,
+    ):
+        token = follower_log.change_token("s")
+        assert follower_log.change_token("s") == token  # idle: the same
+        writer = later(0.05, lambda: writer_log.append("s", [EVENT, EVENT]))
+        timer = watchdog(follower_log)
+        seen = [event.seq for event in take(follower_log.follow("s"), 2)]
+        timer.cancel()
+        writer.join()
+        assert seen == [1, 2]
+        assert follower_log.change_token("s") != token
+
+
+def test_the_commit_signal_wakes_waiters_and_listeners() -> None:
+    signal = CommitSignal()
+    calls: list[int] = []
+    signal.subscribe(lambda: calls.append(signal.count))
+    mark = signal.count
+    assert not signal.wait(mark, 0.01)
+    waker = later(0.02, signal.notify)
+    assert signal.wait(mark, PATIENCE)
+    waker.join()
+    assert calls == [mark + 1]
+    assert signal.wait(mark, 0)  # already moved on
+    signal.unsubscribe(calls.append)  # not subscribed: nothing happens
+
+
+# -- another process ---------------------------------------------------------------
+
+CHILD = """
+import sys, time
+from agentlog import FileCheckpointer, SqliteCheckpointer
+kind, location, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if kind == "file":
+    log = FileCheckpointer(location)
+else:
+    log = SqliteCheckpointer(location, engine=kind.removeprefix("sqlite-"))
+with log:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(count):
+        log.append("s", [{"type": "user", "content": f"child {i}"}])
+        time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"])
+def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
+    if kind == "file":
+        location = tmp_path / "sessions"
+        FileCheckpointer(location).close()  # the store exists; the child owns it
+        log: BaseCheckpointer = FileCheckpointer(location, read_only=True)
+    else:
+        require_engine(kind.removeprefix("sqlite-"))
+        location = tmp_path / "agentlog.db"
+        log = SqliteCheckpointer(location, engine=kind.removeprefix("sqlite-"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, kind, str(location), "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        with log:
+            follower = log.follow("s")
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            timer = watchdog(log)
+            seen = [(event.seq, event.event["content"]) for event in take(follower, 5)]
+            timer.cancel()
+        assert seen == [(i + 1, f"child {i}") for i in range(5)]
+    finally:
+        assert child.wait(PATIENCE) == 0
