@@ -16,11 +16,11 @@ import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
-from types import TracebackType
 from typing import Any, TypeVar
 
 from ..errors import CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, StoredEvent, check_seq, check_session_id
+from ..lifecycle import AsyncClosable
 from ..log import (
     DEFAULT_POLL_INTERVAL,
     BaseCheckpointer,
@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-_Self = TypeVar("_Self", bound="AsyncBaseCheckpointer")
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -100,7 +99,7 @@ class _LoopWaker:
                 self._waiting.discard(future)
 
 
-class AsyncBaseCheckpointer:
+class AsyncBaseCheckpointer(AsyncClosable):
     """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend."""
 
     def __init__(self, backend: BaseCheckpointer, *, inline_writes: bool = False) -> None:
@@ -255,6 +254,11 @@ class AsyncBaseCheckpointer:
         """Create ``new_session_id`` holding events 1..``at_seq``; return its head."""
         return await self._write(lambda: self._backend.fork(session_id, at_seq, new_session_id))
 
+    @property
+    def closed(self) -> bool:
+        """Whether closing has begun (later calls raise)."""
+        return self._closed
+
     async def aclose(self) -> None:
         """Finish every queued write, then close the backend; later calls raise."""
         if self._closed:
@@ -281,18 +285,6 @@ class AsyncBaseCheckpointer:
         self._closed = True
         self._writer.close()
         self._backend.close()
-
-    async def __aenter__(self: _Self) -> _Self:
-        self._check_open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):

@@ -25,10 +25,10 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Coroutine
-from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from ..errors import CheckpointerClosedError
+from ..lifecycle import AsyncClosable
 from ..stores import (
     ArtifactStore,
     CheckpointStore,
@@ -53,7 +53,6 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
 _Store = TypeVar("_Store")
-_Self = TypeVar("_Self", bound="AsyncStorage")
 
 
 def _off_loop(
@@ -204,7 +203,7 @@ class AsyncArtifactStore(AsyncStore[ArtifactStore]):
     list = _reads(ArtifactStore.list)
 
 
-class AsyncStorage:
+class AsyncStorage(AsyncClosable):
     """The four async stores over one synchronous storage, with one writer for all."""
 
     def __init__(
@@ -248,18 +247,6 @@ class AsyncStorage:
         """Synchronous close (from outside the loop): drain the writer, close the storage."""
         self._queue.closed = True
         self._shut()
-
-    async def __aenter__(self: _Self) -> _Self:
-        self._queue.check_open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class AsyncInMemoryStorage(AsyncStorage):

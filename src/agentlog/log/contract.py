@@ -8,7 +8,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ..errors import CheckpointConflictError, CheckpointerClosedError, SessionTruncatedError
 from ..events import (
@@ -20,6 +20,7 @@ from ..events import (
     check_session_id,
     encode_events,
 )
+from ..lifecycle import Closable
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
@@ -33,8 +34,6 @@ __all__ = [
 DEFAULT_POLL_INTERVAL = 0.01
 
 _signal_lock = threading.Lock()
-
-_Self = TypeVar("_Self", bound="BaseCheckpointer")
 
 
 @runtime_checkable
@@ -168,7 +167,7 @@ class CommitSignal:
             self._listeners = tuple(listeners)
 
 
-class BaseCheckpointer(ABC):
+class BaseCheckpointer(Closable, ABC):
     """Argument checking, the closed state and the context manager, shared.
 
     A backend implements the underscored methods; they receive arguments that
@@ -449,6 +448,11 @@ class BaseCheckpointer(ABC):
                 if self.change_token(session_id) != token:
                     break
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
     def close(self) -> None:
         """Release the backend; idempotent. Later calls raise an error."""
         if not self._closed:
@@ -458,15 +462,3 @@ class BaseCheckpointer(ABC):
             finally:
                 if self._commit_signal is not None:
                     self._commit_signal.notify()  # a waiting follower sees the close
-
-    def __enter__(self: _Self) -> _Self:
-        self._check_open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -9,11 +9,11 @@ Callers depend only on the store they use (each has its own protocol).
 from __future__ import annotations
 
 import os
-from types import TracebackType
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..engine import Engine, open_engine
 from ..errors import CheckpointerClosedError
+from ..lifecycle import Closable
 from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
@@ -38,35 +38,7 @@ class Storage(Protocol):
         ...
 
 
-_Self = TypeVar("_Self", bound="_ClosingStorage")
-
-
-class _ClosingStorage:
-    """The context manager both storages are."""
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _Self) -> _Self:
-        if self.closed:
-            raise CheckpointerClosedError("the storage is closed")
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class InMemoryStorage(_ClosingStorage):
+class InMemoryStorage(Closable):
     """The four stores in this process's memory: for tests and ephemeral runs."""
 
     def __init__(self) -> None:
@@ -86,7 +58,7 @@ class InMemoryStorage(_ClosingStorage):
         self._closed = True
 
 
-class SqliteStorage(_ClosingStorage):
+class SqliteStorage(Closable):
     """The four stores in one SQLite file — the same file (and schema) as the session log."""
 
     def __init__(self, engine: Engine) -> None:

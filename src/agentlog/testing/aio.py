@@ -17,7 +17,6 @@ import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from ..aio import AsyncCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, StoredEvent
+from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
 
@@ -49,7 +49,7 @@ def background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-class BlockingFacade:
+class BlockingFacade(Closable):
     """An :class:`~agentlog.aio.AsyncCheckpointer` seen as a synchronous ``Checkpointer``.
 
     Every call runs on a background event loop and blocks until it is done,
@@ -58,6 +58,7 @@ class BlockingFacade:
 
     def __init__(self, opener: Callable[[], AsyncCheckpointer]) -> None:
         self._loop = background_loop()
+        self._closed = False
         self.target = self._run(self._open(opener))
 
     @staticmethod
@@ -103,20 +104,15 @@ class BlockingFacade:
         """See :meth:`agentlog.Checkpointer.fork`."""
         return self._run(self.target.fork(session_id, at_seq, new_session_id))
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
     def close(self) -> None:
         """Close the async checkpointer (``aclose``)."""
+        self._closed = True
         self._run(self.target.aclose())
-
-    def __enter__(self) -> BlockingFacade:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_async_suite(suite: type[AsyncCheckpointerConformance], location: Path) -> BlockingFacade:

@@ -20,13 +20,13 @@ import io
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
 import pytest
 
 from ..aio import AsyncStorage
 from ..errors import CheckpointerClosedError, StorageConflictError, StorageNotFoundError
+from ..lifecycle import Closable
 from ..stores import MemoryRecord
 from .aio import background_loop
 from .harness import StoreSuite
@@ -59,7 +59,7 @@ class BlockingStore:
         return blocking
 
 
-class BlockingStorage:
+class BlockingStorage(Closable):
     """An :class:`~agentlog.aio.AsyncStorage` seen as a synchronous storage.
 
     ``opener`` is called (and awaited) on the background loop, as an async
@@ -81,20 +81,14 @@ class BlockingStorage:
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
+    @property
+    def closed(self) -> bool:
+        """Whether the async storage underneath is closed."""
+        return self.target.closed
+
     def close(self) -> None:
         """Close the async storage (``aclose``)."""
         self._run(self.target.aclose())
-
-    def __enter__(self) -> BlockingStorage:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open_async_storage_suite(suite: type[AsyncStorageSuite], location: Path) -> BlockingStorage:
