@@ -29,7 +29,7 @@ from ..log import (
     MemoryCheckpointer,
     SqliteCheckpointer,
 )
-from .writer import Job, Writer, settle
+from .writer import Job, Writer, off_loop
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -264,21 +264,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if self._closed:
             return
         self._closed = True
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-
-        def stop() -> None:
-            error: BaseException | None = None
-            try:
-                self._writer.close()
-                self._backend.close()
-            except BaseException as exc:
-                error = exc
-            loop.call_soon_threadsafe(settle, [(done, None, error)])
-
         # Waiting for the writer's last group must not block the loop.
-        threading.Thread(target=stop, name="agentlog writer close", daemon=True).start()
-        await done
+        await off_loop(self.close)
 
     def close(self) -> None:
         """Synchronous close (from outside the loop): drain the writer, close the backend."""

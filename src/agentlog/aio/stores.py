@@ -20,10 +20,8 @@ signature without a second copy of it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
-import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
@@ -37,7 +35,7 @@ from ..stores import (
     SessionStore,
     SqliteStorage,
 )
-from .writer import Job, Writer
+from .writer import Job, Writer, off_loop
 
 __all__ = [
     "AsyncArtifactStore",
@@ -53,42 +51,6 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
 _Store = TypeVar("_Store")
-
-
-def _off_loop(
-    call: Callable[[], _T], abandon: Callable[[_T], object] | None = None
-) -> asyncio.Future[_T]:
-    """Run ``call`` on a thread of its own; its outcome settles the returned future.
-
-    For the rare blocking step that has no writer to go to (opening a file,
-    draining the writer), so the loop keeps running meanwhile. If the caller
-    was cancelled meanwhile, ``abandon(result)`` releases what ``call`` made.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[_T] = loop.create_future()
-
-    def deliver(result: _T) -> None:
-        if not done.cancelled():
-            done.set_result(result)
-        elif abandon is not None:
-            abandon(result)
-
-    def fail(error: BaseException) -> None:
-        if not done.cancelled():
-            done.set_exception(error)
-
-    def run() -> None:
-        try:
-            result = call()
-        except BaseException as exc:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(fail, exc)
-            return
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(deliver, result)
-
-    threading.Thread(target=run, name="agentlog off-loop", daemon=True).start()
-    return done
 
 
 class WriteQueue:
@@ -241,7 +203,7 @@ class AsyncStorage(AsyncClosable):
             return
         self._queue.closed = True
         # Waiting for the writer's last group must not block the loop.
-        await _off_loop(self._shut)
+        await off_loop(self._shut)
 
     def close(self) -> None:
         """Synchronous close (from outside the loop): drain the writer, close the storage."""
@@ -286,7 +248,7 @@ class AsyncSqliteStorage(AsyncStorage):
             engine=engine,
         )
         # Cancelled while the file opens: the opened storage is closed, not leaked.
-        return cls(await _off_loop(opener, abandon=SqliteStorage.close))
+        return cls(await off_loop(opener, abandon=SqliteStorage.close))
 
     @property
     def engine(self) -> str:

@@ -17,12 +17,14 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import CheckpointerClosedError, StorageUnavailableError
 from ..log import BaseCheckpointer, PreparedAppend
 
-__all__ = ["Job", "Writer", "settle"]
+__all__ = ["Job", "Writer", "off_loop", "settle"]
+
+_T = TypeVar("_T")
 
 
 class Job:
@@ -52,6 +54,44 @@ def settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
             future.set_result(result)
         else:
             future.set_exception(error)
+
+
+async def off_loop(call: Callable[[], _T], abandon: Callable[[_T], object] | None = None) -> _T:
+    """Run ``call`` on a thread of its own and await its outcome, the loop running meanwhile.
+
+    For the rare blocking step that has no writer to go to (opening a file,
+    draining a writer). The thread is joined once it has answered, so none is
+    left running (at interpreter exit, say). If the caller is cancelled
+    meanwhile, ``abandon(result)`` releases what ``call`` made.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def deliver(result: _T) -> None:
+        if not done.cancelled():
+            done.set_result(result)
+        elif abandon is not None:
+            abandon(result)
+
+    def fail(error: BaseException) -> None:
+        if not done.cancelled():
+            done.set_exception(error)
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as exc:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(fail, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(deliver, result)
+
+    thread = threading.Thread(target=run, name="agentlog off-loop", daemon=True)
+    thread.start()
+    result = await done
+    thread.join()  # it has answered: only its last steps are left
+    return result
 
 
 class Writer:

@@ -12,6 +12,7 @@ append, and closing with writes still queued.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import builtins
 import functools
 import threading
@@ -42,11 +43,19 @@ def background_loop() -> asyncio.AbstractEventLoop:
     with _loop_lock:
         if _loop is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(
+            thread = threading.Thread(
                 target=loop.run_forever, name="agentlog facade loop", daemon=True
-            ).start()
+            )
+            thread.start()
+            atexit.register(_stop_loop, loop, thread)
             _loop = loop
         return _loop
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At exit: stop the shared loop and its thread (none is left running)."""
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
 
 
 class BlockingFacade(Closable):
