@@ -226,9 +226,11 @@ class SessionStore(Transactions):
             return record, snapshot, self._get_items(ctx, row[0], start, max(start, stop))
 
         record, snapshot, rows = self._reading("session load", work, snapshot=True)
+        # One decode call for all the items, as the engines decode a page.
+        values = decode_value(b"[" + b",".join([row[3] for row in rows]) + b"]", _resource(*key))
         items = [
-            StoredEvent(seq, seq - 1, ts, kind, decode_value(data, _resource(*key)))
-            for seq, ts, kind, data in rows
+            StoredEvent(seq, seq - 1, ts, kind, value)
+            for (seq, ts, kind, _), value in zip(rows, values, strict=True)
         ]
         return SessionLoad(record, snapshot, items)
 
