@@ -445,21 +445,34 @@ class EngineBase(Generic[ConnectionT]):
         ``requests`` are ``(name, expected_head, batch)``; the result holds, in
         order, each one's new head, or the error that refused it alone
         (:class:`CheckpointConflictError`, or ``ValueError`` past the seq bound).
-        Any other failure rolls the whole transaction back and is raised.
+        Any other failure rolls the whole transaction back and is raised. An
+        empty batch writes nothing: its head is read (and checked) after the
+        group, as :meth:`append` does.
         """
+        results: list[int | CheckpointConflictError | ValueError] = []
+        written = iter(self._append_group(tenant, [r for r in requests if r[2]], ts))
+        for name, expected_head, batch in requests:
+            if batch:
+                results.append(next(written))
+                continue
+            try:
+                results.append(self.append(tenant, name, expected_head, ts, batch))
+            except CheckpointConflictError as exc:
+                results.append(exc)
+        return results
+
+    def _append_group(
+        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
+    ) -> list[int | CheckpointConflictError | ValueError]:
+        """:meth:`append_many` for non-empty batches, in one transaction (the C twin's is C)."""
+        if not requests:
+            return []
 
         def work(conn: ConnectionT) -> list[int | CheckpointConflictError | ValueError]:
             results: list[int | CheckpointConflictError | ValueError] = []
             for name, expected_head, batch in requests:
                 try:
-                    if batch:
-                        results.append(self.append_in(conn, tenant, name, expected_head, ts, batch))
-                        continue
-                    rows = conn.rows(Q.SELECT_HEAD, (tenant, name))
-                    head = int(rows[0][0]) if rows else 0
-                    if expected_head is not None and expected_head != head:
-                        raise CheckpointConflictError(name, expected_head, head)
-                    results.append(head)
+                    results.append(self.append_in(conn, tenant, name, expected_head, ts, batch))
                 except (CheckpointConflictError, ValueError) as exc:
                     results.append(exc)
             return results

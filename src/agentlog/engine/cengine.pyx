@@ -177,48 +177,29 @@ class CEngine(EngineBase):
             raise outcome
         return outcome
 
-    def append_many(self, str tenant, requests, double ts):
-        """Append several ``(name, expected_head, batch)`` in ONE write transaction.
-
-        The group-commit path, called with a whole group at once (the async
-        writer's): each append is atomic on its own, and the result holds its
-        new head or the ``CheckpointConflictError`` / ``ValueError`` that
-        refused it alone. An empty batch writes nothing: its head is read
-        (and checked) after the group's commit.
-        """
+    def _append_group(self, str tenant, requests, double ts):
+        """``EngineBase._append_group`` through the group-commit loop: non-empty
+        batches in one transaction, each refused (or not) on its own."""
         cdef _Append item
         cdef list items = []
-        cdef list order = []
         if self.read_only:
             raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
+        if not requests:
+            return []
         for name, expected_head, batch in requests:
-            if not batch:
-                order.append((name, expected_head))
-                continue
             item = _Append()
             item.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
             items.append(item)
-            order.append(item)
-        if items:
-            with self._write_lock:
-                self._commit_items(items)
+        with self._write_lock:
+            self._commit_items(items)
         results = []
-        for entry in order:
-            if isinstance(entry, _Append):
-                outcome = _outcome(<_Append>entry)
-                if isinstance(outcome, (CheckpointConflictError, ValueError)):
-                    results.append(outcome)
-                elif isinstance(outcome, BaseException):
-                    raise outcome  # the whole group failed
-                else:
-                    results.append(outcome)
-                continue
-            name, expected_head = entry
-            head = self.head(tenant, name)
-            if expected_head is not None and expected_head != head:
-                results.append(CheckpointConflictError(name, expected_head, head))
-            else:
-                results.append(head)
+        for item in items:
+            outcome = _outcome(item)
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, (CheckpointConflictError, ValueError)
+            ):
+                raise outcome  # the whole group failed
+            results.append(outcome)
         return results
 
     def _commit_pending(self):

@@ -230,14 +230,9 @@ class BaseCheckpointer(Closable, ABC):
         :class:`InvalidEventError` naming the first offending index, and
         nothing is written.
         """
-        self._check_open()
-        session_id = check_session_id(session_id)
-        if expected_head is not None:
-            expected_head = check_seq("expected_head", expected_head)
-        batch = encode_events(events)
+        session_id, batch, expected_head = self._checked(session_id, events, expected_head)
         head = self._append(session_id, batch, expected_head, time.time())
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        self._notify_commit()
         return head
 
     def prepare_append(
@@ -247,11 +242,17 @@ class BaseCheckpointer(Closable, ABC):
 
         Raises what :meth:`append` raises for bad input; writes nothing.
         """
+        return PreparedAppend(*self._checked(session_id, events, expected_head))
+
+    def _checked(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None
+    ) -> tuple[str, EncodedBatch, int | None]:
+        """An append's arguments, checked and encoded (a plain tuple: the hot path)."""
         self._check_open()
         session_id = check_session_id(session_id)
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
-        return PreparedAppend(session_id, encode_events(events), expected_head)
+        return session_id, encode_events(events), expected_head
 
     def append_prepared(
         self, appends: Sequence[PreparedAppend]
@@ -266,8 +267,7 @@ class BaseCheckpointer(Closable, ABC):
         """
         self._check_open()
         results = self._append_many(appends, time.time())
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        self._notify_commit()
         return results
 
     def _append_many(
@@ -327,8 +327,7 @@ class BaseCheckpointer(Closable, ABC):
         """Remove every event and the session itself; deleting twice is fine."""
         self._check_open()
         self._delete(check_session_id(session_id))
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        self._notify_commit()
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove every event with seq > ``to_seq``; return the new head.
@@ -340,8 +339,7 @@ class BaseCheckpointer(Closable, ABC):
         session_id = check_session_id(session_id)
         to_seq = check_seq("to_seq", to_seq)
         head = self._truncate(session_id, to_seq, time.time())
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        self._notify_commit()
         return head
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
@@ -359,11 +357,15 @@ class BaseCheckpointer(Closable, ABC):
         if new_session_id == session_id:
             raise ValueError("a fork needs a new session id")
         head = self._fork(session_id, at_seq, new_session_id, time.time())
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        self._notify_commit()
         return head
 
     # -- following --------------------------------------------------------------
+
+    def _notify_commit(self) -> None:
+        """Wake this process's followers, if any, after a write."""
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
 
     @property
     def commits(self) -> CommitSignal:
@@ -460,5 +462,4 @@ class BaseCheckpointer(Closable, ABC):
             try:
                 self._close()
             finally:
-                if self._commit_signal is not None:
-                    self._commit_signal.notify()  # a waiting follower sees the close
+                self._notify_commit()  # a waiting follower sees the close
