@@ -123,19 +123,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if self._closed:
             raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
 
-    async def _submit(self, job: Job) -> Any:
-        self._writer.submit(job)
-        try:
-            return await job.future
-        except asyncio.CancelledError:
-            # Withdrawn before the writer took it: never written. Taken: it is
-            # written (or refused) as a whole; the caller sees the cancellation.
-            self._writer.withdraw(job)
-            raise
-
     async def _write(self, call: Callable[[], _T]) -> _T:
         self._check_open()
-        result: _T = await self._submit(Job(asyncio.get_running_loop(), call=call))
+        result: _T = await self._writer.run(Job(asyncio.get_running_loop(), call=call))
         return result
 
     async def append(
@@ -151,7 +141,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """
         self._check_open()
         prepared = self._backend.prepare_append(session_id, events, expected_head)
-        head: int = await self._submit(Job(asyncio.get_running_loop(), append=prepared))
+        head: int = await self._writer.run(Job(asyncio.get_running_loop(), append=prepared))
         return head
 
     async def read(

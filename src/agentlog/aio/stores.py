@@ -68,15 +68,7 @@ class WriteQueue:
     async def write(self, call: Callable[[], _T]) -> _T:
         """Run ``call`` on the writer; cancelled before it is taken, it never runs."""
         self.check_open()
-        job = Job(asyncio.get_running_loop(), call=call)
-        self.writer.submit(job)
-        try:
-            result: _T = await job.future
-        except asyncio.CancelledError:
-            # Withdrawn before the writer took it: never written. Taken: it is
-            # written (or refused) as a whole; the caller sees the cancellation.
-            self.writer.withdraw(job)
-            raise
+        result: _T = await self.writer.run(Job(asyncio.get_running_loop(), call=call))
         return result
 
 

@@ -132,6 +132,20 @@ class Writer:
                 return
         self._execute([job])
 
+    async def run(self, job: Job) -> Any:
+        """Submit ``job`` and await its outcome.
+
+        Cancelled before the writer took it, the job is withdrawn and never
+        runs; taken, it runs (or is refused) as a whole and the caller sees
+        the cancellation.
+        """
+        self.submit(job)
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self.withdraw(job)
+            raise
+
     def withdraw(self, job: Job) -> bool:
         """Take ``job`` back if the writer has not started it: then it is never written."""
         with self._lock:

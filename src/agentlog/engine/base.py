@@ -401,7 +401,7 @@ class EngineBase(Generic[ConnectionT]):
         for seq, (ts, kind, data, item_id) in enumerate(events, after_seq + 1):
             conn.rows(Q.INSERT_ITEM, (S.event_key(sid, seq), ts, kind, data, item_id))
 
-    def append_in(
+    def _append_in(
         self,
         conn: ConnectionT,
         tenant: str,
@@ -472,7 +472,7 @@ class EngineBase(Generic[ConnectionT]):
             results: list[int | CheckpointConflictError | ValueError] = []
             for name, expected_head, batch in requests:
                 try:
-                    results.append(self.append_in(conn, tenant, name, expected_head, ts, batch))
+                    results.append(self._append_in(conn, tenant, name, expected_head, ts, batch))
                 except (CheckpointConflictError, ValueError) as exc:
                     results.append(exc)
             return results

@@ -115,7 +115,7 @@ class PyEngine(EngineBase[PyConnection]):
         self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         return self.write(
-            "append", lambda conn: self.append_in(conn, tenant, name, expected_head, ts, batch)
+            "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
         )
 
     def _insert_batch(
