@@ -5,12 +5,13 @@ group, failures that reach every caller, no thread hop per call)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog import StorageUnavailableError
+from agentlog import SqliteCheckpointer, StorageUnavailableError
 from agentlog.aio import (
     AsyncCheckpointer,
     AsyncFileCheckpointer,
@@ -19,7 +20,7 @@ from agentlog.aio import (
 )
 from agentlog.testing import AsyncCheckpointerConformance
 
-from ..conftest import OnEngine
+from ..conftest import PYTHON, OnEngine
 
 EVENT = {"type": "user", "content": "hi"}
 
@@ -73,9 +74,69 @@ def test_concurrent_appends_share_transactions_and_wake_ups(
             return cp.write_groups, wake_ups
 
     groups, wake_ups = asyncio.run(main())
-    # 640 appends; each group is one transaction and one wake-up of this loop.
+    # 640 appends; each group is one transaction, written on the loop (no
+    # wake-up) or by the writer thread (one wake-up of this loop).
     assert groups < 640 / 4, groups
-    assert wake_ups == groups, (wake_ups, groups)
+    assert wake_ups <= groups, (wake_ups, groups)
+
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+db.execute("COMMIT")
+"""
+
+
+def test_appends_go_to_the_writer_while_another_process_writes(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's write lock held elsewhere: the loop never waits for it. Appends
+    go to the writer thread (grouped, one wake-up per group) and the loop keeps
+    running meanwhile; they complete once the lock is released."""
+    path = tmp_path / "busy.db"
+    SqliteCheckpointer(path, engine=engine).close()
+    # Another process (two SQLite libraries in one process do not see each
+    # other's locks) holds the write lock until told.
+    holder = subprocess.Popen(
+        [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline() == "locked\n"
+
+    async def main() -> tuple[int, int, int, list[int]]:
+        loop = asyncio.get_running_loop()
+        wake_ups = 0
+        original = loop.call_soon_threadsafe
+
+        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal wake_ups
+            wake_ups += 1
+            return original(callback, *args, **kwargs)
+
+        monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+        async with AsyncSqliteCheckpointer(path, engine=engine) as cp:
+            appends = asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(32)))
+            ticks = 0
+            for _ in range(20):  # the loop runs while the appends wait for the lock
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert not appends.done()
+            holder.stdin.write("release\n")
+            holder.stdin.flush()
+            heads = await appends
+            return ticks, cp.write_groups, wake_ups, heads
+
+    ticks, groups, wake_ups, heads = asyncio.run(main())
+    assert holder.wait(timeout=30) == 0
+    assert ticks == 20
+    assert heads == [1] * 32
+    assert 1 <= groups <= 32 and wake_ups == groups, (groups, wake_ups)
 
 
 def test_no_call_hops_through_to_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,6 +167,8 @@ def test_a_writer_failure_reaches_every_caller_and_later_ones(tmp_path: Path) ->
             raise Crash("injected")
 
         backend.append_prepared = broken  # type: ignore[method-assign]
+        # As if another process held the lock: the appends go to the writer thread.
+        backend.try_append_prepared = lambda appends: None  # type: ignore[method-assign]
         outcomes = await asyncio.wait_for(
             asyncio.gather(*(cp.append("s", [EVENT]) for _ in range(5)), return_exceptions=True),
             timeout=10,
@@ -116,5 +179,31 @@ def test_a_writer_failure_reaches_every_caller_and_later_ones(tmp_path: Path) ->
             await cp.delete("s")
         assert await cp.head("s") == 1  # nothing of the failed group was written
         await cp.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(
+    tmp_path: Path, engine: str
+) -> None:
+    """The two outcomes a cancelled caller can observe, each made to happen."""
+
+    async def main() -> None:
+        async with AsyncSqliteCheckpointer(tmp_path / "c.db", engine=engine) as cp:
+            early = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
+            await asyncio.sleep(0)  # queued; its group is written on the next turn
+            early.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await early
+            assert await cp.head("s") == 0  # never written
+
+            late = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # its group has been written
+            late.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await late
+            assert await cp.head("s") == 2  # written whole
+            assert [e.seq async for e in cp.read("s")] == [1, 2]
 
     asyncio.run(main())

@@ -4,8 +4,12 @@ caller still gets its own exact result."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from agentlog import CheckpointConflictError, SqliteCheckpointer
 
@@ -49,3 +53,39 @@ def test_group_commit_shares_transactions_and_keeps_results_exact(tmp_path: Path
     # Every successful append returned after a commit holding it; fewer
     # transactions than appends means concurrent appends shared them.
     assert 0 < commits < threads * calls * 2  # two appends per round
+
+
+class Interrupted(Exception):
+    """Raised by the alarm while the caller waits (as Ctrl-C would be)."""
+
+
+def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, engine: str) -> None:
+    """A caller interrupted while its append waits for another's commit takes it
+    back: the next commit does not write it, and a retry writes it once."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    with SqliteCheckpointer(tmp_path / "i.db", engine=engine) as cp:
+        write_lock = cp._engine._write_lock  # type: ignore[attr-defined]
+        write_lock.acquire()  # as if a long write were under way
+        leader = threading.Thread(target=cp.append, args=("other", [EVENT]))
+        leader.start()  # queues and waits for the write lock (the C engine: it leads)
+        time.sleep(0.1)
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(Interrupted):
+                cp.append("s", [EVENT, EVENT], expected_head=0)  # waits behind the leader
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            write_lock.release()
+        leader.join(timeout=30)
+        assert cp.head("other") == 1
+        assert cp.head("s") == 0  # the interrupted append was not written by the next commit
+        assert cp.append("s", [EVENT, EVENT], expected_head=0) == 2  # the retry, once
+        assert cp.append("s", [EVENT]) == 3  # and the queue still works
+        assert [e.seq for e in cp.read("s")] == [1, 2, 3]

@@ -27,6 +27,7 @@ from ..log import (
     CommitSignal,
     FileCheckpointer,
     MemoryCheckpointer,
+    PreparedAppend,
     SqliteCheckpointer,
 )
 from .writer import Job, Writer, off_loop
@@ -102,9 +103,21 @@ class _LoopWaker:
 class AsyncBaseCheckpointer(AsyncClosable):
     """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend."""
 
-    def __init__(self, backend: BaseCheckpointer, *, inline_writes: bool = False) -> None:
+    def __init__(
+        self,
+        backend: BaseCheckpointer,
+        *,
+        inline_writes: bool = False,
+        appends_on_loop: bool = False,
+    ) -> None:
         self._backend = backend
         self._writer = Writer(backend, type(backend).__name__, inline=inline_writes)
+        # With appends_on_loop, the appends queued on one loop in one turn of
+        # it are first offered to the backend as one group on the loop's own
+        # thread (written only if that needs no waiting), then to the writer.
+        self._appends_on_loop = appends_on_loop
+        self._loop_groups: dict[asyncio.AbstractEventLoop, builtins.list[Job]] = {}
+        self._loop_flushes = 0
         self._closed = False
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
         self._wakers_lock = threading.Lock()
@@ -116,8 +129,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
     @property
     def write_groups(self) -> int:
-        """How many groups the writer has run (each one transaction on SQLite)."""
-        return self._writer.groups
+        """How many groups of writes have run (each one transaction on SQLite)."""
+        return self._writer.groups + self._loop_flushes
 
     def _check_open(self) -> None:
         if self._closed:
@@ -141,8 +154,59 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """
         self._check_open()
         prepared = self._backend.prepare_append(session_id, events, expected_head)
-        head: int = await self._writer.run(Job(asyncio.get_running_loop(), append=prepared))
+        loop = asyncio.get_running_loop()
+        job = Job(loop, append=prepared)
+        if not self._appends_on_loop:
+            head: int = await self._writer.run(job)
+            return head
+        group = self._loop_groups.get(loop)
+        if group is None:
+            group = self._loop_groups[loop] = []
+            loop.call_soon(self._flush_loop_group, loop)
+        group.append(job)
+        try:
+            head = await job.future
+        except asyncio.CancelledError:
+            # Not yet written: never will be. Handed to the writer: withdrawn
+            # if it has not taken it; otherwise written or refused as a whole.
+            if job in group:
+                group.remove(job)
+            else:
+                self._writer.withdraw(job)
+            raise
         return head
+
+    def _flush_loop_group(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On ``loop``: write its queued appends in one transaction if nothing
+        has to wait for it, else hand them to the writer thread."""
+        group = self._loop_groups.pop(loop, None) or []
+        jobs = [job for job in group if not job.future.done()]  # cancelled ones are out
+        group.clear()
+        if not jobs:
+            return
+        appends: builtins.list[PreparedAppend] = []
+        for job in jobs:  # a loop group holds appends only
+            assert job.append is not None
+            appends.append(job.append)
+        try:
+            results = self._backend.try_append_prepared(appends)
+        except Exception as exc:  # the whole group failed (closed, a disk error): each hears
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        if results is None:
+            for job in jobs:
+                try:
+                    self._writer.submit(job)
+                except Exception as exc:  # the writer is closed or failed
+                    job.future.set_exception(exc)
+            return
+        self._loop_flushes += 1
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, Exception):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)
 
     async def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
@@ -254,6 +318,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if self._closed:
             return
         self._closed = True
+        # This loop's queued appends are written (or handed to the writer) now;
+        # another loop's, flushed after the close, are refused.
+        self._flush_loop_group(asyncio.get_running_loop())
         # Waiting for the writer's last group must not block the loop.
         await off_loop(self.close)
 
@@ -268,7 +335,9 @@ class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):
     """:class:`~agentlog.SqliteCheckpointer`, async: appends group-committed by one writer."""
 
     def __init__(self, file: str | os.PathLike[str], **options: Any) -> None:
-        super().__init__(SqliteCheckpointer(file, **options))
+        backend = SqliteCheckpointer(file, **options)
+        # With synchronous="full" every commit waits for the disk: never on the loop.
+        super().__init__(backend, appends_on_loop=options.get("synchronous") != "full")
 
 
 class AsyncFileCheckpointer(AsyncBaseCheckpointer):

@@ -91,10 +91,19 @@ def _opening_error(exc: BaseException, path: str) -> BaseException:
     return driver_error(code, message, f"cannot open {path!r}")
 
 
+class _WouldWait(Exception):
+    """``BEGIN IMMEDIATE`` without waiting found the write lock held."""
+
+
 class DriverConnection(Protocol):
     """What a twin's connection offers the shared code."""
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def begin_write(self, wait: bool) -> bool:
+        """``BEGIN IMMEDIATE``; without ``wait``, False (nothing begun) if the file's
+        write lock is held by another connection, instead of waiting for it."""
+        ...
 
     def in_transaction(self) -> bool: ...
 
@@ -128,6 +137,7 @@ class EngineBase(Generic[ConnectionT]):
         self.schema_version = 0
         self._memory = path == ":memory:"
         self._busy_timeout_ms = max(0, int(busy_timeout_ms))
+        self.synchronous = synchronous
         self._write_lock = threading.Lock()
         # The reader pool: a deque, whose pop() and append() are atomic on
         # their own (free-threaded builds included), so it needs no lock.
@@ -349,12 +359,30 @@ class EngineBase(Generic[ConnectionT]):
 
     def write(self, context: str, work: Callable[[ConnectionT], _T]) -> _T:
         """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction; roll back on error."""
-        with self._write_lock, self._translating(context):
+        with self._write_lock:
+            return self._write_locked(context, work, wait=True)
+
+    def try_write(self, context: str, work: Callable[[ConnectionT], _T]) -> tuple[bool, _T | None]:
+        """:meth:`write`, only if it can begin at once: ``(True, result)``; or
+        ``(False, None)``, ``work`` not run, while another thread of this process
+        or another connection to the file holds the write lock."""
+        if not self._write_lock.acquire(blocking=False):
+            return False, None
+        try:
+            return True, self._write_locked(context, work, wait=False)
+        except _WouldWait:
+            return False, None
+        finally:
+            self._write_lock.release()
+
+    def _write_locked(self, context: str, work: Callable[[ConnectionT], _T], *, wait: bool) -> _T:
+        with self._translating(context):
             self._check_open()
             if self.read_only:
                 raise StorageUnavailableError(f"{context}: {self.path!r} is open read-only")
             conn = self._writer
-            conn.rows(Q.BEGIN_WRITE)
+            if not conn.begin_write(wait):
+                raise _WouldWait
             try:
                 result = work(conn)
                 conn.rows(Q.COMMIT)
@@ -449,11 +477,43 @@ class EngineBase(Generic[ConnectionT]):
         empty batch writes nothing: its head is read (and checked) after the
         group, as :meth:`append` does.
         """
+        written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=True)
+        assert written is not None
+        return self._with_empty_batches(tenant, requests, ts, written)
+
+    def try_append_many(
+        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
+    ) -> list[int | CheckpointConflictError | ValueError] | None:
+        """:meth:`append_many`, only if it needs no waiting; else None, nothing written.
+
+        It waits for nothing: not for the write lock (held by another thread
+        of this process or another connection to the file), and not for the
+        disk — with ``synchronous="full"`` every commit does, so the answer is
+        always None.
+        """
+        if self.synchronous == "full":
+            return None
+        written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=False)
+        if written is None:
+            return None
+        return self._with_empty_batches(tenant, requests, ts, written)
+
+    def _with_empty_batches(
+        self,
+        tenant: str,
+        requests: Sequence[tuple[str, int | None, EncodedBatch]],
+        ts: float,
+        written: list[int | CheckpointConflictError | ValueError],
+    ) -> list[int | CheckpointConflictError | ValueError]:
+        """The results of ``requests``: ``written`` for the non-empty batches, in
+        order, and for each empty one its head (checked), read now."""
+        if len(written) == len(requests):
+            return written
         results: list[int | CheckpointConflictError | ValueError] = []
-        written = iter(self._append_group(tenant, [r for r in requests if r[2]], ts))
+        non_empty = iter(written)
         for name, expected_head, batch in requests:
             if batch:
-                results.append(next(written))
+                results.append(next(non_empty))
                 continue
             try:
                 results.append(self.append(tenant, name, expected_head, ts, batch))
@@ -462,9 +522,15 @@ class EngineBase(Generic[ConnectionT]):
         return results
 
     def _append_group(
-        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
-    ) -> list[int | CheckpointConflictError | ValueError]:
-        """:meth:`append_many` for non-empty batches, in one transaction (the C twin's is C)."""
+        self,
+        tenant: str,
+        requests: Sequence[tuple[str, int | None, EncodedBatch]],
+        ts: float,
+        *,
+        wait: bool,
+    ) -> list[int | CheckpointConflictError | ValueError] | None:
+        """Non-empty batches in one transaction (the C twin's is C); None only
+        without ``wait``, when the write could not begin at once."""
         if not requests:
             return []
 
@@ -477,7 +543,9 @@ class EngineBase(Generic[ConnectionT]):
                     results.append(exc)
             return results
 
-        return self.write("append", work)
+        if wait:
+            return self.write("append", work)
+        return self.try_write("append", work)[1]
 
     # -- the log's cold paths --------------------------------------------------------
 

@@ -34,6 +34,7 @@ from agentlog.engine.includes.sqlite3 cimport *
 from agentlog.engine.includes.support cimport agentlog_stored_event
 
 import threading
+from _thread import allocate_lock as _allocate_lock
 
 from agentlog.engine import schema as S
 from agentlog.engine import sql as Q
@@ -125,9 +126,7 @@ class CEngine(EngineBase):
         self.commits = 0  # write transactions that appends used, for tests and tuning
         self._pending = []  # queued appends, oldest first
         self._pending_lock = threading.Lock()
-        self._committed = threading.Condition(self._pending_lock)
         self._leading = False  # whether some caller is writing (or about to)
-        self._waiting = 0  # callers asleep on _committed
         super().__init__(path, **options)
 
     def _connect(self, query_only):
@@ -140,10 +139,13 @@ class CEngine(EngineBase):
 
         Group commit: the caller queues its append. When no one is writing it
         leads: it takes the write lock and writes every queued append in one
-        transaction. Appends that arrive meanwhile wait for that commit; then
-        one of those still queued leads the next group. A caller returns only
-        after the commit that holds its events; a conflict refuses that
-        append alone.
+        transaction. Appends that arrive meanwhile wait, each on a lock of its
+        own, which the leader releases after the commit that holds them — or
+        to make the oldest still queued lead the next group. A caller returns
+        only after the commit that holds its events; a conflict refuses that
+        append alone. A caller interrupted while it waits (Ctrl-C, any
+        exception) takes its append back if no group has taken it yet: then it
+        is never written. Once taken, it is written or refused as a whole.
         """
         cdef int64_t expected = -1 if expected_head is None else expected_head
         cdef _Append mine = _Append()
@@ -153,33 +155,67 @@ class CEngine(EngineBase):
         with self._pending_lock:
             self._pending.append(mine)
             if self._leading:
-                # Wait for the leader's commit. Followers sleep on a condition,
-                # not on the write lock, so one commit wakes them all; the
-                # uncontended path never touches the (pure-Python) condition.
-                self._waiting += 1
-                while not mine.done and self._leading:
-                    self._committed.wait()
-                self._waiting -= 1
-            lead = not mine.done
-            if lead:
-                self._leading = True
-        if lead:
+                mine.wake = _allocate_lock()
+                mine.wake.acquire()
+            else:
+                self._leading = mine.lead = True
+        if not mine.lead:
             try:
-                with self._write_lock:
-                    self._commit_pending()
-            finally:
-                with self._pending_lock:
-                    self._leading = False
-                    if self._waiting:
-                        self._committed.notify_all()
+                mine.wake.acquire()  # released by a leader: written, or lead the next group
+            except BaseException:
+                self._withdraw(mine)
+                raise
+        if not mine.done:
+            self._lead()
         outcome = _outcome(mine)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def _append_group(self, str tenant, requests, double ts):
+    def _lead(self):
+        """Write everything queued in one transaction, then wake the group's
+        callers and make the oldest append still queued lead the next one."""
+        cdef _Append item, successor = None
+        cdef list group = []
+        try:
+            with self._write_lock:
+                with self._pending_lock:
+                    group, self._pending = self._pending, []
+                self._commit_items(group, True)
+        finally:
+            with self._pending_lock:
+                if self._pending:
+                    successor = <_Append>self._pending[0]
+                    successor.lead = True
+                else:
+                    self._leading = False
+            if successor is not None:
+                successor.wake.release()
+            for item in group:
+                if not item.lead:
+                    item.wake.release()
+
+    def _withdraw(self, _Append mine):
+        """An interrupted follower: take its append back unless a group has it."""
+        cdef _Append successor = None
+        with self._pending_lock:
+            try:
+                self._pending.remove(mine)
+            except ValueError:
+                return  # taken into a group: written or refused as a whole
+            if mine.lead:  # it was to lead the next group: the next one in line does
+                if self._pending:
+                    successor = <_Append>self._pending[0]
+                    successor.lead = True
+                else:
+                    self._leading = False
+        if successor is not None:
+            successor.wake.release()
+
+    def _append_group(self, str tenant, requests, double ts, *, bint wait):
         """``EngineBase._append_group`` through the group-commit loop: non-empty
-        batches in one transaction, each refused (or not) on its own."""
+        batches in one transaction, each refused (or not) on its own; None only
+        without ``wait``, when the write could not begin at once."""
         cdef _Append item
         cdef list items = []
         if self.read_only:
@@ -190,8 +226,17 @@ class CEngine(EngineBase):
             item = _Append()
             item.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
             items.append(item)
-        with self._write_lock:
-            self._commit_items(items)
+        if wait:
+            with self._write_lock:
+                self._commit_items(items, True)
+        else:
+            if not self._write_lock.acquire(False):
+                return None
+            try:
+                if not self._commit_items(items, False):
+                    return None
+            finally:
+                self._write_lock.release()
         results = []
         for item in items:
             outcome = _outcome(item)
@@ -202,29 +247,26 @@ class CEngine(EngineBase):
             results.append(outcome)
         return results
 
-    def _commit_pending(self):
-        """Under the write lock: write every queued append in one transaction."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-        self._commit_items(pending)
-
-    def _commit_items(self, list pending):
-        """Under the write lock: write ``pending`` (``_Append`` objects) in one transaction."""
+    def _commit_items(self, list pending, bint wait):
+        """Under the write lock: write ``pending`` (``_Append`` objects) in one
+        transaction. False only without ``wait``, when another connection held
+        the write lock: then nothing was written and ``pending`` is untouched."""
         cdef char errbuf[256]
         cdef sqlite3_stmt *statements[N_STATEMENTS]
         cdef Request **group
         cdef Py_ssize_t size, i
         cdef CConnection conn
         cdef _Append item
+        cdef int rc
+        cdef int busy_timeout_ms = self._busy_timeout_ms
         errbuf[0] = 0
         size = len(pending)
         if self._closed:
             for item in pending:
                 item.request.status = _CLOSED
                 item.done = True
-            return
+            return True
         conn = <CConnection>self._writer
-        self.commits += 1
         group = <Request **>PyMem_RawMalloc(size * sizeof(Request *))
         try:
             if group == NULL:
@@ -236,20 +278,25 @@ class CEngine(EngineBase):
                 item.request.status = SQLITE_OK
                 group[i] = &item.request
             with nogil:
-                _commit_group(conn.db, statements, group, size, errbuf)
+                rc = _commit_group(conn.db, statements, group, size, errbuf, wait,
+                                   busy_timeout_ms)
+            if rc == GROUP_WOULD_WAIT:
+                return False
+            self.commits += 1
             message = errbuf.decode("utf-8", "replace")
             for item in pending:
                 if item.request.status > 0:
                     item.error = message
+                item.done = True
+            return True
         except BaseException as exc:
             for item in pending:
                 item.request.status = SQLITE_ERROR
                 item.error = f"{type(exc).__name__}: {exc}"
+                item.done = True
             raise
         finally:
             PyMem_RawFree(group)
-            for item in pending:
-                item.done = True
 
     def scan(self, str tenant, str name, int64_t since_seq, int64_t limit):
         """One page of events after ``since_seq``, at most ``limit`` of them."""

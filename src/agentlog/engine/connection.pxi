@@ -66,6 +66,22 @@ cdef object _column(sqlite3_stmt *st, int index):
     return None
 
 
+cdef inline bint _is_busy(int rc) noexcept nogil:
+    return (rc & 0xFF) == SQLITE_BUSY or (rc & 0xFF) == SQLITE_LOCKED
+
+
+cdef int _begin(sqlite3 *db, sqlite3_stmt *begin, bint wait, int busy_timeout_ms) noexcept nogil:
+    """Step ``begin`` (BEGIN IMMEDIATE); without ``wait``, with no busy timeout."""
+    cdef int rc
+    if not wait:
+        sqlite3_busy_timeout(db, 0)
+    rc = sqlite3_step(begin)
+    sqlite3_reset(begin)
+    if not wait:
+        sqlite3_busy_timeout(db, busy_timeout_ms)
+    return rc
+
+
 cdef class _Statement:
     """A prepared statement owned by a connection's cache (finalized by it)."""
 
@@ -78,6 +94,7 @@ cdef class CConnection:
     cdef sqlite3 *db
     cdef sqlite3_stmt *statements[N_STATEMENTS]
     cdef dict cache  # sql -> _Statement, for the cold paths' statements
+    cdef int busy_timeout_ms
 
     def __cinit__(self):
         cdef int i
@@ -99,6 +116,7 @@ cdef class CConnection:
                            f"cannot open {path!r}")
             self.close()
             raise error
+        self.busy_timeout_ms = busy_timeout_ms
         sqlite3_busy_timeout(self.db, busy_timeout_ms)
         if query_only:
             self.rows(Q.QUERY_ONLY, ())
@@ -158,6 +176,18 @@ cdef class CConnection:
             sqlite3_reset(st)
             sqlite3_clear_bindings(st)
         return result
+
+    def begin_write(self, bint wait):
+        """``BEGIN IMMEDIATE``; without ``wait``, False instead of waiting for the lock."""
+        cdef int rc
+        cdef sqlite3_stmt *st = self.statement(ST_BEGIN)
+        with nogil:
+            rc = _begin(self.db, st, wait, self.busy_timeout_ms)
+        if rc == SQLITE_DONE:
+            return True
+        if not wait and _is_busy(rc):
+            return False
+        raise _error(rc, sqlite3_errmsg(self.db), "BEGIN")
 
     def in_transaction(self):
         """Whether a transaction is open."""

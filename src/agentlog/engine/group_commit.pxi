@@ -13,6 +13,7 @@ cdef enum:
     APPEND_TOO_LONG = -2
     APPEND_TOO_MANY_SESSIONS = -3
     _CLOSED = -4
+    GROUP_WOULD_WAIT = -5  # without waiting, the write lock was held: nothing begun
 
 cdef enum:
     S_SEQ_BITS = 32  # schema.SEQ_BITS, asserted at import in cengine.pyx
@@ -43,6 +44,8 @@ cdef class _Append:
     cdef Request request
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
+    cdef bint lead  # its caller leads (or is to lead) a group
+    cdef object wake  # a follower's lock, held until a leader releases it
     cdef str error
 
     def __cinit__(self):
@@ -154,15 +157,18 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
 
 
 cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize_t size,
-                       char *errbuf) noexcept nogil:
+                       char *errbuf, bint wait, int busy_timeout_ms) noexcept nogil:
     """Apply every request of ``group`` in one BEGIN IMMEDIATE transaction.
 
     Returns SQLITE_OK, or the SQLite error that rolled the whole group back
-    (then every request that had not already been refused fails with it)."""
+    (then every request that had not already been refused fails with it).
+    Without ``wait``, GROUP_WOULD_WAIT when another connection holds the
+    write lock: then nothing was begun and no request was touched."""
     cdef int rc
     cdef Py_ssize_t i
-    rc = sqlite3_step(st[ST_BEGIN])
-    sqlite3_reset(st[ST_BEGIN])
+    rc = _begin(db, st[ST_BEGIN], wait, busy_timeout_ms)
+    if not wait and _is_busy(rc):
+        return GROUP_WOULD_WAIT
     if rc == SQLITE_DONE:
         for i in range(size):
             rc = _apply(db, st, group[i])

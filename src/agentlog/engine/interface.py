@@ -83,6 +83,13 @@ class Engine(Protocol):
         """
         ...
 
+    def try_append_many(
+        self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
+    ) -> list[int | CheckpointConflictError | ValueError] | None:
+        """:meth:`append_many`, only if it needs no waiting — for the write lock
+        or (``synchronous="full"``) the disk; else None, and nothing written."""
+        ...
+
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
         ...

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from ..events import EncodedBatch, StoredEvent, decode_json
 from . import sql as Q
-from .base import EngineBase, driver_error
+from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
 
 __all__ = ["PyConnection", "PyEngine", "sqlite_info"]
 
@@ -37,33 +37,54 @@ def sqlite_info() -> dict[str, Any]:
     }
 
 
+def _result_code(exc: sqlite3.Error) -> int:
+    """The SQLite result code of a sqlite3 exception."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code
+    # Python 3.10's sqlite3 carries no result code: only the class and the
+    # text are left to go by.
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return SQLITE_BUSY
+    if "malformed" in text or "not a database" in text:
+        return SQLITE_CORRUPT
+    return 1
+
+
 def _translate(exc: sqlite3.Error, context: str) -> Exception:
     """A sqlite3 exception as agentlog's typed error, by its result code."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is None:
-        # Python 3.10's sqlite3 carries no result code: only the class and the
-        # text are left to go by.
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            code = 5
-        elif "malformed" in text or "not a database" in text:
-            code = 11
-        else:
-            code = 1
-    return driver_error(code, str(exc), context)
+    return driver_error(_result_code(exc), str(exc), context)
 
 
 class PyConnection:
     """A ``sqlite3`` connection as the shared code sees it."""
 
-    __slots__ = ("db",)
+    __slots__ = ("busy_timeout_ms", "db")
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, busy_timeout_ms: int) -> None:
         self.db = db
+        self.busy_timeout_ms = busy_timeout_ms
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return all its rows."""
         return self.db.execute(sql, params).fetchall()
+
+    def begin_write(self, wait: bool) -> bool:
+        """``BEGIN IMMEDIATE``; without ``wait``, False instead of waiting for the lock."""
+        if wait:
+            self.db.execute(Q.BEGIN_WRITE)
+            return True
+        self.db.execute(Q.busy_timeout(0))
+        try:
+            self.db.execute(Q.BEGIN_WRITE)
+        except sqlite3.OperationalError as exc:
+            if _result_code(exc) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED):
+                return False
+            raise
+        finally:
+            self.db.execute(Q.busy_timeout(self.busy_timeout_ms))
+        return True
 
     def in_transaction(self) -> bool:
         """Whether a transaction is open."""
@@ -100,7 +121,7 @@ class PyEngine(EngineBase[PyConnection]):
             except BaseException:
                 db.close()
                 raise
-        return PyConnection(db)
+        return PyConnection(db, self._busy_timeout_ms)
 
     @contextlib.contextmanager
     def _translating(self, context: str) -> Iterator[None]:

@@ -270,6 +270,27 @@ class BaseCheckpointer(Closable, ABC):
         self._notify_commit()
         return results
 
+    def try_append_prepared(
+        self, appends: Sequence[PreparedAppend]
+    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+        """:meth:`append_prepared`, only if it can be written without waiting.
+
+        None, and nothing written, when it would have to wait — for a lock
+        another writer holds, or for the disk. For a caller that must not
+        block (an event loop): it hands the appends to a thread instead. This
+        base class never claims to write without waiting; SQLite can.
+        """
+        self._check_open()
+        results = self._try_append_many(appends, time.time())
+        if results is not None:
+            self._notify_commit()
+        return results
+
+    def _try_append_many(
+        self, appends: Sequence[PreparedAppend], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+        return None
+
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
     ) -> builtins.list[int | CheckpointConflictError | ValueError]:

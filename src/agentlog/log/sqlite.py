@@ -150,6 +150,12 @@ class SqliteCheckpointer(BaseCheckpointer):
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._engine.append_many(self._tenant, requests, ts)
 
+    def _try_append_many(
+        self, appends: Sequence[PreparedAppend], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+        requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
+        return self._engine.try_append_many(self._tenant, requests, ts)
+
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._engine.scan(self._tenant, session_id, since_seq, limit)
 
