@@ -51,6 +51,9 @@ class Scenario:
     sync: str = "normal"
     threads: int = 0
     decode: bool = False
+    #: Replay holding a live heap (the workload's events, and every replayed
+    #: event kept), with the garbage collector on ("gc") or off ("no-gc").
+    heap: str = ""
     systems: tuple[str, ...] = ()
     unit: str = "events/s"
 
@@ -119,6 +122,17 @@ def scenarios(quick: bool) -> list[Scenario]:
             decode=True,
             systems=("raw-c", *AGENTLOG),
         ),
+        *(
+            Scenario(
+                f"S3 {large // k}k heap {heap}",
+                f"S3 replay {large // k}k kept, live heap, {heap}",
+                "replay",
+                large,
+                heap=heap,
+                systems=AGENTLOG,
+            )
+            for heap in ("gc", "no-gc")
+        ),
         Scenario(
             "S4 head()",
             f"S4 head() of {large // 100} sessions x 20 events",
@@ -144,13 +158,16 @@ def scenarios(quick: bool) -> list[Scenario]:
             batch=100,
             systems=AGENTLOG,
         ),
-        Scenario(
-            f"S5 {large // k}k",
-            f"S5 4 threads x 1 event/call, {large // k}k",
-            "threads",
-            large,
-            threads=4,
-            systems=AGENTLOG,
+        *(
+            Scenario(
+                f"S5 {threads}t {large // k}k",
+                f"S5 {threads} threads x 1 event/call, {large // k}k",
+                "threads",
+                large,
+                threads=threads,
+                systems=AGENTLOG,
+            )
+            for threads in (4, 8)
         ),
         Scenario(
             f"S7 1 {small // k}k",

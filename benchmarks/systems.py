@@ -107,6 +107,27 @@ def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[f
     return elapsed, count
 
 
+def agentlog_replay_on_heap(engine: str, path: str, count: int, heap: str) -> tuple[float, int]:
+    """S3 as a long-running host replays: it holds a large live heap (here the
+    workload's own events) and keeps what it replays; the garbage collector
+    on (``"gc"``, as a host runs) or off (``"no-gc"``, the bound)."""
+    import gc
+
+    from agentlog import SqliteCheckpointer
+    from benchmarks.workload import events
+
+    held = events(count)
+    with SqliteCheckpointer(path, engine=engine) as cp:
+        if heap == "no-gc":
+            gc.disable()
+        start = time.perf_counter()
+        kept = list(cp.read("s0"))
+        elapsed = time.perf_counter() - start
+        gc.enable()
+    assert len(kept) == count and len(held) == count
+    return elapsed, count
+
+
 def agentlog_heads(engine: str, path: str) -> tuple[float, int, float]:
     from agentlog import SqliteCheckpointer
 

@@ -98,6 +98,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             run = lambda: systems.raw_c(path, "-", "scan")  # noqa: E731
         elif system == "openai-agents":
             run = lambda: systems.openai_replay(path, spec["count"], spec["decode"])  # noqa: E731
+        elif spec["heap"]:
+            run = lambda: systems.agentlog_replay_on_heap(engine, path, spec["count"], spec["heap"])  # noqa: E731
         else:
             run = lambda: systems.agentlog_replay(engine, path, spec["count"], spec["decode"])  # noqa: E731
     elif kind == "sessionstore":

@@ -32,3 +32,32 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
         for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in AVAILABLE else [])):
             assert cells[system]["rate"] > 0, (result["scenario"]["key"], system, cells[system])
             assert cells[system]["peak_rss_kb"] > 0
+
+
+def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
+    """benchmarks/test_hot_paths.py, once each with --benchmark-disable: every hot
+    path it times still works (and its own asserts hold)."""
+    env = child_env()
+    env["PYTHONPATH"] = str(ROOT)
+    run = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "pytest",
+            str(ROOT / "benchmarks" / "test_hot_paths.py"),
+            "--benchmark-disable",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    engines = 2 if "c" in AVAILABLE else 1
+    assert f"{7 * engines} passed" in run.stdout, run.stdout[-2000:]
