@@ -346,6 +346,67 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
             print(f"backup (source, and the target as it was): {report.backup}")
 
 
+def _open_sqlite(location: str, tenant: str = DEFAULT_TENANT, *, write: bool) -> SqliteCheckpointer:
+    """The SQLite file at ``location`` (operations commands have no file-store form)."""
+    if os.path.isdir(location):
+        raise UsageError(f"{location} is a directory: this command works on a SQLite file")
+    log = open_store(location, write=write, tenant=tenant)
+    assert isinstance(log, SqliteCheckpointer)
+    return log
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _cmd_stats(args: argparse.Namespace) -> None:
+    with _open_sqlite(args.store, write=False) as log:
+        figures = log.stats()
+    if args.json:
+        _print_json(figures, indent=2)
+        return
+    print(f"{figures['path']}: schema {figures['schema_version']}, engine {figures['engine']}")
+    print(
+        f"sessions {figures['sessions']:,} in {figures['tenants']:,} tenant(s), "
+        f"events {figures['events']:,}"
+    )
+    print(
+        f"file {_megabytes(figures['file_bytes'])}, of which free "
+        f"{_megabytes(figures['free_bytes'])} ({figures['free_pages']:,} pages, reused by "
+        f"later writes); WAL {_megabytes(figures['wal_bytes'])} "
+        f"(truncated past {_megabytes(figures['wal_size_limit'])})"
+    )
+    if figures["largest_sessions"]:
+        print("largest sessions:")
+        for row in figures["largest_sessions"]:
+            print(f"  {row['events']:>10,}  {row['tenant']}/{row['session']}")
+
+
+def _cmd_backup(args: argparse.Namespace) -> None:
+    if os.path.lexists(args.dest):
+        raise UsageError(f"{args.dest} already exists: a backup goes to a new file")
+    with _open_sqlite(args.store, write=False) as log:
+        figures = log.backup(args.dest)
+    print(
+        f"backup {args.dest}: {figures['sessions']:,} sessions, {figures['events']:,} events, "
+        f"{_megabytes(figures['file_bytes'])}; verified (quick_check ok)"
+    )
+
+
+def _cmd_gc(args: argparse.Namespace) -> None:
+    idle_for = args.idle_days * 86400.0
+    cutoff = time.time() - idle_for
+    with _open_sqlite(args.store, args.tenant, write=not args.dry_run) as log:
+        if args.dry_run:
+            doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
+        else:
+            doomed = log.delete_idle(idle_for)
+    verb = "would delete" if args.dry_run else "deleted"
+    for name in doomed:
+        print(f"{verb} {name}")
+    print(f"{verb} {len(doomed)} session(s) idle for more than {args.idle_days:g} day(s)")
+
+
 #: Compile options that only the C engine's own build of the pinned SQLite
 #: sets (csrc/sqlite_embed.h); a system SQLite does not carry them together.
 _EMBED_OPTIONS = frozenset({"THREADSAFE=2", "OMIT_LOAD_EXTENSION", "OMIT_PROGRESS_CALLBACK"})
@@ -416,6 +477,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    return value
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of days, not {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of days >= 0, not {text}")
     return value
 
 
@@ -527,6 +598,30 @@ def _parser() -> argparse.ArgumentParser:
     tenant(migrate)
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
     migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
+    stats = command("stats", "sizes, counts and the largest sessions of a SQLite file", _cmd_stats)
+    store(stats, "a SQLite file")
+    stats.add_argument("--json", action="store_true", help="print every figure as JSON")
+
+    backup = command(
+        "backup",
+        "copy a SQLite file to a new file while writers go on, then verify the copy",
+        _cmd_backup,
+    )
+    store(backup, "a SQLite file")
+    backup.add_argument("dest", metavar="DEST", help="the new file to write")
+
+    gc = command("gc", "delete the sessions of a tenant idle for more than N days", _cmd_gc)
+    store(gc, "a SQLite file")
+    gc.add_argument(
+        "--idle-days",
+        type=_days,
+        required=True,
+        metavar="N",
+        help="delete sessions not changed for more than N days",
+    )
+    tenant(gc)
+    gc.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+
     # Listed for --help; its options are the benchmark's own (see main()).
     sub.add_parser(
         "bench", help="run the benchmark (from a checkout); options as python -m benchmarks"

@@ -13,12 +13,14 @@ import os
 import platform
 from typing import Any
 
+from .base import DEFAULT_WAL_SIZE_LIMIT
 from .interface import Connection, Engine, EngineFactory
 from .pure import PyEngine
 
 __all__ = [
     "AVAILABLE_ENGINES",
     "DEFAULT_ENGINE",
+    "DEFAULT_WAL_SIZE_LIMIT",
     "Connection",
     "Engine",
     "EngineFactory",
@@ -65,6 +67,7 @@ def open_engine(
     busy_timeout_ms: int = 5000,
     integrity_check_on_open: bool = False,
     read_only: bool = False,
+    wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
@@ -80,12 +83,17 @@ def open_engine(
         raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
     if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
         raise TypeError("busy_timeout_ms must be an int")
+    if isinstance(wal_size_limit, bool) or not isinstance(wal_size_limit, int):
+        raise TypeError("wal_size_limit must be an int (bytes)")
+    if wal_size_limit < 0:
+        raise ValueError(f"wal_size_limit must be >= 0, not {wal_size_limit}")
     return engine_class(engine)(
         location,
         synchronous=synchronous,
         busy_timeout_ms=max(0, busy_timeout_ms),
         integrity_check_on_open=bool(integrity_check_on_open),
         read_only=bool(read_only),
+        wal_size_limit=wal_size_limit,
     )
 
 

@@ -25,6 +25,7 @@ import collections
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -42,7 +43,21 @@ from . import schema as S
 from . import sql as Q
 from .interface import Connection
 
-__all__ = ["DriverConnection", "EngineBase", "driver_error"]
+__all__ = ["DEFAULT_WAL_SIZE_LIMIT", "DriverConnection", "EngineBase", "driver_error"]
+
+#: The size (bytes) past which the writer truncates the write-ahead log as soon
+#: as no reader or writer is in the way; SQLite also cuts it back to this size
+#: whenever it restarts from the beginning.
+DEFAULT_WAL_SIZE_LIMIT = 64 * 1024 * 1024
+#: Commits between two looks at the WAL's size (one stat() each).
+_COMMITS_PER_WAL_LOOK = 16
+#: How long a checkpoint of a WAL past its bound waits for other processes'
+#: readers and writers to get out of its way. Under a steady write load some
+#: transaction always holds a snapshot, so a checkpoint that waits for nobody
+#: never completes and the WAL grows without end; this short wait (appends of
+#: every process pause for it, once per ``wal_size_limit`` written) is what
+#: lets it finish.
+_CHECKPOINT_WAIT_MS = 100
 
 _T = TypeVar("_T")
 
@@ -105,6 +120,12 @@ class DriverConnection(Protocol):
         write lock is held by another connection, instead of waiting for it."""
         ...
 
+    def checkpoint_truncate(self, wait_ms: int) -> bool:
+        """Copy the WAL into the database and truncate it, waiting at most
+        ``wait_ms`` for readers and writers to get out of the way: True if
+        done, False if one was still in the way."""
+        ...
+
     def in_transaction(self) -> bool: ...
 
     def close(self) -> None: ...
@@ -129,6 +150,7 @@ class EngineBase(Generic[ConnectionT]):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         read_only: bool = False,
+        wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
@@ -138,6 +160,8 @@ class EngineBase(Generic[ConnectionT]):
         self._memory = path == ":memory:"
         self._busy_timeout_ms = max(0, int(busy_timeout_ms))
         self.synchronous = synchronous
+        self.wal_size_limit = wal_size_limit
+        self._commits_unlooked = 0
         self._write_lock = threading.Lock()
         # The reader pool: a deque, whose pop() and append() are atomic on
         # their own (free-threaded builds included), so it needs no lock.
@@ -261,6 +285,7 @@ class EngineBase(Generic[ConnectionT]):
                     f"{self.path!r}: cannot switch to WAL journal mode (got {mode!r})"
                 )
         self._writer.rows(Q.synchronous(synchronous))
+        self._writer.rows(Q.journal_size_limit(self.wal_size_limit))
         if self.schema_version < S.SCHEMA_VERSION:
             self.write("migrate schema", self._migrate)
 
@@ -386,11 +411,61 @@ class EngineBase(Generic[ConnectionT]):
             try:
                 result = work(conn)
                 conn.rows(Q.COMMIT)
-                return result
             except BaseException:
                 if conn.in_transaction():
                     conn.rows(Q.ROLLBACK)
                 raise
+            self._note_commit()
+            return result
+
+    # -- the write-ahead log's bound --------------------------------------------------
+
+    def _note_commit(self) -> None:
+        """Under the write lock, after each commit: now and then, keep the WAL bounded.
+
+        Every 16th commit looks at the WAL's size; past ``wal_size_limit`` it
+        is checkpointed and truncated, waiting up to 100 ms for other
+        connections' transactions to end (if one outlasts that, the next look
+        tries again). SQLite's own automatic checkpoint copies pages back as
+        the WAL grows but cannot finish while transactions overlap without
+        end; this is what bounds the file under a steady load.
+        """
+        self._commits_unlooked += 1
+        if self._commits_unlooked < _COMMITS_PER_WAL_LOOK:
+            return
+        self._commits_unlooked = 0
+        if self._wal_size() > self.wal_size_limit:
+            self._truncate_wal()
+
+    def _truncate_wal(self) -> bool:
+        """Under the write lock: checkpoint and truncate the WAL, trying for up to
+        100 ms (another process's checkpoint holds the checkpoint lock without
+        a busy handler being asked, so a refused try is retried)."""
+        deadline = time.monotonic() + _CHECKPOINT_WAIT_MS / 1000
+        while True:
+            left = deadline - time.monotonic()
+            if self._writer.checkpoint_truncate(max(1, int(left * 1000))):
+                return True
+            if left <= 0:
+                return False
+            time.sleep(0.001)
+
+    def _wal_size(self) -> int:
+        if self._memory:
+            return 0
+        try:
+            return os.stat(self.path + "-wal").st_size
+        except OSError:
+            return 0
+
+    def checkpoint_wal(self) -> bool:
+        """Checkpoint the WAL and truncate it now (waiting up to 100 ms for other
+        transactions to end); True if done."""
+        if self._memory or self.read_only:
+            return True
+        with self._write_lock, self._translating("checkpoint"):
+            self._check_open()
+            return self._truncate_wal()
 
     # -- the one path that creates sessions and inserts events ----------------------
 
@@ -665,14 +740,79 @@ class EngineBase(Generic[ConnectionT]):
         """Write a consistent copy of the whole database to the new file ``path``.
 
         ``VACUUM INTO`` reads in one transaction, so the copy is a committed
-        state even while other processes write. It runs on the writer
-        connection (a pooled reader is ``query_only``, which refuses it).
+        state even while other processes write. It runs on a connection of its
+        own (a pooled reader is ``query_only``, which refuses it), so appends
+        in this process go on meanwhile too.
         """
         if os.path.lexists(path):
             raise StorageUnavailableError(f"backup target {path!r} already exists")
-        with self._write_lock, self._translating("backup"):
-            self._check_open()
-            self._writer.rows(Q.BACKUP_INTO, (path,))
+        if self._memory:
+            with self._write_lock, self._translating("backup"):
+                self._check_open()
+                self._writer.rows(Q.BACKUP_INTO, (path,))
+            return
+        self._check_open()
+        with self._translating("backup"):
+            conn = self._connect(query_only=False)
+            try:
+                conn.rows(Q.BACKUP_INTO, (path,))
+            finally:
+                conn.close()
+
+    def stats(self) -> dict[str, Any]:
+        """What an operator looks at first: sizes, counts and the largest sessions."""
+
+        def work(conn: ConnectionT) -> dict[str, Any]:
+            sessions, tenants, events = conn.rows(Q.SESSION_TOTALS)[0]
+            page_size = int(conn.rows(Q.PAGE_SIZE)[0][0])
+            largest = [
+                {"tenant": tenant, "session": name, "events": head, "mtime": mtime}
+                for tenant, name, head, mtime in conn.rows(Q.LARGEST_SESSIONS, (10,))
+            ]
+            return {
+                "sessions": int(sessions),
+                "tenants": int(tenants),
+                "events": int(events),
+                "page_size": page_size,
+                "pages": int(conn.rows(Q.PAGE_COUNT)[0][0]),
+                "free_pages": int(conn.rows(Q.FREELIST_COUNT)[0][0]),
+                "largest_sessions": largest,
+            }
+
+        figures = self.read("stats", work, snapshot=True)
+        file_size = 0 if self._memory else os.stat(self.path).st_size
+        figures.update(
+            path=self.path,
+            engine=self.name,
+            schema_version=self.schema_version,
+            file_bytes=file_size,
+            wal_bytes=self._wal_size(),
+            wal_size_limit=self.wal_size_limit,
+            free_bytes=figures["free_pages"] * figures["page_size"],
+        )
+        return figures
+
+    def delete_idle(self, tenant: str, before: float, batch: int = 100) -> list[str]:
+        """Delete ``tenant``'s sessions last changed before ``before`` (epoch
+        seconds); return their names, oldest first.
+
+        Safe while other processes write: each batch is one write transaction
+        that looks at ``mtime`` inside it, so a session appended to meanwhile
+        is kept. Space the sessions held is reused by later writes.
+        """
+        deleted: list[str] = []
+
+        def work(conn: ConnectionT) -> list[str]:
+            rows = conn.rows(Q.IDLE_SESSIONS, (tenant, before, batch))
+            for sid, _ in rows:
+                self.delete_session(conn, sid)
+            return [name for _, name in rows]
+
+        while True:
+            names = self.write("delete idle sessions", work)
+            deleted.extend(names)
+            if len(names) < batch:
+                return deleted
 
     def close(self) -> None:
         """Close every connection; idempotent."""

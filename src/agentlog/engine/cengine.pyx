@@ -23,6 +23,8 @@ from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy, memset, strlen, strncpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.unistd cimport usleep
 
 from agentlog.engine.includes.python cimport (
     PyBUF_READ,
@@ -258,7 +260,6 @@ class CEngine(EngineBase):
         cdef CConnection conn
         cdef _Append item
         cdef int rc
-        cdef int busy_timeout_ms = self._busy_timeout_ms
         errbuf[0] = 0
         size = len(pending)
         if self._closed:
@@ -278,11 +279,12 @@ class CEngine(EngineBase):
                 item.request.status = SQLITE_OK
                 group[i] = &item.request
             with nogil:
-                rc = _commit_group(conn.db, statements, group, size, errbuf, wait,
-                                   busy_timeout_ms)
+                rc = _commit_group(conn.db, statements, group, size, errbuf, wait, &conn.busy)
             if rc == GROUP_WOULD_WAIT:
                 return False
             self.commits += 1
+            if rc == SQLITE_OK:
+                self._note_commit()
             message = errbuf.decode("utf-8", "replace")
             for item in pending:
                 if item.request.status > 0:

@@ -70,15 +70,61 @@ cdef inline bint _is_busy(int rc) noexcept nogil:
     return (rc & 0xFF) == SQLITE_BUSY or (rc & 0xFF) == SQLITE_LOCKED
 
 
-cdef int _begin(sqlite3 *db, sqlite3_stmt *begin, bint wait, int busy_timeout_ms) noexcept nogil:
-    """Step ``begin`` (BEGIN IMMEDIATE); without ``wait``, with no busy timeout."""
+cdef struct BusyWait:
+    int timeout_ms  # how long a statement may wait for a lock in all
+    double start  # when the current wait began (monotonic seconds)
+    unsigned int seed  # the jitter's state
+
+
+cdef inline double _monotonic() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return now.tv_sec + now.tv_nsec * 1e-9
+
+
+cdef int _busy_wait(void *arg, int count) noexcept nogil:
+    """The busy handler: wait for a lock in short, jittered sleeps.
+
+    SQLite's own (``sqlite3_busy_timeout``) sleeps 1, 2, 5, 10 … up to 100 ms
+    at a time, so under contention a waiter can sleep long after the lock is
+    free and the latency tail sits at those steps. Here a sleep grows from
+    ~50 µs by 50 µs per retry to at most ~1 ms, with up to half of it random so
+    that waiters do not retry in step; the total is bounded by the timeout.
+    """
+    cdef BusyWait *busy = <BusyWait *>arg
+    cdef double now = _monotonic(), left
+    cdef unsigned int step
+    if count == 0:
+        busy.start = now
+    left = busy.timeout_ms * 1e-3 - (now - busy.start)
+    if left <= 0:
+        return 0
+    step = 50 * (1 + (count if count < 19 else 19))  # µs
+    busy.seed = busy.seed * 1103515245 + 12345
+    step = step // 2 + (busy.seed >> 16) % (step // 2 + 1)
+    if step * 1e-6 > left:
+        step = <unsigned int>(left * 1e6) + 1
+    usleep(step)
+    return 1
+
+
+cdef inline void _wait_for_locks(sqlite3 *db, BusyWait *busy, bint wait) noexcept nogil:
+    """Install the busy handler (or, without ``wait``, none: a lock held is SQLITE_BUSY now)."""
+    if wait and busy.timeout_ms > 0:
+        sqlite3_busy_handler(db, _busy_wait, busy)
+    else:
+        sqlite3_busy_handler(db, NULL, NULL)
+
+
+cdef int _begin(sqlite3 *db, sqlite3_stmt *begin, bint wait, BusyWait *busy) noexcept nogil:
+    """Step ``begin`` (BEGIN IMMEDIATE); without ``wait``, not waiting for the lock."""
     cdef int rc
     if not wait:
-        sqlite3_busy_timeout(db, 0)
+        _wait_for_locks(db, busy, False)
     rc = sqlite3_step(begin)
     sqlite3_reset(begin)
     if not wait:
-        sqlite3_busy_timeout(db, busy_timeout_ms)
+        _wait_for_locks(db, busy, True)
     return rc
 
 
@@ -94,7 +140,7 @@ cdef class CConnection:
     cdef sqlite3 *db
     cdef sqlite3_stmt *statements[N_STATEMENTS]
     cdef dict cache  # sql -> _Statement, for the cold paths' statements
-    cdef int busy_timeout_ms
+    cdef BusyWait busy
 
     def __cinit__(self):
         cdef int i
@@ -116,8 +162,9 @@ cdef class CConnection:
                            f"cannot open {path!r}")
             self.close()
             raise error
-        self.busy_timeout_ms = busy_timeout_ms
-        sqlite3_busy_timeout(self.db, busy_timeout_ms)
+        self.busy.timeout_ms = busy_timeout_ms
+        self.busy.seed = <unsigned int>(<size_t>self.db >> 4) ^ <unsigned int>(_monotonic() * 1e6)
+        _wait_for_locks(self.db, &self.busy, True)
         if query_only:
             self.rows(Q.QUERY_ONLY, ())
         return 0
@@ -182,12 +229,24 @@ cdef class CConnection:
         cdef int rc
         cdef sqlite3_stmt *st = self.statement(ST_BEGIN)
         with nogil:
-            rc = _begin(self.db, st, wait, self.busy_timeout_ms)
+            rc = _begin(self.db, st, wait, &self.busy)
         if rc == SQLITE_DONE:
             return True
         if not wait and _is_busy(rc):
             return False
         raise _error(rc, sqlite3_errmsg(self.db), "BEGIN")
+
+    def checkpoint_truncate(self, int wait_ms):
+        """Checkpoint and truncate the WAL, waiting at most ``wait_ms`` for readers
+        and writers to get out of the way; True if done."""
+        cdef BusyWait brief = self.busy
+        brief.timeout_ms = wait_ms
+        _wait_for_locks(self.db, &brief, True)
+        try:
+            return self.rows(Q.WAL_CHECKPOINT_TRUNCATE)[0][0] == 0
+        finally:
+            self.busy.seed = brief.seed
+            _wait_for_locks(self.db, &self.busy, True)
 
     def in_transaction(self):
         """Whether a transaction is open."""

@@ -157,7 +157,7 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
 
 
 cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize_t size,
-                       char *errbuf, bint wait, int busy_timeout_ms) noexcept nogil:
+                       char *errbuf, bint wait, BusyWait *busy) noexcept nogil:
     """Apply every request of ``group`` in one BEGIN IMMEDIATE transaction.
 
     Returns SQLITE_OK, or the SQLite error that rolled the whole group back
@@ -166,7 +166,7 @@ cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize
     write lock: then nothing was begun and no request was touched."""
     cdef int rc
     cdef Py_ssize_t i
-    rc = _begin(db, st[ST_BEGIN], wait, busy_timeout_ms)
+    rc = _begin(db, st[ST_BEGIN], wait, busy)
     if not wait and _is_busy(rc):
         return GROUP_WOULD_WAIT
     if rc == SQLITE_DONE:

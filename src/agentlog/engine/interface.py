@@ -175,7 +175,23 @@ class Engine(Protocol):
         ...
 
     def backup_to(self, path: str) -> None:
-        """Write a consistent copy of the whole database to the new file ``path``."""
+        """Write a consistent copy of the whole database to the new file ``path``,
+        while writers (in this process and others) go on."""
+        ...
+
+    def checkpoint_wal(self) -> bool:
+        """Checkpoint the write-ahead log and truncate it now, waiting briefly for
+        other transactions to end: True if done, False if one was in the way."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes (file, WAL, free pages), counts (sessions, tenants, events) and
+        the largest sessions."""
+        ...
+
+    def delete_idle(self, tenant: str, before: float, batch: int = 100) -> list[str]:
+        """Delete ``tenant``'s sessions last changed before ``before`` (epoch
+        seconds), a batch per transaction; return their names."""
         ...
 
     def close(self) -> None:
@@ -196,6 +212,7 @@ class EngineFactory(Protocol):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         read_only: bool = False,
+        wal_size_limit: int = ...,
     ) -> Engine:
         """Open (creating and migrating forward, unless ``read_only``) ``path``."""
         ...

@@ -86,6 +86,15 @@ class PyConnection:
             self.db.execute(Q.busy_timeout(self.busy_timeout_ms))
         return True
 
+    def checkpoint_truncate(self, wait_ms: int) -> bool:
+        """Checkpoint and truncate the WAL, waiting at most ``wait_ms`` for readers
+        and writers to get out of the way; True if done."""
+        self.db.execute(Q.busy_timeout(wait_ms))
+        try:
+            return bool(self.db.execute(Q.WAL_CHECKPOINT_TRUNCATE).fetchone()[0] == 0)
+        finally:
+            self.db.execute(Q.busy_timeout(self.busy_timeout_ms))
+
     def in_transaction(self) -> bool:
         """Whether a transaction is open."""
         return self.db.in_transaction

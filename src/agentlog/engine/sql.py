@@ -176,6 +176,19 @@ QUICK_CHECK = "PRAGMA quick_check"
 DATA_VERSION = "PRAGMA data_version"
 QUERY_ONLY = "PRAGMA query_only = 1"
 BACKUP_INTO = "VACUUM INTO ?"
+#: Copy the WAL into the database and truncate it to nothing, if no reader or
+#: writer is in the way (then a row ``(0, …)``; ``(1, …)`` when busy).
+WAL_CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
+PAGE_SIZE = "PRAGMA page_size"
+PAGE_COUNT = "PRAGMA page_count"
+FREELIST_COUNT = "PRAGMA freelist_count"
+#: Sessions and events (a session's head is its event count: seqs have no gaps).
+SESSION_TOTALS = "SELECT count(*), count(DISTINCT tenant), coalesce(sum(head), 0) FROM sessions"
+LARGEST_SESSIONS = "SELECT tenant, name, head, mtime FROM sessions ORDER BY head DESC LIMIT ?"
+#: A tenant's sessions idle since before a time, oldest first, a bounded batch.
+IDLE_SESSIONS = (
+    "SELECT sid, name FROM sessions WHERE tenant = ? AND mtime < ? ORDER BY mtime LIMIT ?"
+)
 SOURCE_ID = "SELECT sqlite_source_id()"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 
@@ -183,6 +196,11 @@ COMPILE_OPTIONS = "PRAGMA compile_options"
 def synchronous(level: str) -> str:
     """``PRAGMA synchronous`` for ``"normal"`` or ``"full"``."""
     return f"PRAGMA synchronous = {_SYNCHRONOUS[level]}"
+
+
+def journal_size_limit(size: int) -> str:
+    """``PRAGMA journal_size_limit``: the size a WAL is cut back to when it restarts."""
+    return f"PRAGMA journal_size_limit = {int(size)}"
 
 
 def busy_timeout(ms: int) -> str:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
+import time
 from collections.abc import Sequence
+from typing import Any
 
-from ..engine import Engine, open_engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_engine
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
+    CorruptDatabaseError,
     SchemaVersionError,
     StorageDataError,
     StorageNotFoundError,
@@ -74,6 +78,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         read_only: bool = False,
         create: bool = True,
         tenant: str = DEFAULT_TENANT,
+        wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
     ) -> None:
         tenant = check_identifier(tenant, "tenant", StorageDataError)
         if read_only or not create:
@@ -88,6 +93,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             busy_timeout_ms=busy_timeout_ms,
             integrity_check_on_open=integrity_check_on_open,
             read_only=read_only,
+            wal_size_limit=wal_size_limit,
         )
         if read_only:
             _require_agentlog(self._engine)
@@ -133,6 +139,74 @@ class SqliteCheckpointer(BaseCheckpointer):
         """Run ``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
         self._check_open()
         return self._engine.check_integrity()
+
+    # -- operations ----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """What an operator looks at first, for the whole file (every tenant).
+
+        ``sessions``, ``tenants``, ``events``; ``file_bytes``, ``wal_bytes``
+        (and ``wal_size_limit``), ``pages``, ``free_pages`` and ``free_bytes``
+        (space that deleted and truncated sessions left, reused by later
+        writes); ``largest_sessions`` (the ten with the most events); ``path``,
+        ``engine``, ``schema_version``.
+        """
+        self._check_open()
+        return self._engine.stats()
+
+    def backup(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Copy the whole file to the new file ``path``, consistent while writers
+        go on, then verify the copy; return its :meth:`stats`.
+
+        The copy is one committed state (SQLite's ``VACUUM INTO``, compacted:
+        free pages are left out). Verified: opened read-only, it passes
+        ``quick_check`` and is an agentlog database of this schema. A copy that
+        fails is removed and :class:`CorruptDatabaseError` raised.
+        """
+        self._check_open()
+        target = os.fspath(path)
+        self._engine.backup_to(target)
+        try:
+            copy = open_engine(target, engine=self._engine.name, read_only=True)
+            try:
+                ok, detail = copy.check_integrity()
+                if not ok or copy.schema_version != self._engine.schema_version:
+                    raise CorruptDatabaseError(f"the backup {target!r} failed its check: {detail}")
+                return copy.stats()
+            finally:
+                copy.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+            raise
+
+    def checkpoint_wal(self) -> bool:
+        """Checkpoint the write-ahead log into the file and truncate it, now.
+
+        It waits up to 100 ms for other connections' transactions to end:
+        False if one was still in the way (nothing is lost; a later commit
+        tries again). Appends keep it within ``wal_size_limit`` on their own.
+        """
+        self._check_open()
+        return self._engine.checkpoint_wal()
+
+    def delete_idle(self, idle_for: float) -> builtins.list[str]:
+        """Retention: delete this tenant's sessions not changed for ``idle_for``
+        seconds; return their ids, oldest first.
+
+        Safe while other processes write: a session appended to after the
+        cut-off is kept (each batch of deletes looks at the time inside its
+        own transaction). Their space is reused by later writes.
+        """
+        self._check_open()
+        if isinstance(idle_for, bool) or not isinstance(idle_for, (int, float)):
+            raise TypeError("idle_for must be a number of seconds")
+        if not idle_for >= 0:
+            raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
+        deleted = self._engine.delete_idle(self._tenant, time.time() - idle_for)
+        if deleted:
+            self._notify_commit()
+        return deleted
 
     @property
     def engine(self) -> str:

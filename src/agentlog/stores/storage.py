@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Protocol, runtime_checkable
 
-from ..engine import Engine, open_engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_engine
 from ..errors import CheckpointerClosedError
 from ..lifecycle import Closable
 from ..log.sqlite import SqliteCheckpointer
@@ -76,11 +76,16 @@ class SqliteStorage(Closable):
         synchronous: str = "normal",
         busy_timeout_ms: int = 5000,
         engine: str | None = None,
+        wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
     ) -> SqliteStorage:
         """Open (creating or migrating forward) the database at ``path``."""
         return cls(
             open_engine(
-                path, engine=engine, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+                path,
+                engine=engine,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+                wal_size_limit=wal_size_limit,
             )
         )
 

@@ -44,6 +44,7 @@ cdef extern from "sqlite_embed.h" nogil:
     int sqlite3_open_v2(const char *filename, sqlite3 **db, int flags, const char *vfs)
     int sqlite3_close_v2(sqlite3 *db)
     int sqlite3_busy_timeout(sqlite3 *db, int ms)
+    int sqlite3_busy_handler(sqlite3 *db, int (*handler)(void *, int) noexcept nogil, void *arg)
     int sqlite3_exec(sqlite3 *db, const char *sql, void *callback, void *arg, char **errmsg)
     int sqlite3_get_autocommit(sqlite3 *db)
     sqlite3_int64 sqlite3_last_insert_rowid(sqlite3 *db)

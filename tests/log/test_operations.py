@@ -1,0 +1,254 @@
+"""Operating a SQLite file: a bounded WAL, statistics, online backup, retention,
+and waiting for the write lock (on both engines, against real processes)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentlog import (
+    CorruptDatabaseError,
+    SqliteCheckpointer,
+    SqliteStorage,
+    StorageUnavailableError,
+)
+
+from ..conftest import PYTHON
+from ..test_cli import agentlog_run, ok, refused
+
+EVENT = {"type": "user", "content": "x" * 2000}
+LIMIT = 256 * 1024
+
+#: Another process holds a read snapshot (or the write lock) until told.
+HOLD = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE" if sys.argv[2] == "write" else "BEGIN")
+db.execute("SELECT count(*) FROM events").fetchone()
+print("holding", flush=True)
+sys.stdin.readline()
+db.execute("COMMIT")
+"""
+
+
+class Holder:
+    """A process holding a read snapshot or the write lock of ``path``."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.process = subprocess.Popen(
+            [PYTHON, "-c", HOLD, str(path), kind],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline() == "holding\n"
+
+    def release(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        assert self.process.wait(timeout=30) == 0
+
+
+def wal_size(path: Path) -> int:
+    wal = Path(f"{path}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def test_the_wal_stays_bounded_and_shrinks_once_a_reader_lets_go(
+    tmp_path: Path, engine: str
+) -> None:
+    def peak_wal(path: Path, limit: int) -> int:
+        peak = 0
+        with SqliteCheckpointer(path, engine=engine, wal_size_limit=limit) as log:
+            for n in range(1500):  # ~3 MB of events, 1,500 commits
+                log.append(f"s{n % 7}", [EVENT])
+                peak = max(peak, wal_size(path))
+        return peak
+
+    # Bounded: the limit plus what the 16 commits between two looks add
+    # (~8 pages each here); SQLite alone lets it reach its 1,000-page
+    # automatic checkpoint, and more while readers hold it.
+    bound = LIMIT + 16 * 8 * 4200
+    assert peak_wal(tmp_path / "bounded.db", LIMIT) < bound
+    assert peak_wal(tmp_path / "default.db", 64 * 1024 * 1024) > bound
+
+    path = tmp_path / "w.db"
+    with SqliteCheckpointer(path, engine=engine, wal_size_limit=LIMIT) as log:
+        for n in range(1500):
+            log.append(f"s{n % 7}", [EVENT])
+        assert wal_size(path) < bound
+
+        # A reader holding an old snapshot keeps the WAL from being cut back...
+        reader = Holder(path, "read")
+        try:
+            for _ in range(600):
+                log.append("held", [EVENT])
+            held = wal_size(path)
+            assert held > LIMIT
+            assert not log.checkpoint_wal()  # in the way: refused at once, nothing lost
+        finally:
+            reader.release()
+        # ...and once it lets go, the WAL is truncated.
+        assert log.checkpoint_wal()
+        assert wal_size(path) == 0
+        assert log.head("held") == 600
+        assert sum(info.head for info in log.list()) == 2100
+
+
+def test_wal_size_limit_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        SqliteCheckpointer(tmp_path / "a.db", wal_size_limit="big")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        SqliteCheckpointer(tmp_path / "a.db", wal_size_limit=-1)
+    assert not (tmp_path / "a.db").exists()
+
+
+def test_stats_count_every_tenant_and_see_free_space(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "s.db"
+    with SqliteStorage.open(path, engine=engine) as storage:
+        acme, globex = storage.checkpointer("acme"), storage.checkpointer("globex")
+        acme.append("big", [EVENT] * 300)
+        acme.append("small", [EVENT] * 2)
+        globex.append("mid", [EVENT] * 40)
+        figures = acme.stats()
+        assert (figures["sessions"], figures["tenants"], figures["events"]) == (3, 2, 342)
+        assert [(r["tenant"], r["session"], r["events"]) for r in figures["largest_sessions"]] == [
+            ("acme", "big", 300),
+            ("globex", "mid", 40),
+            ("acme", "small", 2),
+        ]
+        assert figures["engine"] == engine and figures["page_size"] > 0
+        assert figures["file_bytes"] == path.stat().st_size
+        assert figures["wal_bytes"] == wal_size(path)
+        acme.delete("big")
+        acme.checkpoint_wal()
+        after = acme.stats()
+        assert after["events"] == 42 and after["free_pages"] > 0
+        assert after["free_bytes"] == after["free_pages"] * after["page_size"]
+
+
+def test_backup_while_a_writer_goes_on_is_a_consistent_verified_copy(
+    tmp_path: Path, engine: str
+) -> None:
+    path, copy = tmp_path / "live.db", tmp_path / "copy.db"
+    stop = threading.Event()
+    with SqliteCheckpointer(path, engine=engine) as log:
+        log.append("s", [EVENT] * 200)
+
+        def write() -> None:
+            n = 0
+            while not stop.is_set():
+                log.append(f"w{n % 5}", [dict(EVENT, n=n)])
+                n += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            figures = log.backup(copy)
+        finally:
+            stop.set()
+            writer.join()
+        assert figures["events"] >= 200
+        with pytest.raises(StorageUnavailableError, match="already exists"):
+            log.backup(copy)
+    with SqliteCheckpointer(copy, read_only=True, engine=engine) as restored:
+        assert restored.check_integrity() == (True, "ok")
+        assert restored.head("s") == 200
+        for info in restored.list():  # every session a gapless prefix
+            assert [e.seq for e in restored.read(info.id)] == list(range(1, info.head + 1))
+        assert sum(info.head for info in restored.list()) == figures["events"]
+
+
+def test_a_backup_that_fails_its_check_is_removed(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "copy.db"
+    with SqliteCheckpointer(tmp_path / "live.db", engine=engine) as log:
+        log.append("s", [EVENT])
+        real_backup = log._engine.backup_to
+
+        def damaged(target: str) -> None:
+            real_backup(target)
+            with open(target, "r+b") as file:  # overwrite the schema's pages
+                file.seek(4096)
+                file.write(b"\xff" * 8192)
+
+        monkeypatch.setattr(log._engine, "backup_to", damaged)
+        with pytest.raises(CorruptDatabaseError):
+            log.backup(copy)
+    assert not copy.exists()
+
+
+def test_delete_idle_keeps_what_was_written_after_the_cut_off(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "r.db"
+    with SqliteStorage.open(path, engine=engine) as storage:
+        log, other = storage.checkpointer("acme"), storage.checkpointer("globex")
+        for n in range(250):  # more than one batch of deletes
+            log.append(f"old{n}", [EVENT])
+        other.append("old-elsewhere", [EVENT])
+        time.sleep(0.05)
+        cut = 0.02
+        log.append("fresh", [EVENT])
+        log.append("old7", [EVENT])  # active again: kept
+        deleted = log.delete_idle(cut)
+        assert len(deleted) == 249 and "old7" not in deleted and "fresh" not in deleted
+        assert deleted[0] == "old0"  # oldest first
+        assert sorted(info.id for info in log.list()) == ["fresh", "old7"]
+        assert [info.id for info in other.list()] == ["old-elsewhere"]  # another tenant's
+        assert log.delete_idle(3600) == []
+        with pytest.raises(ValueError):
+            log.delete_idle(-1)
+
+
+def test_a_waiting_append_gets_the_lock_when_it_is_released_and_gives_up_after_its_timeout(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "b.db"
+    with SqliteCheckpointer(path, engine=engine, busy_timeout_ms=10_000) as log:
+        log.append("s", [EVENT])
+        holder = Holder(path, "write")
+        threading.Timer(0.3, holder.release).start()
+        assert log.append("s", [EVENT]) == 2  # waited, then wrote
+    with SqliteCheckpointer(path, engine=engine, busy_timeout_ms=200) as log:
+        holder = Holder(path, "write")
+        try:
+            started = time.monotonic()
+            with pytest.raises(StorageUnavailableError, match="busy"):
+                log.append("s", [EVENT])
+            assert time.monotonic() - started >= 0.15  # it did wait for its timeout
+        finally:
+            holder.release()
+        assert log.head("s") == 2
+
+
+def test_the_commands(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    with SqliteCheckpointer(path) as log:
+        log.append("a", [EVENT] * 3)
+        log.append("b", [EVENT])
+    stats = ok("stats", path)
+    assert "sessions 2 in 1 tenant(s), events 4" in stats and "largest sessions:" in stats
+    assert '"events": 4' in ok("stats", path, "--json")
+    assert "2 sessions, 4 events" in ok("backup", path, tmp_path / "copy.db")
+    assert "already exists" in refused(agentlog_run("backup", path, tmp_path / "copy.db"))
+    assert "would delete 2 session(s)" in ok("gc", path, "--idle-days", "0", "--dry-run")
+    assert ok("gc", path, "--idle-days", "1").endswith(
+        "deleted 0 session(s) idle for more than 1 day(s)\n"
+    )
+    assert "days >= 0" in refused(agentlog_run("gc", path, "--idle-days", "-2"))
+    assert "required" in refused(agentlog_run("gc", path))
+    assert "directory" in refused(agentlog_run("stats", tmp_path))
+    assert "no such file" in refused(agentlog_run("backup", tmp_path / "nope.db", tmp_path / "x"))
+    assert not (tmp_path / "nope.db").exists() and not (tmp_path / "x").exists()
+    assert "deleted 2 session(s)" in ok("gc", path, "--idle-days", "0")
+    with sqlite3.connect(tmp_path / "copy.db") as copy:  # the backup kept them
+        assert copy.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
+    os.unlink(tmp_path / "copy.db")
