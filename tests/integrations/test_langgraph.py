@@ -701,3 +701,33 @@ def test_a_fresh_process_resumes_from_the_tail(
         assert len(list(saver.list(config("t")))) == 302
         again = saver.get_tuple(latest.config)
         assert again is not None and again.pending_writes == latest.pending_writes
+
+
+def test_async_saver_sync_faces_and_a_graph_from_a_thread(tmp_path: Path, engine: str) -> None:
+    """The async saver's sync methods run on its loop when called from another
+    thread (a sync graph, say); on the loop itself the writing ones refuse."""
+
+    async def main() -> None:
+        async with AsyncAgentlogSaver(tmp_path / "faces.db", engine=engine) as saver:
+            loop = asyncio.get_running_loop()
+            with pytest.raises(asyncio.InvalidStateError):
+                saver.put(config("t"), checkpoint({}, {}), {}, {})
+            stored = await loop.run_in_executor(
+                None, saver.put, config("t"), checkpoint({"n": 1}, {"n": 1}), {"s": 1}, {"n": 1}
+            )
+            await loop.run_in_executor(None, saver.put_writes, stored, [("ch", 1)], "task")
+            got = saver.get_tuple(stored)  # reads work anywhere
+            assert got is not None and got.pending_writes == [("task", "ch", 1)]
+            cfg: RunnableConfig = {"configurable": {"thread_id": "sync-graph"}}
+            graph = build_graph(saver)
+            await loop.run_in_executor(None, graph.invoke, first_input(), cfg)
+            state = await graph.aget_state(cfg)
+            assert state.next == ("review",)
+            await loop.run_in_executor(None, saver.copy_thread, "t", "t2")
+            assert [t.checkpoint["id"] async for t in saver.alist(config("t2"))] == [
+                stored["configurable"]["checkpoint_id"]
+            ]
+            await loop.run_in_executor(None, saver.delete_thread, "t2")
+            assert await saver.aget_tuple(config("t2")) is None
+
+    asyncio.run(main())
