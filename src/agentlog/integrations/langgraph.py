@@ -26,7 +26,11 @@ session's approximate byte offset after the event):
   blob — ``["f", type, data]`` the whole value, ``["x", type, data]`` a
   list that extends the parent's value (only the new tail is stored: the
   usual ``messages`` channel), or ``["e"]`` (the channel is empty).
-  Unchanged channels are not written at all.
+  Unchanged channels are not written at all. Two pointers let a fresh
+  process start from the end: ``mx``, the seq of the thread's latest
+  (greatest id) checkpoint as of this event, and ``ew``, the seqs of this
+  checkpoint's writes appended before it (LangGraph saves checkpoints in the
+  background, so a task's writes can land first).
 * ``lg="w"`` — one ``put_writes`` call: ``c`` (checkpoint id), ``t`` (task
   id), ``tp`` (task path) and ``w``, the ``[idx, channel, type, data]``
   writes, with LangGraph's ``WRITES_IDX_MAP`` indices for special writes.
@@ -43,17 +47,23 @@ than ``max(64 KiB, its state's size)``. So rebuilding any checkpoint reads at
 most about twice its state's size (the bytes a whole-state saver reads
 anyway), and since a snapshot is written only after at least its own size of
 deltas, snapshots at most double the deltas: the file grows linearly with the
-steps. A checkpoint whose parent is not in the session (a first one, or a
-time-travel put from an old parent far back) is a snapshot too.
+steps. A checkpoint whose parent is not in the session (a first one) is a
+snapshot too, and so, by the rule, is a time-travel put on a parent whose
+snapshot lies far back.
 
 **Finding things.** Each process keeps an index per session (checkpoint id
-→ seq, the pending writes' seqs per checkpoint, metadata) built by one read
-of the session and then caught up with the events after its head; another
-process's writes are seen at the next call. An append names the head it
-expects, so two writers never interleave a step: the loser rereads and
-retries. The last checkpoint put in this process is kept (its values, as
-objects) to detect list extensions without reading anything; a put on
-another parent rebuilds that parent first.
+→ seq, the pending writes' seqs per checkpoint, metadata), caught up at each
+call with the events after its head, so another process's writes are seen
+at the next call. Resuming the latest checkpoint (``get_tuple`` without an
+id, and the ``put`` / ``put_writes`` of the next step) needs only a *tail*
+index: the last events give ``mx``, and the events from that checkpoint's
+snapshot on are read once — the same range its rebuild reads. Anything
+older (an id before the tail, ``list``, copies, pruning) reads the whole
+session once, then only what is new. An append names the head it expects,
+so two writers never interleave a step: the loser rereads and retries. The
+last checkpoint put in this process is kept (its values, as objects) to
+detect list extensions without reading anything; a put on another parent
+rebuilds that parent first.
 
 Extension is detected on the values themselves: a list whose first elements
 are the parent's (``is`` or ``==``) stores only the rest. As with any saver
