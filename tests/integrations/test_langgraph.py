@@ -289,6 +289,8 @@ def test_copy_thread_forks_every_namespace(face: Face) -> None:
     assert len(face.list(config("src", ""))) == 3
     face.copy_thread("nobody", "empty")
     assert face.list(config("empty")) == []
+    face.copy_thread("src", "src")  # onto itself: nothing lost
+    assert len(face.list(config("src", ""))) == 3
 
 
 def test_prune(face: Face) -> None:

@@ -432,21 +432,32 @@ class _Core:
 
     # -- rebuilding -----------------------------------------------------------------
 
-    def state(self, sess: _Session, seq: int) -> _State:
-        """The channel values of the checkpoint at ``seq``, rebuilt from its snapshot."""
+    def state(
+        self, sess: _Session, seq: int, cache: dict[int, dict[str, Any]] | None = None
+    ) -> _State:
+        """The channel values of the checkpoint at ``seq``, rebuilt from its
+        snapshot (``cache``: events already read, seq → event, added to)."""
         with _no_gc():
-            return self._state(sess, seq)
+            return self._state(sess, seq, cache)
 
-    def _state(self, sess: _Session, seq: int) -> _State:
+    def _state(self, sess: _Session, seq: int, cache: dict[int, dict[str, Any]] | None) -> _State:
         read, self._read = self._read, None
-        events: dict[int, dict[str, Any]] = read[1] if read and read[0] == sess.sid else {}
+        if cache is None:
+            cache = read[1] if read and read[0] == sess.sid else None
+        events: dict[int, dict[str, Any]] = cache if cache is not None else {}
         top = events.get(seq) or self._event(sess.sid, seq)
         root = int(top["r"])
         if root == seq:
             chain = [top]
         else:
             if root not in events or seq not in events:
-                events = {e.seq: e.event for e in self.log.read(sess.sid, root - 1, seq - root + 1)}
+                fetched = {
+                    e.seq: e.event for e in self.log.read(sess.sid, root - 1, seq - root + 1)
+                }
+                if cache is None:
+                    events = fetched
+                else:
+                    events.update(fetched)
             chain = []
             at = seq
             while True:
@@ -484,13 +495,17 @@ class _Core:
         return _State(seq, values, sizes, root, lists)
 
     def tuple_at(
-        self, sess: _Session, seq: int, config: RunnableConfig | None = None
+        self,
+        sess: _Session,
+        seq: int,
+        config: RunnableConfig | None = None,
+        cache: dict[int, dict[str, Any]] | None = None,
     ) -> CheckpointTuple:
         """The CheckpointTuple LangGraph stored at ``seq``."""
         info = sess.info[seq]
-        ev = self._event(sess.sid, seq)
+        values = self.state(sess, seq, cache).values
+        ev = cache[seq] if cache is not None and seq in cache else self._event(sess.sid, seq)
         body = cast(dict[str, Any], self.loads(*ev["ck"]))
-        values = self.state(sess, seq).values
         versions = body.get("channel_versions") or {}
         body["channel_values"] = {k: values[k] for k in versions if k in values}
         parent = info.parent
@@ -575,15 +590,20 @@ class _Core:
                     candidates.append((cid, sess, seq))
             candidates.sort(key=lambda c: c[0], reverse=True)
             out: builtins.list[CheckpointTuple] = []
-            for _, sess, seq in candidates:
-                if limit is not None and len(out) >= limit:
-                    break
-                info = sess.info[seq]
-                if filter:
-                    meta = self.metadata(info)
-                    if not all(meta.get(k) == v for k, v in filter.items()):
-                        continue
-                out.append(self.tuple_at(sess, seq))
+            # Newest first, so the first rebuild of a snapshot's segment reads
+            # the events the older ones need too: each is read once.
+            caches: dict[str, dict[int, dict[str, Any]]] = {}
+            with _no_gc():
+                for _, sess, seq in candidates:
+                    if limit is not None and len(out) >= limit:
+                        break
+                    info = sess.info[seq]
+                    if filter:
+                        meta = self.metadata(info)
+                        if not all(meta.get(k) == v for k, v in filter.items()):
+                            continue
+                    cache = caches.setdefault(sess.sid, {})
+                    out.append(self.tuple_at(sess, seq, cache=cache))
             return out
 
     # -- planning writes ------------------------------------------------------------
@@ -930,6 +950,8 @@ class _Maintenance:
 
     def copy_thread(self, source: str, target: str) -> builtins.list[_Op]:
         core = self.core
+        if str(source) == str(target):
+            return []  # a thread is already its own copy
         ops = self.delete_thread(target)
         for sid in core.thread_sessions(str(source)):
             sess = core.refresh(sid)
