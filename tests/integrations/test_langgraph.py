@@ -733,3 +733,26 @@ def test_async_saver_sync_faces_and_a_graph_from_a_thread(tmp_path: Path, engine
             assert await saver.aget_tuple(config("t2")) is None
 
     asyncio.run(main())
+
+
+def test_one_saver_shared_by_threads(tmp_path: Path, engine: str) -> None:
+    """LangGraph saves in background threads; graphs on several threads share one saver."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with AgentlogSaver(tmp_path / "threads.db", engine=engine) as saver:
+        graph = build_graph(saver)
+
+        def run(n: int) -> list[str]:
+            cfg: RunnableConfig = {"configurable": {"thread_id": f"chat-{n}"}}
+            graph.invoke(first_input(f"question {n}"), cfg)
+            graph.invoke(Command(resume=f"ok {n}"), cfg)
+            return transcript(graph.get_state(cfg).values)
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(run, range(8)))
+    reference = build_graph(InMemorySaver())
+    for n, result in enumerate(results):
+        cfg: RunnableConfig = {"configurable": {"thread_id": f"chat-{n}"}}
+        reference.invoke(first_input(f"question {n}"), cfg)
+        reference.invoke(Command(resume=f"ok {n}"), cfg)
+        assert result == transcript(reference.get_state(cfg).values)
