@@ -85,7 +85,6 @@ import gc
 import hashlib
 import json
 import os
-import random
 import secrets
 import threading
 from collections import OrderedDict
@@ -1010,7 +1009,7 @@ class _Maintenance:
 # -- the savers --------------------------------------------------------------------
 
 
-class _SaverBase(BaseCheckpointSaver[str]):
+class _SaverBase(BaseCheckpointSaver[int]):
     """What both savers share: the reads and the versions."""
 
     _core: _Core
@@ -1050,16 +1049,20 @@ class _SaverBase(BaseCheckpointSaver[str]):
         for item in self.list(config, filter=filter, before=before, limit=limit):
             yield item
 
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        """The next version: an increasing number with a random tiebreak, as
-        LangGraph's own savers make them."""
+    def get_next_version(self, current: int | None, channel: None) -> int:
+        """The next version: 1, 2, 3 … per channel (LangGraph's default).
+
+        Savers that key stored values by version add a random suffix so two
+        branches never share a key; values here are found along the parent
+        chain, not by version, so plain integers do — and every checkpoint's
+        ``channel_versions`` and ``versions_seen`` stay short. (A version
+        another saver wrote, ``"000…7.0.123"``, continues from its number.)
+        """
         if current is None:
-            number = 0
-        elif isinstance(current, int):
-            number = current
-        else:
-            number = int(str(current).split(".")[0])
-        return f"{number + 1:032}.{random.random():016}"
+            return 1
+        if isinstance(current, int):
+            return current + 1
+        return int(str(current).split(".")[0]) + 1
 
 
 class AgentlogSaver(_SaverBase):
