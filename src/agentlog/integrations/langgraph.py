@@ -165,6 +165,16 @@ def _size(event: dict[str, Any]) -> int:
     return len(orjson.dumps(event)) + 16
 
 
+def _extends(value: Any, old: builtins.list[Any]) -> bool:
+    """Whether ``value`` is a list starting with ``old``'s elements (``is`` or ``==``)."""
+    if type(value) is not list or len(value) < len(old):
+        return False
+    try:
+        return bool(value[: len(old)] == old)
+    except Exception:  # an element whose == does not answer (arrays): store it whole
+        return False
+
+
 @contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector while rebuilding values.
@@ -722,13 +732,7 @@ class _Core:
                 continue
             value = incoming[k]
             old = parent.lists.get(k)
-            if (
-                old is not None
-                and type(value) is list
-                and len(value) >= len(old)
-                and k in parent.values
-                and value[: len(old)] == old
-            ):
+            if old is not None and k in parent.values and _extends(value, old):
                 blobs[k], grown = self.blob("x", value[len(old) :])
                 sizes[k] = parent.sizes.get(k, 0) + grown
             else:
