@@ -757,3 +757,28 @@ def test_one_saver_shared_by_threads(tmp_path: Path, engine: str) -> None:
         reference.invoke(first_input(f"question {n}"), cfg)
         reference.invoke(Command(resume=f"ok {n}"), cfg)
         assert result == transcript(reference.get_state(cfg).values)
+
+
+def test_the_benchmark_runs(tmp_path: Path) -> None:
+    """``python -m benchmarks.langgraph --quick`` (a smoke test: no timings asserted)."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**child_env(), "PYTHONPATH": str(root)}
+    out = tmp_path / "lg.json"
+    run = subprocess.run(
+        [PYTHON, "-m", "benchmarks.langgraph", "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "bytes/step" in run.stdout
+    rows = json.loads(out.read_text())
+    by = {(row["system"], row["steps"]): row for row in rows}
+    assert {row["steps"] for row in rows} == {200, 1_000}
+    sqlite_row = by[("langgraph-sqlite", 1_000)]
+    for (system, steps), row in by.items():
+        assert row["us_per_step"] > 0 and row["resume_ms"] > 0
+        if system.startswith("agentlog") and steps == 1_000:
+            assert row["bytes_per_step"] * 20 < sqlite_row["bytes_per_step"]
