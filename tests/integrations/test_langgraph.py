@@ -782,3 +782,23 @@ def test_the_benchmark_runs(tmp_path: Path) -> None:
         assert row["us_per_step"] > 0 and row["resume_ms"] > 0
         if system.startswith("agentlog") and steps == 1_000:
             assert row["bytes_per_step"] * 20 < sqlite_row["bytes_per_step"]
+
+
+def test_a_copy_cut_short_still_reads_as_its_thread(tmp_path: Path, engine: str) -> None:
+    """copy_thread is a fork and then a thread event; a crash between them
+    leaves the copy readable under its own thread id, and a new copy replaces it."""
+    path = tmp_path / "cut.db"
+    with AgentlogSaver(path, engine=engine) as saver:
+        stored = chain(Face(saver, None), "src", 2)
+        log = saver.log
+        source = lg.session_id_for("src", "")
+        log.fork(source, log.head(source), lg.session_id_for("dst", ""))  # no thread event
+    with AgentlogSaver(path, engine=engine) as saver:
+        got = saver.get_tuple(config("dst"))
+        assert got is not None and got.config["configurable"]["thread_id"] == "dst"
+        listed = list(saver.list(config("dst")))
+        assert [t.config["configurable"]["thread_id"] for t in listed] == ["dst", "dst"]
+        assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"src"}
+        saver.copy_thread("src", "dst")
+        assert len(list(saver.list(None))) == 4
+        assert stored

@@ -509,8 +509,12 @@ class _Core:
         seq: int,
         config: RunnableConfig | None = None,
         cache: dict[int, dict[str, Any]] | None = None,
+        thread_id: str | None = None,
     ) -> CheckpointTuple:
-        """The CheckpointTuple LangGraph stored at ``seq``."""
+        """The CheckpointTuple LangGraph stored at ``seq`` (``thread_id``: the
+        caller's, which the session id is made of — authoritative even in a
+        copy a crash kept from getting its thread event)."""
+        thread = thread_id if thread_id is not None else sess.thread_id
         info = sess.info[seq]
         values = self.state(sess, seq, cache).values
         ev = cache[seq] if cache is not None and seq in cache else self._event(sess.sid, seq)
@@ -519,10 +523,10 @@ class _Core:
         body["channel_values"] = {k: values[k] for k in versions if k in values}
         parent = info.parent
         return CheckpointTuple(
-            config=config or _tuple_config(sess.thread_id, sess.ns, info.id),
+            config=config or _tuple_config(thread, sess.ns, info.id),
             checkpoint=cast(Checkpoint, body),
             metadata=self.metadata(info),
-            parent_config=_tuple_config(sess.thread_id, sess.ns, parent) if parent else None,
+            parent_config=_tuple_config(thread, sess.ns, parent) if parent else None,
             pending_writes=self.pending_writes(sess, info.id),
         )
 
@@ -564,7 +568,7 @@ class _Core:
             seq = sess.ckpts.get(checkpoint_id) if checkpoint_id else None
             if seq is None:
                 return None
-            return self.tuple_at(sess, seq, config if wanted else None)
+            return self.tuple_at(sess, seq, config if wanted else None, thread_id=thread_id)
 
     def list(
         self,
@@ -581,14 +585,16 @@ class _Core:
                 only_id = get_checkpoint_id(config)
                 sids = self.thread_sessions(thread_id)
             else:
-                ns_wanted, only_id = None, None
+                ns_wanted, only_id, thread_id = None, None, None
                 sids = self.thread_sessions(None)
             before_id = get_checkpoint_id(before) if before else None
             candidates: builtins.list[tuple[str, _Session, int]] = []
             for sid in sids:
                 sess = self.refresh(sid)
-                if sess is None or sess.sid != session_id_for(sess.thread_id, sess.ns):
-                    continue  # empty, or a copy that never got its thread event
+                if sess is None:
+                    continue
+                if config is None and sid != session_id_for(sess.thread_id, sess.ns):
+                    continue  # a copy that never got its thread event: not listed
                 if ns_wanted is not None and sess.ns != ns_wanted:
                     continue
                 for cid, seq in sess.ckpts.items():
@@ -612,7 +618,7 @@ class _Core:
                         if not all(meta.get(k) == v for k, v in filter.items()):
                             continue
                     cache = caches.setdefault(sess.sid, {})
-                    out.append(self.tuple_at(sess, seq, cache=cache))
+                    out.append(self.tuple_at(sess, seq, cache=cache, thread_id=thread_id))
             return out
 
     # -- planning writes ------------------------------------------------------------
