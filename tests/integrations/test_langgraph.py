@@ -802,3 +802,24 @@ def test_a_copy_cut_short_still_reads_as_its_thread(tmp_path: Path, engine: str)
         saver.copy_thread("src", "dst")
         assert len(list(saver.list(None))) == 4
         assert stored
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+def test_any_agentlog_checkpointer_underneath(tmp_path: Path, backend: str) -> None:
+    from agentlog import FileCheckpointer, MemoryCheckpointer
+
+    log = MemoryCheckpointer() if backend == "memory" else FileCheckpointer(tmp_path / "files")
+    with log:
+        saver = AgentlogSaver(log)
+        graph = build_graph(saver)
+        cfg: RunnableConfig = {"configurable": {"thread_id": "t"}}
+        graph.invoke(first_input(), cfg)
+        graph.invoke(Command(resume="fine"), cfg)
+        reference = build_graph(InMemorySaver())
+        reference.invoke(first_input(), cfg)
+        reference.invoke(Command(resume="fine"), cfg)
+        assert _history(graph, cfg) == _history(reference, cfg)
+        saver.copy_thread("t", "u")
+        assert len(list(saver.list(config("u", "")))) == len(list(saver.list(config("t", ""))))
+        saver.close()  # not the saver's to close
+        assert not log.closed
