@@ -80,8 +80,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import gc
 import hashlib
 import json
 import os
@@ -173,25 +171,6 @@ def _extends(value: Any, old: builtins.list[Any]) -> bool:
         return bool(value[: len(old)] == old)
     except Exception:  # an element whose == does not answer (arrays): store it whole
         return False
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while rebuilding values.
-
-    A rebuild makes many acyclic objects (decoded events, messages); each
-    batch of allocations can start a full collection over everything the
-    process holds (LangChain's imports alone make that ~20-60 ms, measured on
-    a resume). The collector runs again afterwards, as it was.
-    """
-    enabled = gc.isenabled()
-    if enabled:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -421,11 +400,10 @@ class _Core:
         return sess
 
     def _catch_up(self, sess: _Session) -> bool:
-        with _no_gc():
-            for event in self.log.read(sess.sid, sess.head):
-                if not sess.apply(event.seq, event.event):
-                    return False
-            return True
+        for event in self.log.read(sess.sid, sess.head):
+            if not sess.apply(event.seq, event.event):
+                return False
+        return True
 
     def forget(self, sid: str) -> None:
         self.sessions.pop(sid, None)
@@ -446,8 +424,7 @@ class _Core:
     ) -> _State:
         """The channel values of the checkpoint at ``seq``, rebuilt from its
         snapshot (``cache``: events already read, seq → event, added to)."""
-        with _no_gc():
-            return self._state(sess, seq, cache)
+        return self._state(sess, seq, cache)
 
     def _state(self, sess: _Session, seq: int, cache: dict[int, dict[str, Any]] | None) -> _State:
         read, self._read = self._read, None
@@ -608,17 +585,16 @@ class _Core:
             # Newest first, so the first rebuild of a snapshot's segment reads
             # the events the older ones need too: each is read once.
             caches: dict[str, dict[int, dict[str, Any]]] = {}
-            with _no_gc():
-                for _, sess, seq in candidates:
-                    if limit is not None and len(out) >= limit:
-                        break
-                    info = sess.info[seq]
-                    if filter:
-                        meta = self.metadata(info)
-                        if not all(meta.get(k) == v for k, v in filter.items()):
-                            continue
-                    cache = caches.setdefault(sess.sid, {})
-                    out.append(self.tuple_at(sess, seq, cache=cache, thread_id=thread_id))
+            for _, sess, seq in candidates:
+                if limit is not None and len(out) >= limit:
+                    break
+                info = sess.info[seq]
+                if filter:
+                    meta = self.metadata(info)
+                    if not all(meta.get(k) == v for k, v in filter.items()):
+                        continue
+                cache = caches.setdefault(sess.sid, {})
+                out.append(self.tuple_at(sess, seq, cache=cache, thread_id=thread_id))
             return out
 
     # -- planning writes ------------------------------------------------------------
