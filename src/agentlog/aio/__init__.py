@@ -4,9 +4,10 @@
 ``head``, ``list``, ``delete``, ``truncate``, ``fork`` awaited; ``read`` an
 async iterator). :class:`AsyncSqliteCheckpointer`,
 :class:`AsyncFileCheckpointer` and :class:`AsyncMemoryCheckpointer` implement
-it over the synchronous backends: appends from any number of coroutines are
-queued to one writer thread that commits everything queued in one
-transaction, and each caller is woken on its own loop once per group.
+it over the synchronous backends: the appends of any number of coroutines
+are grouped, each group one transaction — written on the loop's own thread
+when that needs no waiting (SQLite, its write lock free), else by one writer
+thread, which wakes each caller's loop once per group.
 
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as

@@ -3,9 +3,12 @@
 Each twin holds the synchronous backend (which checks every argument and
 owns the storage) and a :class:`~.writer.Writer`. On the event loop's own
 thread it checks and encodes appends, reads pages and heads (a page read is
-a short, lock-free WAL read on SQLite; see the README for the measurement);
-every write goes to the writer, so the loop never waits for a lock, a disk
-or a busy timeout, and no call hops through ``asyncio.to_thread``.
+a short, lock-free WAL read on SQLite; see the README for the measurement).
+On SQLite, the appends queued in one turn of a loop are then offered to the
+backend as one group, written right there if that needs no waiting (the
+write lock free at once, no fsync per commit); every other write goes to the
+writer thread. So the loop never waits for a lock, a disk or a busy timeout,
+and no call hops through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -332,7 +335,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):
-    """:class:`~agentlog.SqliteCheckpointer`, async: appends group-committed by one writer."""
+    """:class:`~agentlog.SqliteCheckpointer`, async: appends grouped per turn of the loop,
+    written on it when nothing has to wait, else by the writer thread."""
 
     def __init__(self, file: str | os.PathLike[str], **options: Any) -> None:
         backend = SqliteCheckpointer(file, **options)

@@ -1,6 +1,7 @@
 """The writer: one thread that runs a backend's writes in groups.
 
-Coroutines (and, later, threads) queue writes; the writer thread drains the
+Coroutines queue the writes that would have to wait (see
+:class:`~agentlog.aio.AsyncBaseCheckpointer`); the writer thread drains the
 queue and runs every queued append in one call to the backend's
 :meth:`~agentlog.log.BaseCheckpointer.append_prepared` — one transaction on
 SQLite — so each caller completes after the commit that holds its events, and
