@@ -29,6 +29,8 @@ import errno
 import hashlib
 import os
 import re
+import secrets
+import stat
 import threading
 from array import array
 from pathlib import Path
@@ -58,6 +60,12 @@ _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9_-]+")
 _new_stored = tuple.__new__
+# Session files are opened by their own name only: never through a symbolic
+# link, never a FIFO or device planted under a session's name.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
 def session_file_name(session_id: str) -> str:
@@ -75,9 +83,65 @@ def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
     return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
 
 
-def _stamp(stat: os.stat_result) -> tuple[int, int, int]:
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
     """What changes whenever a session file changes: inode, size and mtime."""
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _not_regular(path: Path | str) -> CorruptDatabaseError:
+    return CorruptDatabaseError(
+        f"{path} is not a regular file (a symbolic link or a special file): "
+        "agentlog neither follows nor writes through one"
+    )
+
+
+def _open_regular(path: Path | str, flags: int, mode: int = 0o600) -> int:
+    """Open ``path`` itself: never through a symbolic link (``O_NOFOLLOW``),
+    never a FIFO or device (it is refused without blocking), and for writing
+    never a file with a second name (a hard link from outside the directory).
+
+    Raises :class:`CorruptDatabaseError` for such a file and ``OSError`` for
+    the rest (``FileNotFoundError`` when there is nothing there)."""
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.ENODEV, errno.EEXIST):
+            try:
+                planted = not stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:
+                planted = False
+            if planted:
+                raise _not_regular(path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (flags & _WRITE_FLAGS and st.st_nlink > 1):
+            raise _not_regular(path)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Path | str, start: int = 0, size: int = -1) -> tuple[bytes, os.stat_result]:
+    """``size`` bytes of ``path`` from ``start`` (all with -1) and its stat,
+    opened as :func:`_open_regular` opens."""
+    fd = _open_regular(path, os.O_RDONLY)
+    with open(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if start:
+            handle.seek(start)
+        return handle.read(size), st
+
+
+def _is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file by its own name (not through a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 class _Session:
@@ -183,11 +247,14 @@ def is_file_store(directory: str | os.PathLike[str]) -> bool:
     if (path / _LOCK_NAME).is_file():
         return True
     for candidate in path.glob(f"*{_SUFFIX}"):
-        try:
-            with open(candidate, "rb") as handle:
-                first = handle.readline(1 << 16)
-        except OSError:
+        if not _is_regular(candidate):
             continue
+        try:
+            fd = _open_regular(candidate, os.O_RDONLY)
+        except (OSError, CorruptDatabaseError):
+            continue
+        with open(fd, "rb") as handle:
+            first = handle.readline(1 << 16)
         if _is_header(first):
             return True
     return False
@@ -207,10 +274,12 @@ def _require_store(directory: Path) -> None:
 
 def _check_session_file(path: Path) -> str | None:
     """What is wrong with one session file, or ``None``."""
+    if not _is_regular(path):
+        return None  # not one of ours (agentlog writes regular files only)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None  # deleted meanwhile
+        data, _ = _read_regular(path)
+    except (FileNotFoundError, CorruptDatabaseError):
+        return None  # deleted meanwhile, or replaced by what is not ours
     except OSError as exc:
         return f"cannot read {path}: {exc}"
     try:
@@ -298,7 +367,9 @@ class FileCheckpointer(BaseCheckpointer):
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = _open_regular(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
+        except CorruptDatabaseError as exc:
+            raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from None
         except OSError as exc:
             raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from exc
         try:
@@ -312,7 +383,10 @@ class FileCheckpointer(BaseCheckpointer):
                 ) from None
             raise StorageUnavailableError(f"cannot lock {self.directory}: {exc}") from exc
         for stale in self.directory.glob(f"*{_SUFFIX}.tmp"):
-            stale.unlink()  # an interrupted rewrite; the original is intact
+            # An interrupted rewrite (the original is intact), or a link
+            # planted under a temporary name: either way, not a session.
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
     # -- loading -----------------------------------------------------------------
 
@@ -353,9 +427,7 @@ class FileCheckpointer(BaseCheckpointer):
 
     def _load(self, path: Path, expected_id: str | None) -> _Session | None:
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-                stat = os.fstat(handle.fileno())
+            data, st = _read_regular(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -365,11 +437,19 @@ class FileCheckpointer(BaseCheckpointer):
             return None
         session_id, offsets = parsed
         if offsets[-1] != len(data) and not self.read_only:
-            with open(path, "r+b") as handle:
-                handle.truncate(offsets[-1])
-                if self.fsync:
-                    os.fsync(handle.fileno())
-        return _Session(session_id, path, offsets, stat.st_mtime, _stamp(stat))
+            try:
+                fd = _open_regular(path, os.O_WRONLY)
+                try:
+                    if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (st.st_ino, st.st_dev):
+                        raise _not_regular(path)  # replaced since it was read
+                    os.ftruncate(fd, offsets[-1])
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StorageUnavailableError(f"cannot repair {path}: {exc}") from exc
+        return _Session(session_id, path, offsets, st.st_mtime, _stamp(st))
 
     def _load_all(self) -> None:
         if self.read_only:
@@ -379,8 +459,8 @@ class FileCheckpointer(BaseCheckpointer):
             return
         known = {s.path.name for s in self._sessions.values() if s is not None}
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-            if path.name in known:
-                continue
+            if path.name in known or not _is_regular(path):
+                continue  # loaded already, or not one of ours
             session = self._load(path, None)
             if session is None or session.session_id in self._sessions:
                 continue
@@ -394,6 +474,8 @@ class FileCheckpointer(BaseCheckpointer):
         known = {s.path.name: s for s in self._sessions.values() if s is not None}
         current: dict[str, _Session | None] = {}
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+            if not _is_regular(path):
+                continue  # not one of ours
             cached = known.get(path.name)
             if cached is not None:
                 session = self._fresh(cached.session_id)
@@ -420,9 +502,14 @@ class FileCheckpointer(BaseCheckpointer):
                 os.close(fd)
 
     def _write_new(self, path: Path, content: bytes) -> None:
-        """Create ``path`` holding ``content`` atomically (temporary file + rename)."""
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
+        """Create ``path`` holding ``content`` atomically (temporary file + rename).
+
+        The temporary file has a random name and is created exclusively
+        (``O_CREAT | O_EXCL | O_NOFOLLOW``), so nothing planted in the
+        directory can redirect the write."""
+        tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}.{secrets.token_hex(8)}{_SUFFIX}.tmp")
+        fd = _open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with open(fd, "wb") as handle:
             handle.write(content)
             if self.fsync:
                 handle.flush()
@@ -457,15 +544,18 @@ class FileCheckpointer(BaseCheckpointer):
                 if session is None:
                     path = self.directory / session_file_name(session_id)
                     header = _header(session_id, ts)
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+                    # Empty, or a header that never completed (nothing of it returned).
+                    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                     offsets = array("q", [len(header)])
                     content = header + body
                 else:
                     path = session.path
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND)
                     offsets = session.offsets
                     content = body
                 try:
+                    if session is None:
+                        os.ftruncate(fd, 0)
                     written = os.write(fd, content)
                     if written != len(content):
                         raise OSError(errno.EIO, f"short write to {path}")
@@ -521,16 +611,18 @@ class FileCheckpointer(BaseCheckpointer):
                 return 0
             if to_seq >= session.head:
                 return session.head
-            with open(session.path, "rb") as handle:
-                data = handle.read(session.offsets[to_seq])
+            data, _ = _read_regular(session.path, 0, session.offsets[to_seq])
             header = data[: session.offsets[0]]
             body, rewritten = self._events_through(session, to_seq, data)
             if not rewritten:
                 # A batch boundary: cutting the file is one atomic step.
-                with open(session.path, "r+b") as handle:
-                    handle.truncate(session.offsets[to_seq])
+                fd = _open_regular(session.path, os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, session.offsets[to_seq])
                     if self.fsync:
-                        os.fsync(handle.fileno())
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
                 del session.offsets[to_seq + 1 :]
             else:
                 self._write_new(session.path, header + body)
@@ -553,8 +645,7 @@ class FileCheckpointer(BaseCheckpointer):
                 )
             if self._session(new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            with open(source.path, "rb") as handle:
-                data = handle.read(source.offsets[at_seq])
+            data, _ = _read_regular(source.path, 0, source.offsets[at_seq])
             body, _ = self._events_through(source, at_seq, data)
             path = self.directory / session_file_name(new_session_id)
             self._write_new(path, _header(new_session_id, ts) + body)
@@ -600,11 +691,9 @@ class FileCheckpointer(BaseCheckpointer):
             last = min(session.head, since_seq + limit)
             start, stop = session.offsets[since_seq], session.offsets[last]
             try:
-                with open(session.path, "rb") as handle:
-                    if self.read_only and _stamp(os.fstat(handle.fileno())) != session.stamp:
-                        raise CorruptDatabaseError(f"{session.path} changed while it was read")
-                    handle.seek(start)
-                    data = handle.read(stop - start)
+                data, st = _read_regular(session.path, start, stop - start)
+                if self.read_only and _stamp(st) != session.stamp:
+                    raise CorruptDatabaseError(f"{session.path} changed while it was read")
             except FileNotFoundError:
                 if self.read_only:
                     self._sessions.pop(session_id, None)
