@@ -3,12 +3,20 @@ special files under a session's predictable name or a temporary file's name."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agentlog import AgentlogError, CorruptDatabaseError, FileCheckpointer
+from agentlog import (
+    AgentlogError,
+    CorruptDatabaseError,
+    FileCheckpointer,
+    StorageUnavailableError,
+)
 from agentlog.log.file import session_file_name
 
 EVENTS = [{"type": "user", "content": f"m{i}"} for i in range(6)]
@@ -136,3 +144,63 @@ def test_a_planted_lock_symlink_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(AgentlogError):
         FileCheckpointer(store)
     assert not target.exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A small tmpfs of our own (mounting needs the privilege to mount)."""
+    mount_point = tmp_path / "tmpfs"
+    mount_point.mkdir()
+    run = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {run.stderr.strip() or run.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> None:
+    """Write a filler file until the file system is full."""
+    with (directory / "filler").open("wb", buffering=0) as handle:
+        chunk = b"x" * 4096
+        while True:
+            try:
+                handle.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                if len(chunk) == 1:
+                    return
+                chunk = chunk[: len(chunk) // 2]
+
+
+def test_fork_and_truncate_on_a_full_disk_are_typed_and_leave_nothing(full_disk: Path) -> None:
+    store = full_disk / "store"
+    big = [{"type": "user", "content": "x" * 2000} for _ in range(20)]
+    with FileCheckpointer(store) as cp:
+        cp.append("s", big)
+        path = store / session_file_name("s")
+        before = path.read_bytes()
+        fill(full_disk)
+        with pytest.raises(StorageUnavailableError, match="fork"):
+            cp.fork("s", 20, "f")
+        with pytest.raises(StorageUnavailableError, match="truncate"):
+            cp.truncate("s", 10)  # inside the batch: a rewrite
+        with pytest.raises(StorageUnavailableError, match="append"):
+            cp.append("new", big[:1])
+        assert list(store.glob("*.tmp")) == []
+        assert sorted(p.name for p in store.iterdir()) == sorted([".agentlog.lock", path.name])
+        assert path.read_bytes() == before
+        assert cp.head("s") == 20
+        assert cp.head("f") == 0
+        assert [e.event for e in cp.read("s")] == big
+        (full_disk / "filler").unlink()
+        assert cp.fork("s", 20, "f") == 20
+        assert cp.truncate("s", 10) == 10
+    with FileCheckpointer(store) as cp:
+        assert [e.event for e in cp.read("s")] == big[:10]
+        assert [e.event for e in cp.read("f")] == big

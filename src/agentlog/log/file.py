@@ -509,12 +509,18 @@ class FileCheckpointer(BaseCheckpointer):
         directory can redirect the write."""
         tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}.{secrets.token_hex(8)}{_SUFFIX}.tmp")
         fd = _open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        with open(fd, "wb") as handle:
-            handle.write(content)
-            if self.fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(fd, "wb") as handle:
+                handle.write(content)
+                if self.fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk, an I/O error: the original is untouched; leave no trace.
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         self._sync_directory()
 
     def _touch(self, session: _Session, mtime: float | None = None) -> None:
@@ -565,8 +571,12 @@ class FileCheckpointer(BaseCheckpointer):
                 finally:
                     os.close(fd)
             except OSError as exc:
-                # Drop whatever part of the batch reached the file.
+                # Drop whatever part of the batch reached the file (a file this
+                # append was creating held nothing committed: remove it).
                 self._sessions.pop(session_id, None)
+                if session is None:
+                    with contextlib.suppress(OSError):
+                        (self.directory / session_file_name(session_id)).unlink()
                 self._session(session_id)
                 raise StorageUnavailableError(f"append to {session_id!r} failed: {exc}") from exc
             if session is None:
@@ -611,25 +621,31 @@ class FileCheckpointer(BaseCheckpointer):
                 return 0
             if to_seq >= session.head:
                 return session.head
-            data, _ = _read_regular(session.path, 0, session.offsets[to_seq])
-            header = data[: session.offsets[0]]
-            body, rewritten = self._events_through(session, to_seq, data)
-            if not rewritten:
-                # A batch boundary: cutting the file is one atomic step.
-                fd = _open_regular(session.path, os.O_WRONLY)
-                try:
-                    os.ftruncate(fd, session.offsets[to_seq])
-                    if self.fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-                del session.offsets[to_seq + 1 :]
-            else:
-                self._write_new(session.path, header + body)
-                self._sessions.pop(session_id)
-                session = self._session(session_id)
-                assert session is not None
-            self._touch(session)
+            try:
+                data, _ = _read_regular(session.path, 0, session.offsets[to_seq])
+                header = data[: session.offsets[0]]
+                body, rewritten = self._events_through(session, to_seq, data)
+                if not rewritten:
+                    # A batch boundary: cutting the file is one atomic step.
+                    fd = _open_regular(session.path, os.O_WRONLY)
+                    try:
+                        os.ftruncate(fd, session.offsets[to_seq])
+                        if self.fsync:
+                            os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    del session.offsets[to_seq + 1 :]
+                else:
+                    self._write_new(session.path, header + body)
+                    self._sessions.pop(session_id)
+                    session = self._session(session_id)
+                    assert session is not None
+                self._touch(session)
+            except OSError as exc:
+                self._sessions.pop(session_id, None)  # read it again as it is on disk
+                raise StorageUnavailableError(
+                    f"truncate of {session_id!r} to {to_seq} failed: {exc}"
+                ) from exc
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
@@ -645,14 +661,20 @@ class FileCheckpointer(BaseCheckpointer):
                 )
             if self._session(new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            data, _ = _read_regular(source.path, 0, source.offsets[at_seq])
-            body, _ = self._events_through(source, at_seq, data)
-            path = self.directory / session_file_name(new_session_id)
-            self._write_new(path, _header(new_session_id, ts) + body)
-            self._sessions.pop(new_session_id, None)
-            forked = self._session(new_session_id)
-            assert forked is not None
-            self._touch(forked)
+            try:
+                data, _ = _read_regular(source.path, 0, source.offsets[at_seq])
+                body, _ = self._events_through(source, at_seq, data)
+                path = self.directory / session_file_name(new_session_id)
+                self._write_new(path, _header(new_session_id, ts) + body)
+                self._sessions.pop(new_session_id, None)
+                forked = self._session(new_session_id)
+                assert forked is not None
+                self._touch(forked)
+            except OSError as exc:
+                self._sessions.pop(new_session_id, None)  # read it again as it is on disk
+                raise StorageUnavailableError(
+                    f"fork of {session_id!r} at {at_seq} into {new_session_id!r} failed: {exc}"
+                ) from exc
             return at_seq
 
     def _delete(self, session_id: str) -> None:
