@@ -204,6 +204,7 @@ def _backup(source: Path, target: Path, backup: Path, engine: str | None) -> Non
     resolved = backup.resolve()
     if resolved == source.resolve() or source.resolve() in resolved.parents:
         raise MigrationError("the backup must be outside the source")
+    backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     copy = backup / "source"
     shutil.copytree(source, copy)
     for original in sorted(p for p in source.rglob("*") if p.is_file()):

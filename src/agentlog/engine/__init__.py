@@ -13,6 +13,7 @@ import os
 import platform
 from typing import Any
 
+from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .interface import Connection, Engine, EngineFactory
 from .pure import PyEngine
 
@@ -65,11 +66,13 @@ def open_engine(
     busy_timeout_ms: int = 5000,
     integrity_check_on_open: bool = False,
     read_only: bool = False,
+    file_mode: int = DEFAULT_FILE_MODE,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
     Arguments are checked here, once, for every caller (the SQLite backend,
-    the stores, migrate and the CLI).
+    the stores, migrate and the CLI). A file this creates gets ``file_mode``
+    (the owner's only by default), and so do its ``-wal`` and ``-shm``.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
@@ -86,6 +89,7 @@ def open_engine(
         busy_timeout_ms=max(0, busy_timeout_ms),
         integrity_check_on_open=bool(integrity_check_on_open),
         read_only=bool(read_only),
+        file_mode=check_file_mode(file_mode),
     )
 
 

@@ -38,6 +38,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent
+from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from . import schema as S
 from . import sql as Q
 from .interface import Connection
@@ -129,6 +130,7 @@ class EngineBase(Generic[ConnectionT]):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         read_only: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
@@ -144,8 +146,16 @@ class EngineBase(Generic[ConnectionT]):
         self._idle_readers: collections.deque[ConnectionT] = collections.deque()
         self._closed = False
         self._file_key: tuple[int, int] | None = None
-        # Read-only opens need no query_only: the file itself is opened read-only.
-        self._writer = self._connect(query_only=False)
+        # A new file is created here, with file_mode (the owner's only unless
+        # told otherwise); SQLite gives its -wal and -shm files the same mode.
+        created = not self._memory and not self.read_only and create_private_file(path, file_mode)
+        try:
+            # Read-only opens need no query_only: the file itself is opened read-only.
+            self._writer = self._connect(query_only=False)
+        except BaseException:
+            if created:
+                remove_created(path)
+            raise
         try:
             self._claim_file()
             with self._translating(f"cannot open {path!r}"):
@@ -153,6 +163,8 @@ class EngineBase(Generic[ConnectionT]):
         except BaseException as exc:
             self._release_file()
             self._writer.close()
+            if created:
+                remove_created(path)
             restated = _opening_error(exc, path)
             if restated is exc:
                 raise
@@ -668,11 +680,16 @@ class EngineBase(Generic[ConnectionT]):
         state even while other processes write. It runs on the writer
         connection (a pooled reader is ``query_only``, which refuses it).
         """
-        if os.path.lexists(path):
+        # Created here, empty and the owner's only (VACUUM INTO fills an empty file).
+        if os.path.lexists(path) or not create_private_file(path, DEFAULT_FILE_MODE):
             raise StorageUnavailableError(f"backup target {path!r} already exists")
-        with self._write_lock, self._translating("backup"):
-            self._check_open()
-            self._writer.rows(Q.BACKUP_INTO, (path,))
+        try:
+            with self._write_lock, self._translating("backup"):
+                self._check_open()
+                self._writer.rows(Q.BACKUP_INTO, (path,))
+        except BaseException:
+            remove_created(path)
+            raise
 
     def close(self) -> None:
         """Close every connection; idempotent."""

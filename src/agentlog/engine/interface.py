@@ -196,6 +196,7 @@ class EngineFactory(Protocol):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         read_only: bool = False,
+        file_mode: int = 0o600,
     ) -> Engine:
         """Open (creating and migrating forward, unless ``read_only``) ``path``."""
         ...

@@ -47,6 +47,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
+from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
 from .contract import BaseCheckpointer
 
 try:
@@ -339,6 +340,10 @@ class FileCheckpointer(BaseCheckpointer):
     a torn tail — and every write raises :class:`StorageUnavailableError`.
     It sees each batch the owner had committed when a read starts; a file that
     changed since it was last read is read again.
+
+    ``file_mode`` is the mode of the files it creates (the owner's only,
+    ``0o600``, unless told otherwise); the directory, when it creates it, gets
+    the matching directory mode (``0o700``). A rewritten file keeps its mode.
     """
 
     def __init__(
@@ -348,9 +353,11 @@ class FileCheckpointer(BaseCheckpointer):
         *,
         create: bool = True,
         read_only: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a path, not {type(directory).__name__}")
+        self.file_mode = check_file_mode(file_mode)
         if fcntl is None:  # pragma: no cover - not POSIX
             raise StorageUnavailableError("FileCheckpointer needs POSIX file locks")
         self.directory = Path(directory)
@@ -366,8 +373,10 @@ class FileCheckpointer(BaseCheckpointer):
         if self.read_only:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = _open_regular(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT)
+            self.directory.mkdir(parents=True, exist_ok=True, mode=directory_mode(self.file_mode))
+            self._lock_fd = _open_regular(
+                self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, self.file_mode
+            )
         except CorruptDatabaseError as exc:
             raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from None
         except OSError as exc:
@@ -501,15 +510,19 @@ class FileCheckpointer(BaseCheckpointer):
             finally:
                 os.close(fd)
 
-    def _write_new(self, path: Path, content: bytes) -> None:
+    def _write_new(self, path: Path, content: bytes, file_mode: int | None = None) -> None:
         """Create ``path`` holding ``content`` atomically (temporary file + rename).
 
         The temporary file has a random name and is created exclusively
         (``O_CREAT | O_EXCL | O_NOFOLLOW``), so nothing planted in the
-        directory can redirect the write."""
+        directory can redirect the write. It gets ``file_mode`` (the store's,
+        unless a rewrite keeps the original's)."""
         tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}.{secrets.token_hex(8)}{_SUFFIX}.tmp")
-        fd = _open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        mode = self.file_mode if file_mode is None else file_mode
+        fd = _open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
+            if file_mode is not None:
+                os.fchmod(fd, file_mode)  # exactly the original's, whatever the umask
             with open(fd, "wb") as handle:
                 handle.write(content)
                 if self.fsync:
@@ -551,7 +564,7 @@ class FileCheckpointer(BaseCheckpointer):
                     path = self.directory / session_file_name(session_id)
                     header = _header(session_id, ts)
                     # Empty, or a header that never completed (nothing of it returned).
-                    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.file_mode)
                     offsets = array("q", [len(header)])
                     content = header + body
                 else:
@@ -622,7 +635,7 @@ class FileCheckpointer(BaseCheckpointer):
             if to_seq >= session.head:
                 return session.head
             try:
-                data, _ = _read_regular(session.path, 0, session.offsets[to_seq])
+                data, st = _read_regular(session.path, 0, session.offsets[to_seq])
                 header = data[: session.offsets[0]]
                 body, rewritten = self._events_through(session, to_seq, data)
                 if not rewritten:
@@ -636,7 +649,7 @@ class FileCheckpointer(BaseCheckpointer):
                         os.close(fd)
                     del session.offsets[to_seq + 1 :]
                 else:
-                    self._write_new(session.path, header + body)
+                    self._write_new(session.path, header + body, stat.S_IMODE(st.st_mode))
                     self._sessions.pop(session_id)
                     session = self._session(session_id)
                     assert session is not None

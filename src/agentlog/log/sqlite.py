@@ -21,6 +21,7 @@ from ..events import (
     check_identifier,
     check_session_id,
 )
+from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .contract import BaseCheckpointer, PreparedAppend
 
 __all__ = ["SqliteCheckpointer"]
@@ -59,6 +60,8 @@ class SqliteCheckpointer(BaseCheckpointer):
       database (an empty one included) :class:`SchemaVersionError`.
     * ``tenant`` is the tenant whose sessions this checkpointer sees
       (:data:`DEFAULT_TENANT` unless told otherwise; the stores write any).
+    * ``file_mode`` is the mode of a file it creates, and of its ``-wal`` and
+      ``-shm``: the owner's only (``0o600``) unless told otherwise.
 
     One object is safe to share between threads.
     """
@@ -74,8 +77,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         read_only: bool = False,
         create: bool = True,
         tenant: str = DEFAULT_TENANT,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         tenant = check_identifier(tenant, "tenant", StorageDataError)
+        check_file_mode(file_mode)
         if read_only or not create:
             _refuse_missing(file)
             if not read_only:
@@ -88,6 +93,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             busy_timeout_ms=busy_timeout_ms,
             integrity_check_on_open=integrity_check_on_open,
             read_only=read_only,
+            file_mode=file_mode,
         )
         if read_only:
             _require_agentlog(self._engine)

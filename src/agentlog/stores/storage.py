@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from ..engine import Engine, open_engine
 from ..errors import CheckpointerClosedError
+from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
 from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
@@ -76,11 +77,17 @@ class SqliteStorage(Closable):
         synchronous: str = "normal",
         busy_timeout_ms: int = 5000,
         engine: str | None = None,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> SqliteStorage:
-        """Open (creating or migrating forward) the database at ``path``."""
+        """Open (creating or migrating forward) the database at ``path``; a file
+        it creates gets ``file_mode`` (the owner's only unless told otherwise)."""
         return cls(
             open_engine(
-                path, engine=engine, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+                path,
+                engine=engine,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+                file_mode=file_mode,
             )
         )
 
