@@ -25,6 +25,7 @@ import collections
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -90,6 +91,12 @@ def _opening_error(exc: BaseException, path: str) -> BaseException:
         return exc
     code, message = detail
     return driver_error(code, message, f"cannot open {path!r}")
+
+
+# The files open in this process: (st_dev, st_ino) -> (engine name, claims);
+# see EngineBase._claim_file.
+_OPEN_FILES: dict[tuple[int, int], tuple[str, int]] = {}
+_OPEN_FILES_LOCK = threading.Lock()
 
 
 class _WouldWait(Exception):
@@ -169,6 +176,15 @@ class EngineBase(Generic[ConnectionT]):
             if restated is exc:
                 raise
             raise restated from exc
+        # An engine dropped without close() (a checkpointer never closed, then
+        # collected) still closes its connections and gives up its claim on
+        # the file. The callback holds the connections and the claim, never
+        # the engine. Not at interpreter exit: a daemon thread may still be
+        # using a connection then, and the process's end releases everything.
+        self._finalizer = weakref.finalize(
+            self, _shut_down, self._writer, self._idle_readers, self._file_key
+        )
+        self._finalizer.atexit = False
 
     @property
     def closed(self) -> bool:
@@ -180,8 +196,6 @@ class EngineBase(Generic[ConnectionT]):
     # standard library's) cannot see each other's locks, and closing a file in
     # one drops the other's. So one process opens a file with one engine at a
     # time; a second engine is refused instead of risking the file.
-    _open_files: ClassVar[dict[tuple[int, int], tuple[str, int]]] = {}
-    _open_files_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def _claim_file(self) -> None:
         if self._memory:
@@ -191,27 +205,20 @@ class EngineBase(Generic[ConnectionT]):
         except OSError as exc:
             raise StorageUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
         key = (stat.st_dev, stat.st_ino)
-        with EngineBase._open_files_lock:
-            engine, count = EngineBase._open_files.get(key, (self.name, 0))
+        with _OPEN_FILES_LOCK:
+            engine, count = _OPEN_FILES.get(key, (self.name, 0))
             if engine != self.name:
                 raise StorageUnavailableError(
                     f"{self.path!r} is open with the {engine!r} engine in this process; "
                     f"close it before opening it with the {self.name!r} engine (two SQLite "
                     "libraries in one process do not see each other's locks)"
                 )
-            EngineBase._open_files[key] = (engine, count + 1)
+            _OPEN_FILES[key] = (engine, count + 1)
         self._file_key = key
 
     def _release_file(self) -> None:
         key, self._file_key = self._file_key, None
-        if key is None:
-            return
-        with EngineBase._open_files_lock:
-            engine, count = EngineBase._open_files[key]
-            if count > 1:
-                EngineBase._open_files[key] = (engine, count - 1)
-            else:
-                del EngineBase._open_files[key]
+        _release_claim(key)
 
     # -- the driver: what each twin supplies ---------------------------------------
 
@@ -697,6 +704,36 @@ class EngineBase(Generic[ConnectionT]):
             if self._closed:
                 return
             self._closed = True
-            self._drain_readers()
-            self._writer.close()
-            self._release_file()
+            self._file_key = None
+            self._finalizer()  # the readers, the writer, the claim on the file
+
+
+def _release_claim(key: tuple[int, int] | None) -> None:
+    """Give up one claim on the file ``key`` (see ``EngineBase._claim_file``)."""
+    if key is None:
+        return
+    with _OPEN_FILES_LOCK:
+        engine, count = _OPEN_FILES[key]
+        if count > 1:
+            _OPEN_FILES[key] = (engine, count - 1)
+        else:
+            del _OPEN_FILES[key]
+
+
+def _shut_down(
+    writer: DriverConnection,
+    readers: collections.deque[Any],
+    key: tuple[int, int] | None,
+) -> None:
+    """Close an engine's connections and release its claim: at :meth:`EngineBase.close`,
+    or when the engine is collected without it (this holds no reference to it)."""
+    try:
+        while True:
+            try:
+                conn = readers.pop()
+            except IndexError:
+                break
+            conn.close()
+        writer.close()
+    finally:
+        _release_claim(key)
