@@ -152,6 +152,7 @@ class EngineBase(Generic[ConnectionT]):
         # their own (free-threaded builds included), so it needs no lock.
         self._idle_readers: collections.deque[ConnectionT] = collections.deque()
         self._closed = False
+        self._closed_message = "the database is closed"
         self._file_key: tuple[int, int] | None = None
         # A new file is created here, with file_mode (the owner's only unless
         # told otherwise); SQLite gives its -wal and -shm files the same mode.
@@ -185,6 +186,10 @@ class EngineBase(Generic[ConnectionT]):
             self, _shut_down, self._writer, self._idle_readers, self._file_key
         )
         self._finalizer.atexit = False
+        # A SQLite connection must not cross os.fork(): the child refuses this
+        # engine (see _after_fork_in_child).
+        self._pid = os.getpid()
+        _LIVE_ENGINES.add(self)
 
     @property
     def closed(self) -> bool:
@@ -314,7 +319,7 @@ class EngineBase(Generic[ConnectionT]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(self._closed_message)
 
     def _borrow_reader(self) -> ConnectionT:
         """A read connection from the pool (a new one when none is idle).
@@ -322,7 +327,7 @@ class EngineBase(Generic[ConnectionT]):
         The C twin inlines this and :meth:`_return_reader` on its hot paths.
         """
         if self._closed:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(self._closed_message)
         try:
             return self._idle_readers.pop()
         except IndexError:
@@ -373,7 +378,7 @@ class EngineBase(Generic[ConnectionT]):
                     conn.rows(Q.COMMIT)
         except StorageUnavailableError as exc:
             if self._closed:
-                raise CheckpointerClosedError("the database is closed") from exc
+                raise CheckpointerClosedError(self._closed_message) from exc
             raise
 
     def write(self, context: str, work: Callable[[ConnectionT], _T]) -> _T:
@@ -496,6 +501,7 @@ class EngineBase(Generic[ConnectionT]):
         empty batch writes nothing: its head is read (and checked) after the
         group, as :meth:`append` does.
         """
+        self._check_open()
         written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=True)
         assert written is not None
         return self._with_empty_batches(tenant, requests, ts, written)
@@ -510,6 +516,7 @@ class EngineBase(Generic[ConnectionT]):
         disk — with ``synchronous="full"`` every commit does, so the answer is
         always None.
         """
+        self._check_open()
         if self.synchronous == "full":
             return None
         written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=False)
@@ -581,6 +588,8 @@ class EngineBase(Generic[ConnectionT]):
         An empty batch writes nothing and returns the head (a stale
         ``expected_head`` still conflicts).
         """
+        # Checked before the twin's queue and locks (a fork child must not wait on them).
+        self._check_open()
         if batch:
             return self._append_batch(tenant, name, expected_head, ts, batch)
         head = self.head(tenant, name)
@@ -706,6 +715,43 @@ class EngineBase(Generic[ConnectionT]):
             self._closed = True
             self._file_key = None
             self._finalizer()  # the readers, the writer, the claim on the file
+
+    def abandon_after_fork(self) -> None:
+        """In a child of ``os.fork()`` (called by the fork hook): refuse every
+        later use, and never touch the parent's connections (not even to close
+        them, here or when this is collected). Fresh locks: a parent thread may
+        have held one at the fork."""
+        self._closed_message = (
+            f"{self.path!r} was opened in process {self._pid}, before os.fork(): a SQLite "
+            "connection cannot be used across a fork; open the database again in this process"
+        )
+        self._closed = True
+        self._write_lock = threading.Lock()
+        self._finalizer.detach()
+        _ABANDONED.append((self._writer, self._idle_readers))
+        self._idle_readers = collections.deque()
+        self._file_key = None  # the child's claims start afresh (_after_fork_in_child)
+
+
+# Engines open in this process; in a fork child each is abandoned (see
+# EngineBase.abandon_after_fork) and its connections kept here, never closed:
+# closing a connection inherited from the parent would act on the parent's file.
+_LIVE_ENGINES: weakref.WeakSet[EngineBase[Any]] = weakref.WeakSet()
+_ABANDONED: list[tuple[Any, Any]] = []
+
+
+def _after_fork_in_child() -> None:
+    global _OPEN_FILES_LOCK
+    _OPEN_FILES_LOCK = threading.Lock()  # a parent thread may have held it
+    _OPEN_FILES.clear()
+    for engine in list(_LIVE_ENGINES):
+        if not engine.closed:
+            engine.abandon_after_fork()
+    _LIVE_ENGINES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _release_claim(key: tuple[int, int] | None) -> None:

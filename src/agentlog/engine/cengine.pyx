@@ -84,7 +84,7 @@ def _sqlite_info():
 cdef inline CConnection _borrow_reader(object engine):
     """``EngineBase._borrow_reader`` for the hot paths, without a Python call."""
     if engine._closed:
-        raise CheckpointerClosedError("the database is closed")
+        raise CheckpointerClosedError(engine._closed_message)
     try:
         return <CConnection>engine._idle_readers.pop()
     except IndexError:
