@@ -67,12 +67,16 @@ def open_engine(
     integrity_check_on_open: bool = False,
     read_only: bool = False,
     file_mode: int = DEFAULT_FILE_MODE,
+    immutable: bool = False,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
     Arguments are checked here, once, for every caller (the SQLite backend,
     the stores, migrate and the CLI). A file this creates gets ``file_mode``
     (the owner's only by default), and so do its ``-wal`` and ``-shm``.
+    ``immutable`` (with ``read_only``) reads a file that no process has open
+    — no ``-wal`` or ``-shm`` beside it — without creating them or taking
+    locks; a writer that starts meanwhile is not seen.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
@@ -90,6 +94,7 @@ def open_engine(
         integrity_check_on_open=bool(integrity_check_on_open),
         read_only=bool(read_only),
         file_mode=check_file_mode(file_mode),
+        immutable=bool(immutable),
     )
 
 

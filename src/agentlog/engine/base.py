@@ -138,6 +138,7 @@ class EngineBase(Generic[ConnectionT]):
         integrity_check_on_open: bool = False,
         read_only: bool = False,
         file_mode: int = DEFAULT_FILE_MODE,
+        immutable: bool = False,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
@@ -145,6 +146,9 @@ class EngineBase(Generic[ConnectionT]):
         self.read_only = bool(read_only)
         self.schema_version = 0
         self._memory = path == ":memory:"
+        # A read of a file no process has open (no -wal, no -shm): SQLite
+        # creates nothing beside it and takes no locks (read_only only).
+        self._immutable = bool(immutable) and self.read_only and not self._memory
         self._busy_timeout_ms = max(0, int(busy_timeout_ms))
         self.synchronous = synchronous
         self._write_lock = threading.Lock()

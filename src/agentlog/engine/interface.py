@@ -197,6 +197,7 @@ class EngineFactory(Protocol):
         integrity_check_on_open: bool = False,
         read_only: bool = False,
         file_mode: int = 0o600,
+        immutable: bool = False,
     ) -> Engine:
         """Open (creating and migrating forward, unless ``read_only``) ``path``."""
         ...
