@@ -32,6 +32,7 @@ import re
 import secrets
 import stat
 import threading
+import weakref
 from array import array
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import orjson
 
 from ..errors import (
     CheckpointConflictError,
+    CheckpointerClosedError,
     CorruptDatabaseError,
     DirectoryLockedError,
     SessionExistsError,
@@ -364,6 +366,7 @@ class FileCheckpointer(BaseCheckpointer):
         self.fsync = bool(fsync)
         self.read_only = bool(read_only)
         self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._sessions: dict[str, _Session | None] = {}
         self._all_loaded = False
         self._activity = 0
@@ -371,6 +374,7 @@ class FileCheckpointer(BaseCheckpointer):
         if self.read_only or not create:
             _require_store(self.directory)
         if self.read_only:
+            _LIVE_FILE_STORES.add(self)
             return
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=directory_mode(self.file_mode))
@@ -391,6 +395,10 @@ class FileCheckpointer(BaseCheckpointer):
                     f"{self.directory} is in use by another process or checkpointer"
                 ) from None
             raise StorageUnavailableError(f"cannot lock {self.directory}: {exc}") from exc
+        # Dropped without close(): the collector gives the directory up.
+        self._finalizer = weakref.finalize(self, os.close, self._lock_fd)
+        self._finalizer.atexit = False
+        _LIVE_FILE_STORES.add(self)
         for stale in self.directory.glob(f"*{_SUFFIX}.tmp"):
             # An interrupted rewrite (the original is intact), or a link
             # planted under a temporary name: either way, not a session.
@@ -798,5 +806,47 @@ class FileCheckpointer(BaseCheckpointer):
         with self._lock:
             self._sessions.clear()
             if self._lock_fd is not None:
-                os.close(self._lock_fd)  # releases the directory lock
+                self._finalizer()  # closes the lock file: releases the directory
                 self._lock_fd = None
+
+    _forked_from: int | None = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._forked_from is not None:
+                raise CheckpointerClosedError(
+                    f"this FileCheckpointer of {self.directory} was opened in process "
+                    f"{self._forked_from}, before os.fork(): the directory has one owner; "
+                    "open it again in this process (after the owner closes it)"
+                )
+            raise CheckpointerClosedError("this FileCheckpointer is closed")
+
+    def abandon_after_fork(self) -> None:
+        """In a child of ``os.fork()`` (called by the fork hook): refuse every
+        later use — the parent still owns the directory — without touching the
+        parent's lock file; a fresh lock, as a parent thread may have held it.
+        A read-only one owns nothing: it goes on reading, on its fresh lock."""
+        self._lock = threading.RLock()
+        if self.read_only:
+            return
+        self._forked_from = self._pid
+        self._closed = True
+        if self._lock_fd is not None:
+            self._finalizer.detach()
+            self._lock_fd = None
+
+
+# File stores open in this process; a fork child abandons each (see
+# FileCheckpointer.abandon_after_fork).
+_LIVE_FILE_STORES: weakref.WeakSet[FileCheckpointer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE_FILE_STORES):
+        if not store.closed:
+            store.abandon_after_fork()
+    _LIVE_FILE_STORES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
