@@ -190,7 +190,7 @@ def _read_target(
     ``-wal`` and ``-shm`` beside it."""
     if not target.exists():
         return set(), {}
-    idle = not any(os.path.lexists(f"{target}{suffix}") for suffix in ("-wal", "-shm"))
+    idle = not any(os.path.lexists(f"{target}{end}") for end in ("-wal", "-shm", "-journal"))
     try:
         db = open_engine(target, engine=engine, read_only=True, immutable=idle)
     except (CorruptDatabaseError, StorageUnavailableError) as exc:
