@@ -6,6 +6,7 @@ may open the file anew; the parent goes on undisturbed."""
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import signal
@@ -36,8 +37,8 @@ def in_child(work: Callable[[], list[Any]]) -> list[Any]:
         try:
             os.close(read_end)
             signal.alarm(10)
-            result = json.dumps(work()).encode()
-            os.write(write_end, result)
+            payload = json.dumps(work()).encode()
+            os.write(write_end, payload)
             status = 0
         except BaseException as exc:
             os.write(write_end, json.dumps(["child failed", repr(exc)]).encode())
@@ -112,13 +113,14 @@ def test_a_fork_while_a_parent_thread_writes_does_not_deadlock_the_child(
     log.append("s", [EVENT])
     inside, release = threading.Event(), threading.Event()
 
-    class SlowStream:
+    class SlowStream(io.BytesIO):
         """A stream read inside the artifact's write transaction."""
 
         def __init__(self) -> None:
+            super().__init__()
             self.sent = False
 
-        def read(self, size: int = -1) -> bytes:
+        def read(self, size: int | None = -1, /) -> bytes:
             inside.set()
             release.wait(10)
             if self.sent:
@@ -127,7 +129,7 @@ def test_a_fork_while_a_parent_thread_writes_does_not_deadlock_the_child(
             return b"payload"
 
     writer = threading.Thread(
-        target=lambda: storage.artifacts.put("acme", "a", SlowStream(), "text/plain", None)  # type: ignore[arg-type]
+        target=lambda: storage.artifacts.put("acme", "a", SlowStream(), "text/plain", None)
     )
     writer.start()
     assert inside.wait(10)

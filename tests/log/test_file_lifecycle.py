@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +55,15 @@ def test_a_fork_child_refuses_its_parents_file_checkpointer(tmp_path: Path) -> N
             os.close(read_end)
             signal.alarm(10)
             found: list[Any] = []
-            for name, call in {
+            calls: dict[str, Callable[[], object]] = {
                 "append": lambda: cp.append("s", [EVENT]),
                 "head": lambda: cp.head("s"),
                 "read": lambda: list(cp.read("s")),
                 "list": cp.list,
                 "truncate": lambda: cp.truncate("s", 0),
                 "delete": lambda: cp.delete("s"),
-            }.items():
+            }
+            for name, call in calls.items():
                 try:
                     call()
                 except CheckpointerClosedError as exc:

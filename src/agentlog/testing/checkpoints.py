@@ -191,7 +191,7 @@ class CheckpointStoreConformance(StoreSuite):
             {"side_effects": 5},
             {"side_effects": "fx"},
             {"side_effects": {"id": "fx", "kind": "k"}},
-            {"side_effects": [SideEffect("fx", "kind", state=["pending"])]},  # type: ignore[arg-type]
+            {"side_effects": [{"id": "fx", "kind": "kind", "state": ["pending"]}]},
         ],
     )
     def test_bad_input_is_refused(self, storage: Any, fields: dict[str, Any]) -> None:
