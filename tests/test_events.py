@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator, KeysView, Mapping
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from agentlog import (
     EVENT_TYPES,
     InvalidEventError,
     InvalidSessionIdError,
+    MemoryCheckpointer,
     StoredEvent,
     check_session_id,
     store_events,
@@ -86,3 +88,45 @@ def test_stored_event_is_an_immutable_tuple() -> None:
     assert (seq, parent, ts, kind, body) == (1, 0, 1.5, "user", {"type": "user"})
     with pytest.raises(AttributeError):
         event.seq = 2  # type: ignore[misc]
+
+
+class _KeysLie(Mapping[str, Any]):
+    """A mapping whose ``keys()`` names a key its items do not have."""
+
+    def __init__(self) -> None:
+        self._data = {"type": "user", "content": "hi"}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def keys(self) -> Any:
+        return ["type", "content", "ghost"]
+
+
+class _IterLies(_KeysLie):
+    """Iterates over a key that ``__getitem__`` refuses."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["type", "phantom"])
+
+    def keys(self) -> Any:
+        return KeysView(self)
+
+
+@pytest.mark.parametrize("liar", [_KeysLie, _IterLies])
+def test_a_mapping_that_lies_about_its_keys_is_an_invalid_event(liar: type) -> None:
+    good = {"type": "user", "content": "ok"}
+    with MemoryCheckpointer() as log:
+        log.append("s", [good])
+        with pytest.raises(InvalidEventError) as caught:
+            log.append("s", [good, liar()])
+        assert caught.value.index == 1
+        assert log.head("s") == 1
+    with pytest.raises(InvalidEventError, match="event 0"):
+        store_events("s", 0, [liar()])

@@ -215,3 +215,129 @@ def test_the_command_line(
     assert "migrated 2, skipped 0" in out
     main(["migrate", str(v1_source), str(target)])
     assert "migrated 0, skipped 2" in capsys.readouterr().out
+
+
+# -- tenants, dry runs that see what the apply refuses, and what failures leave ------------
+
+
+def test_the_ledger_is_kept_per_tenant(v1_source: Path, tmp_path: Path, engine: str) -> None:
+    target = tmp_path / "target.db"
+    first = migrate(v1_source, target, tenant="acme", backup_dir=tmp_path / "b1", engine=engine)
+    assert first.migrated == 2
+    plan = migrate(v1_source, target, tenant="globex", dry_run=True, engine=engine)
+    assert [s.action for s in plan.sessions] == ["migrate", "migrate"]
+    second = migrate(v1_source, target, tenant="globex", backup_dir=tmp_path / "b2", engine=engine)
+    assert (second.migrated, second.skipped) == (2, 0)
+    again = migrate(v1_source, target, tenant="acme", backup_dir=tmp_path / "b3", engine=engine)
+    assert (again.migrated, again.skipped) == (0, 2)
+    for tenant in ("acme", "globex"):
+        with SqliteCheckpointer(target, engine=engine, tenant=tenant) as log:
+            assert sorted(info.id for info in log.list()) == ["alpha", "beta"]
+    # A tenant whose migration happened: an edited source is caught for it alone.
+    write_v1(v1_source / "sessions", "beta", [{"role": "user", "content": "edited"}])
+    plan = migrate(v1_source, target, tenant="acme", dry_run=True, engine=engine)
+    assert [s.action for s in plan.sessions] == ["skip", "changed"]
+    plan = migrate(v1_source, target, tenant="initech", dry_run=True, engine=engine)
+    assert [s.action for s in plan.sessions] == ["migrate", "migrate"]
+
+
+def test_a_version_6_ledger_is_brought_forward(tmp_path: Path, engine: str) -> None:
+    # A target written before the ledger knew tenants: its rows keep their tenant.
+    import sqlite3
+
+    from agentlog.engine.schema import MIGRATIONS, migration
+
+    target = tmp_path / "v6.db"
+    db = sqlite3.connect(target)
+    for statement in [sql for version in range(1, 6) for sql in MIGRATIONS[version]]:
+        db.execute(statement)
+    db.execute(  # the ledger as version 6 was first released
+        """CREATE TABLE migration_ledger (
+            source_id TEXT NOT NULL,
+            source_key TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            migrated REAL NOT NULL,
+            PRIMARY KEY (source_id, source_key)
+        ) WITHOUT ROWID"""
+    )
+    db.execute("PRAGMA application_id = 1095191623")
+    db.execute("PRAGMA user_version = 6")
+    db.execute("INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'acme', 'a', 1.0)")
+    db.commit()
+    db.close()
+    assert any("migration_ledger_7" in sql for sql in migration(6))  # the rebuild
+    assert not any("migration_ledger_7" in sql for sql in migration(0))  # a new file: at once
+    with SqliteStorage.open(target, engine=engine):
+        pass
+    db = sqlite3.connect(target)
+    assert db.execute("SELECT * FROM migration_ledger").fetchall() == [
+        ("src", "a.json", "abc", "acme", "a", 1.0)
+    ]
+    db.execute("INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'b', 'a', 2.0)")
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"version": 1, "id": "nan", "messages": [], "runs": [{"cost": NaN}]}',
+        '{"version": 1, "id": "inf", "messages": [], "runs": [Infinity]}',
+        '{"version": 1, "id": "big", "messages": [], "size": 123456789012345678901234567890}',
+        '{"version": 1, "id": "big-run", "messages": [], "runs": [{"n": -99999999999999999999}]}',
+    ],
+)
+def test_the_dry_run_finds_every_file_the_apply_would_refuse(tmp_path: Path, document: str) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    write_v1(source, "ok", [{"role": "user", "content": "fine"}])
+    (source / "odd.json").write_text(document)
+    with pytest.raises(MigrationError) as planned:
+        migrate(source, tmp_path / "t.db", dry_run=True)
+    with pytest.raises(MigrationError) as applied:
+        migrate(source, tmp_path / "t.db", backup_dir=tmp_path / "backup")
+    assert "odd.json" in str(planned.value) and "odd.json" in str(applied.value)
+    assert list(tmp_path.glob("t.db*")) == []
+
+
+def test_a_failed_apply_into_a_new_target_leaves_no_database(
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "new.db"
+    real = migrate_module._json_v1_events
+    calls = {"n": 0}
+
+    def fail_in_the_write(document: dict[str, Any], key: str) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:  # two in the plan, then the first write
+            raise OSError("disk error while migrating")
+        return real(document, key)
+
+    monkeypatch.setattr(migrate_module, "_json_v1_events", fail_in_the_write)
+    with pytest.raises(OSError):
+        migrate(v1_source, target, backup_dir=tmp_path / "backup")
+    assert list(tmp_path.glob("new.db*")) == []
+    monkeypatch.undo()
+    assert migrate(v1_source, target, backup_dir=tmp_path / "again").migrated == 2
+
+
+def test_a_dry_run_against_an_existing_target_leaves_nothing_beside_it(
+    v1_source: Path, tmp_path: Path, engine: str
+) -> None:
+    target = tmp_path / "target.db"
+    with SqliteCheckpointer(target, engine=engine) as log:
+        log.append("other", [{"type": "user", "content": "x"}])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert "target.db-wal" not in before and "target.db-shm" not in before
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    plan = migrate(v1_source, target, dry_run=True, engine=engine)
+    assert [s.action for s in plan.sessions] == ["migrate", "migrate"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
+    # With the target open by a writer, the dry run reads it as usual.
+    with SqliteCheckpointer(target, engine=engine) as log:
+        log.append("beta", [{"type": "user", "content": "y"}])
+        plan = migrate(v1_source, target, dry_run=True, engine=engine)
+        assert [s.action for s in plan.sessions] == ["migrate", "exists"]

@@ -99,25 +99,50 @@ def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
 
 # -- printing ------------------------------------------------------------------------
 
+# What a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, …), DEL,
+# C1 controls (a one-code-point CSI or OSC), the line and paragraph separators
+# and the bidirectional marks and overrides. Stored content and ids come from
+# models, tools and whoever wrote the store: they are shown, never obeyed.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# In JSON text, C0 is escaped by the encoder already.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def _safe(text: str) -> str:
+    """``text`` with every control and bidirectional character written as a
+    visible escape (``\\x1b``, ``\\u202e``, ``\\n``): one inert line."""
+    return _UNSAFE.sub(_escape, text)
+
 
 def _short(value: Any, width: int = 90) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = _safe(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _print_transcript(messages: list[dict[str, Any]], indent: str = "  ") -> None:
     for message in messages:
-        print(f"{indent}{message['role']:>9}: {_short(message['content'])}")
+        print(f"{indent}{_safe(str(message['role'])):>9}: {_short(message['content'])}")
 
 
 def _print_event(event: StoredEvent) -> None:
     stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
     body = {k: v for k, v in event.event.items() if k != "type"}
-    print(f"{event.seq:>6}  {stamp}  {event.type:<19} {_short(body)}")
+    print(f"{event.seq:>6}  {stamp}  {_safe(event.type):<19} {_short(body)}")
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
-    print(json.dumps(value, ensure_ascii=False, indent=indent))
+    # Exact JSON still: the characters escaped here can only occur in strings,
+    # and \uXXXX decodes to the same value.
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    print(_UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text))
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:
@@ -257,7 +282,7 @@ def _cmd_list(args: argparse.Namespace) -> None:
             continue
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.mtime))
         columns = [tenant] if args.all_tenants else []
-        print("\t".join([*columns, info.id, str(info.head), stamp]))
+        print("\t".join(_safe(column) for column in [*columns, info.id, str(info.head), stamp]))
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
@@ -295,7 +320,7 @@ def _cmd_tail(args: argparse.Namespace) -> None:
 def _cmd_fork(args: argparse.Namespace) -> None:
     with open_store(args.store, write=True, tenant=args.tenant) as log:
         head = log.fork(args.session, args.at, args.new_session)
-    print(f"forked {args.session} at {args.at} into {args.new_session} (head {head})")
+    print(_safe(f"forked {args.session} at {args.at} into {args.new_session} (head {head})"))
 
 
 def _cmd_truncate(args: argparse.Namespace) -> None:
@@ -303,9 +328,9 @@ def _cmd_truncate(args: argparse.Namespace) -> None:
         head = _require_session(log, args)
         new_head = log.truncate(args.session, args.to)
     if args.to >= head:
-        print(f"{args.session}: head {head} (nothing after {args.to} to drop)")
+        print(_safe(f"{args.session}: head {head} (nothing after {args.to} to drop)"))
     else:
-        print(f"{args.session}: head {new_head}")
+        print(_safe(f"{args.session}: head {new_head}"))
 
 
 def _cmd_check(args: argparse.Namespace) -> None:
@@ -316,7 +341,7 @@ def _cmd_check(args: argparse.Namespace) -> None:
         kind = "file" if os.path.isdir(args.store) else "sqlite"
         _print_json({"store": args.store, "kind": kind, "ok": ok, "detail": detail})
     else:
-        print(detail)
+        print("\n".join(_safe(line) for line in detail.split("\n")))
     if not ok:
         raise SystemExit(1)
 
@@ -334,7 +359,7 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
     )
     print(f"{report.source_kind} source, {len(report.sessions)} sessions")
     for planned in report.sessions:
-        print(f"  {planned.action:<8} {planned.session_id}  ({planned.source_key})")
+        print(_safe(f"  {planned.action:<8} {planned.session_id}  ({planned.source_key})"))
     if report.dry_run:
         verdict = "conflicts: nothing would be migrated" if report.conflicts else "ready"
         print(f"dry run: nothing written; {verdict}")
@@ -343,7 +368,7 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
     else:
         print(f"migrated {report.migrated}, skipped {report.skipped}")
         if report.backup:
-            print(f"backup (source, and the target as it was): {report.backup}")
+            print(_safe(f"backup (source, and the target as it was): {report.backup}"))
 
 
 def _open_sqlite(location: str, tenant: str = DEFAULT_TENANT, *, write: bool) -> SqliteCheckpointer:
@@ -659,7 +684,7 @@ def _run(argv: list[str]) -> None:
 
 
 def _fail(prog: str, message: str) -> NoReturn:
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"{prog}: error: {_safe(' '.join(message.split()))}", file=sys.stderr)
     raise SystemExit(2)
 
 

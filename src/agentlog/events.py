@@ -160,7 +160,13 @@ def _encode_one(index: int, event: object) -> tuple[str, bytes]:
     if type(event) is not dict:
         if not isinstance(event, Mapping):
             raise UnserializableEventError(index, f"expected a mapping, got {type(event).__name__}")
-        event = dict(event)
+        try:
+            event = dict(event)
+        except (LookupError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+            # A mapping whose keys() and items disagree, or that fails while read.
+            raise UnserializableEventError(
+                index, f"the mapping could not be read: {type(exc).__name__}: {exc}"
+            ) from None
     assert isinstance(event, dict)
     event_type = event.get("type")
     if type(event_type) is not str or event_type not in EVENT_TYPES:

@@ -49,6 +49,7 @@ from .errors import (
     StorageUnavailableError,
 )
 from .events import check_session_id, encode_events
+from .files import remove_created
 from .log import message_event, read_session_file
 from .stores.common import DEFAULT_TENANT, check_name, encode_value
 
@@ -115,9 +116,14 @@ def _source_files(source: Path) -> tuple[str, Path, list[Path]]:
     )
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
 def _json_v1(data: bytes, key: str) -> dict[str, Any]:
     try:
-        document = json.loads(data)
+        # NaN and Infinity are not JSON: refused here, as the apply's encoder would.
+        document = json.loads(data, parse_constant=_not_json)
     except ValueError as exc:
         raise MigrationError(f"{key}: not valid JSON ({exc})") from None
     if not isinstance(document, dict) or document.get("version") != 1:
@@ -133,14 +139,30 @@ def _json_v1(data: bytes, key: str) -> dict[str, Any]:
     return document
 
 
-def _session_id(kind: str, data: bytes, key: str) -> str | None:
-    """The session a source file holds, after checking all of it (a dry run finds bad files)."""
+#: What a source file becomes: ``(session id, events as (ts, type, json, item id), metadata)``.
+Converted = tuple[str, list[tuple[float, str, bytes, "str | None"]], "bytes | None"]
+
+
+def _convert(kind: str, data: bytes, key: str, now: float) -> Converted | None:
+    """A source file converted exactly as the apply writes it — so the plan (and
+    a dry run) refuses every file the apply would; ``None`` for an unfinished
+    or foreign file in a FileCheckpointer directory."""
     if kind == "json-v1":
         document = _json_v1(data, key)
-        _json_v1_events(document, key)
-        return str(document["id"])
+        events = [(now, k, p, i) for k, p, i in _json_v1_events(document, key)]
+        header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
+        try:
+            metadata = encode_value(
+                {"legacy": {"header": header, "runs": document.get("runs", [])}}
+            )
+        except StorageDataError as exc:
+            raise MigrationError(f"{key}: {exc}") from None
+        return str(document["id"]), list(events), metadata
     parsed = read_session_file(data, key)
-    return None if parsed is None else parsed[0]
+    if parsed is None:
+        return None
+    session_id, stored = parsed
+    return session_id, [(ts, k, p, None) for ts, k, p in stored], None
 
 
 def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes, str]]:
@@ -163,11 +185,14 @@ def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes
 def _read_target(
     target: Path, tenant: str, source_id: str, engine: str | None
 ) -> tuple[set[str], dict[str, str]]:
-    """(session ids of the tenant, {source_key: sha256} from the ledger), read-only."""
+    """(session ids of the tenant, {source_key: sha256} from the tenant's ledger),
+    read-only. A target no process has open is read without creating its
+    ``-wal`` and ``-shm`` beside it."""
     if not target.exists():
         return set(), {}
+    idle = not any(os.path.lexists(f"{target}{end}") for end in ("-wal", "-shm", "-journal"))
     try:
-        db = open_engine(target, engine=engine, read_only=True)
+        db = open_engine(target, engine=engine, read_only=True, immutable=idle)
     except (CorruptDatabaseError, StorageUnavailableError) as exc:
         raise SchemaVersionError(f"{target} is not a readable SQLite database ({exc})") from None
     try:
@@ -177,7 +202,9 @@ def _read_target(
 
         def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
             sessions = {row[0] for row in conn.rows(Q.SESSION_NAMES, (tenant,))}
-            ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id,))) if version >= 6 else {}
+            ledger = {}
+            if version >= 6:
+                ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id, tenant)))
             return sessions, ledger
 
         return db.read("read target", work, snapshot=True)
@@ -204,6 +231,7 @@ def _backup(source: Path, target: Path, backup: Path, engine: str | None) -> Non
     resolved = backup.resolve()
     if resolved == source.resolve() or source.resolve() in resolved.parents:
         raise MigrationError("the backup must be outside the source")
+    backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     copy = backup / "source"
     shutil.copytree(source, copy)
     for original in sorted(p for p in source.rglob("*") if p.is_file()):
@@ -252,10 +280,13 @@ def migrate(
     existing, ledger = _read_target(target_path, tenant, source_name, engine)
     report = MigrationReport(kind, source_name, dry_run)
     seen: dict[str, str] = {}
+    now = time.time()
     for key, data in _files(directory, files):
-        session_id = _session_id(kind, data, key)
-        if session_id is None:
+        converted = _convert(kind, data, key, now)
+        if converted is None:
             continue  # an unfinished or foreign file in a FileCheckpointer directory
+        session_id = converted[0]
+        del converted  # one file at a time
         if session_id in seen:
             raise MigrationError(f"{key} and {seen[session_id]} both hold session {session_id!r}")
         seen[session_id] = key
@@ -289,6 +320,7 @@ def migrate(
         else None
     )
 
+    created = not os.path.lexists(target_path)
     db = open_engine(target_path, engine=engine)
     try:
 
@@ -299,6 +331,11 @@ def migrate(
                     show(done)
 
         db.write("migrate", work)
+    except BaseException:
+        db.close()
+        if created:
+            remove_created(target_path)  # it holds nothing: the batch rolled back
+        raise
     finally:
         db.close()
     report.migrated = len(pending)
@@ -319,23 +356,10 @@ def _write_session(
     if hashlib.sha256(data).hexdigest() != planned.sha256:
         raise MigrationError(f"{planned.source_key} changed while migrating")
     now = time.time()
-    events: list[tuple[float, str, bytes, str | None]]
-    metadata: bytes | None
-    if kind == "json-v1":
-        document = _json_v1(data, planned.source_key)
-        events = [(now, k, p, i) for k, p, i in _json_v1_events(document, planned.source_key)]
-        header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
-        try:
-            metadata = encode_value(
-                {"legacy": {"header": header, "runs": document.get("runs", [])}}
-            )
-        except StorageDataError as exc:
-            raise MigrationError(f"{planned.source_key}: {exc}") from None
-    else:
-        parsed = read_session_file(data, planned.source_key)
-        assert parsed is not None
-        events = [(ts, k, p, None) for ts, k, p in parsed[1]]
-        metadata = None
+    converted = _convert(kind, data, planned.source_key, now)
+    if converted is None:
+        raise MigrationError(f"{planned.source_key} changed while migrating")
+    _, events, metadata = converted
     if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
         raise MigrationError(f"session {planned.session_id!r} appeared in the target")
     sid = db.create_session(

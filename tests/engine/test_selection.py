@@ -3,6 +3,7 @@ AGENTLOG_NO_EXTENSIONS, unknown engines, and one engine per file per process."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlog import SqliteCheckpointer, StorageUnavailableError, engine_info
+from agentlog import SqliteCheckpointer, SqliteStorage, StorageUnavailableError, engine_info
 
 from ..conftest import AVAILABLE, PYTHON, extensions_required, require_engine
 
@@ -35,6 +36,32 @@ def test_one_process_opens_a_file_with_one_engine_at_a_time(tmp_path: Path) -> N
             SqliteCheckpointer(db, engine="c")
     with SqliteCheckpointer(db, engine="c") as cp:
         assert cp.head("s") == 1
+
+
+@pytest.mark.parametrize(("first", "second"), [("c", "python"), ("python", "c")])
+def test_a_collected_checkpointer_gives_up_its_claim(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    # Never closed, only dropped: the collector closes its connections and
+    # releases the file, so the other engine may open it afterwards.
+    require_engine("c")
+    db = tmp_path / "dropped.db"
+    cp = SqliteCheckpointer(db, engine=first)
+    cp.append("s", [EVENT])
+    assert list(cp.read("s"))  # a reader connection in the pool too
+    storage = SqliteStorage.open(db, engine=first)
+    storage.sessions.create("acme", "chat", None)
+    del cp, storage
+    gc.collect()
+    with SqliteCheckpointer(db, engine=second) as other:
+        assert other.head("s") == 1
+        other.append("s", [EVENT], expected_head=1)
+    # A checkpointer still referenced keeps its claim.
+    kept = SqliteCheckpointer(db, engine=first)
+    gc.collect()
+    with pytest.raises(StorageUnavailableError, match="engine"):
+        SqliteCheckpointer(db, engine=second)
+    kept.close()
 
 
 def test_engine_info_names_engine_and_sqlite(engine: str) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from ..errors import CheckpointerClosedError
+from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import AsyncClosable
 from ..stores import (
     ArtifactStore,
@@ -230,6 +231,7 @@ class AsyncSqliteStorage(AsyncStorage):
         synchronous: str = "normal",
         busy_timeout_ms: int = 5000,
         engine: str | None = None,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> AsyncSqliteStorage:
         """Open (creating or migrating forward) the database at ``path``, off the loop."""
         opener = functools.partial(
@@ -238,6 +240,7 @@ class AsyncSqliteStorage(AsyncStorage):
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
             engine=engine,
+            file_mode=file_mode,
         )
         # Cancelled while the file opens: the opened storage is closed, not leaked.
         return cls(await off_loop(opener, abandon=SqliteStorage.close))

@@ -13,6 +13,7 @@ import os
 import platform
 from typing import Any
 
+from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .base import DEFAULT_WAL_SIZE_LIMIT
 from .interface import Connection, Engine, EngineFactory
 from .pure import PyEngine
@@ -68,11 +69,17 @@ def open_engine(
     integrity_check_on_open: bool = False,
     read_only: bool = False,
     wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
+    file_mode: int = DEFAULT_FILE_MODE,
+    immutable: bool = False,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
     Arguments are checked here, once, for every caller (the SQLite backend,
-    the stores, migrate and the CLI).
+    the stores, migrate and the CLI). A file this creates gets ``file_mode``
+    (the owner's only by default), and so do its ``-wal`` and ``-shm``.
+    ``immutable`` (with ``read_only``) reads a file that no process has open
+    — no ``-wal`` or ``-shm`` beside it — without creating them or taking
+    locks; a writer that starts meanwhile is not seen.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
@@ -94,6 +101,8 @@ def open_engine(
         integrity_check_on_open=bool(integrity_check_on_open),
         read_only=bool(read_only),
         wal_size_limit=wal_size_limit,
+        file_mode=check_file_mode(file_mode),
+        immutable=bool(immutable),
     )
 
 

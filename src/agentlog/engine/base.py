@@ -26,6 +26,7 @@ import contextlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -39,6 +40,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent
+from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from . import schema as S
 from . import sql as Q
 from .interface import Connection
@@ -106,6 +108,12 @@ def _opening_error(exc: BaseException, path: str) -> BaseException:
     return driver_error(code, message, f"cannot open {path!r}")
 
 
+# The files open in this process: (st_dev, st_ino) -> (engine name, claims);
+# see EngineBase._claim_file.
+_OPEN_FILES: dict[tuple[int, int], tuple[str, int]] = {}
+_OPEN_FILES_LOCK = threading.Lock()
+
+
 class _WouldWait(Exception):
     """``BEGIN IMMEDIATE`` without waiting found the write lock held."""
 
@@ -151,6 +159,8 @@ class EngineBase(Generic[ConnectionT]):
         integrity_check_on_open: bool = False,
         read_only: bool = False,
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
+        file_mode: int = DEFAULT_FILE_MODE,
+        immutable: bool = False,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
@@ -158,6 +168,9 @@ class EngineBase(Generic[ConnectionT]):
         self.read_only = bool(read_only)
         self.schema_version = 0
         self._memory = path == ":memory:"
+        # A read of a file no process has open (no -wal, no -shm): SQLite
+        # creates nothing beside it and takes no locks (read_only only).
+        self._immutable = bool(immutable) and self.read_only and not self._memory
         self._busy_timeout_ms = max(0, int(busy_timeout_ms))
         self.synchronous = synchronous
         self.wal_size_limit = wal_size_limit
@@ -167,9 +180,18 @@ class EngineBase(Generic[ConnectionT]):
         # their own (free-threaded builds included), so it needs no lock.
         self._idle_readers: collections.deque[ConnectionT] = collections.deque()
         self._closed = False
+        self._closed_message = "the database is closed"
         self._file_key: tuple[int, int] | None = None
-        # Read-only opens need no query_only: the file itself is opened read-only.
-        self._writer = self._connect(query_only=False)
+        # A new file is created here, with file_mode (the owner's only unless
+        # told otherwise); SQLite gives its -wal and -shm files the same mode.
+        created = not self._memory and not self.read_only and create_private_file(path, file_mode)
+        try:
+            # Read-only opens need no query_only: the file itself is opened read-only.
+            self._writer = self._connect(query_only=False)
+        except BaseException:
+            if created:
+                remove_created(path)
+            raise
         try:
             self._claim_file()
             with self._translating(f"cannot open {path!r}"):
@@ -177,10 +199,25 @@ class EngineBase(Generic[ConnectionT]):
         except BaseException as exc:
             self._release_file()
             self._writer.close()
+            if created:
+                remove_created(path)
             restated = _opening_error(exc, path)
             if restated is exc:
                 raise
             raise restated from exc
+        # An engine dropped without close() (a checkpointer never closed, then
+        # collected) still closes its connections and gives up its claim on
+        # the file. The callback holds the connections and the claim, never
+        # the engine. Not at interpreter exit: a daemon thread may still be
+        # using a connection then, and the process's end releases everything.
+        self._finalizer = weakref.finalize(
+            self, _shut_down, self._writer, self._idle_readers, self._file_key
+        )
+        self._finalizer.atexit = False
+        # A SQLite connection must not cross os.fork(): the child refuses this
+        # engine (see _after_fork_in_child).
+        self._pid = os.getpid()
+        _LIVE_ENGINES.add(self)
 
     @property
     def closed(self) -> bool:
@@ -192,8 +229,6 @@ class EngineBase(Generic[ConnectionT]):
     # standard library's) cannot see each other's locks, and closing a file in
     # one drops the other's. So one process opens a file with one engine at a
     # time; a second engine is refused instead of risking the file.
-    _open_files: ClassVar[dict[tuple[int, int], tuple[str, int]]] = {}
-    _open_files_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def _claim_file(self) -> None:
         if self._memory:
@@ -203,27 +238,20 @@ class EngineBase(Generic[ConnectionT]):
         except OSError as exc:
             raise StorageUnavailableError(f"cannot open {self.path!r}: {exc}") from exc
         key = (stat.st_dev, stat.st_ino)
-        with EngineBase._open_files_lock:
-            engine, count = EngineBase._open_files.get(key, (self.name, 0))
+        with _OPEN_FILES_LOCK:
+            engine, count = _OPEN_FILES.get(key, (self.name, 0))
             if engine != self.name:
                 raise StorageUnavailableError(
                     f"{self.path!r} is open with the {engine!r} engine in this process; "
                     f"close it before opening it with the {self.name!r} engine (two SQLite "
                     "libraries in one process do not see each other's locks)"
                 )
-            EngineBase._open_files[key] = (engine, count + 1)
+            _OPEN_FILES[key] = (engine, count + 1)
         self._file_key = key
 
     def _release_file(self) -> None:
         key, self._file_key = self._file_key, None
-        if key is None:
-            return
-        with EngineBase._open_files_lock:
-            engine, count = EngineBase._open_files[key]
-            if count > 1:
-                EngineBase._open_files[key] = (engine, count - 1)
-            else:
-                del EngineBase._open_files[key]
+        _release_claim(key)
 
     # -- the driver: what each twin supplies ---------------------------------------
 
@@ -320,7 +348,7 @@ class EngineBase(Generic[ConnectionT]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(self._closed_message)
 
     def _borrow_reader(self) -> ConnectionT:
         """A read connection from the pool (a new one when none is idle).
@@ -328,7 +356,7 @@ class EngineBase(Generic[ConnectionT]):
         The C twin inlines this and :meth:`_return_reader` on its hot paths.
         """
         if self._closed:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(self._closed_message)
         try:
             return self._idle_readers.pop()
         except IndexError:
@@ -379,7 +407,7 @@ class EngineBase(Generic[ConnectionT]):
                     conn.rows(Q.COMMIT)
         except StorageUnavailableError as exc:
             if self._closed:
-                raise CheckpointerClosedError("the database is closed") from exc
+                raise CheckpointerClosedError(self._closed_message) from exc
             raise
 
     def write(self, context: str, work: Callable[[ConnectionT], _T]) -> _T:
@@ -552,6 +580,7 @@ class EngineBase(Generic[ConnectionT]):
         empty batch writes nothing: its head is read (and checked) after the
         group, as :meth:`append` does.
         """
+        self._check_open()
         written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=True)
         assert written is not None
         return self._with_empty_batches(tenant, requests, ts, written)
@@ -566,6 +595,7 @@ class EngineBase(Generic[ConnectionT]):
         disk — with ``synchronous="full"`` every commit does, so the answer is
         always None.
         """
+        self._check_open()
         if self.synchronous == "full":
             return None
         written = self._append_group(tenant, [r for r in requests if r[2]], ts, wait=False)
@@ -637,6 +667,8 @@ class EngineBase(Generic[ConnectionT]):
         An empty batch writes nothing and returns the head (a stale
         ``expected_head`` still conflicts).
         """
+        # Checked before the twin's queue and locks (a fork child must not wait on them).
+        self._check_open()
         if batch:
             return self._append_batch(tenant, name, expected_head, ts, batch)
         head = self.head(tenant, name)
@@ -744,20 +776,25 @@ class EngineBase(Generic[ConnectionT]):
         own (a pooled reader is ``query_only``, which refuses it), so appends
         in this process go on meanwhile too.
         """
-        if os.path.lexists(path):
+        # Created here, empty and the owner's only (VACUUM INTO fills an empty file).
+        if os.path.lexists(path) or not create_private_file(path, DEFAULT_FILE_MODE):
             raise StorageUnavailableError(f"backup target {path!r} already exists")
-        if self._memory:
-            with self._write_lock, self._translating("backup"):
+        try:
+            if self._memory:
+                with self._write_lock, self._translating("backup"):
+                    self._check_open()
+                    self._writer.rows(Q.BACKUP_INTO, (path,))
+            else:
                 self._check_open()
-                self._writer.rows(Q.BACKUP_INTO, (path,))
-            return
-        self._check_open()
-        with self._translating("backup"):
-            conn = self._connect(query_only=False)
-            try:
-                conn.rows(Q.BACKUP_INTO, (path,))
-            finally:
-                conn.close()
+                with self._translating("backup"):
+                    conn = self._connect(query_only=False)
+                    try:
+                        conn.rows(Q.BACKUP_INTO, (path,))
+                    finally:
+                        conn.close()
+        except BaseException:
+            remove_created(path)
+            raise
 
     def stats(self) -> dict[str, Any]:
         """What an operator looks at first: sizes, counts and the largest sessions."""
@@ -820,6 +857,73 @@ class EngineBase(Generic[ConnectionT]):
             if self._closed:
                 return
             self._closed = True
-            self._drain_readers()
-            self._writer.close()
-            self._release_file()
+            self._file_key = None
+            self._finalizer()  # the readers, the writer, the claim on the file
+
+    def abandon_after_fork(self) -> None:
+        """In a child of ``os.fork()`` (called by the fork hook): refuse every
+        later use, and never touch the parent's connections (not even to close
+        them, here or when this is collected). Fresh locks: a parent thread may
+        have held one at the fork."""
+        self._closed_message = (
+            f"{self.path!r} was opened in process {self._pid}, before os.fork(): a SQLite "
+            "connection cannot be used across a fork; open the database again in this process"
+        )
+        self._closed = True
+        self._write_lock = threading.Lock()
+        self._finalizer.detach()
+        _ABANDONED.append((self._writer, self._idle_readers))
+        self._idle_readers = collections.deque()
+        self._file_key = None  # the child's claims start afresh (_after_fork_in_child)
+
+
+# Engines open in this process; in a fork child each is abandoned (see
+# EngineBase.abandon_after_fork) and its connections kept here, never closed:
+# closing a connection inherited from the parent would act on the parent's file.
+_LIVE_ENGINES: weakref.WeakSet[EngineBase[Any]] = weakref.WeakSet()
+_ABANDONED: list[tuple[Any, Any]] = []
+
+
+def _after_fork_in_child() -> None:
+    global _OPEN_FILES_LOCK
+    _OPEN_FILES_LOCK = threading.Lock()  # a parent thread may have held it
+    _OPEN_FILES.clear()
+    for engine in list(_LIVE_ENGINES):
+        if not engine.closed:
+            engine.abandon_after_fork()
+    _LIVE_ENGINES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _release_claim(key: tuple[int, int] | None) -> None:
+    """Give up one claim on the file ``key`` (see ``EngineBase._claim_file``)."""
+    if key is None:
+        return
+    with _OPEN_FILES_LOCK:
+        engine, count = _OPEN_FILES[key]
+        if count > 1:
+            _OPEN_FILES[key] = (engine, count - 1)
+        else:
+            del _OPEN_FILES[key]
+
+
+def _shut_down(
+    writer: DriverConnection,
+    readers: collections.deque[Any],
+    key: tuple[int, int] | None,
+) -> None:
+    """Close an engine's connections and release its claim: at :meth:`EngineBase.close`,
+    or when the engine is collected without it (this holds no reference to it)."""
+    try:
+        while True:
+            try:
+                conn = readers.pop()
+            except IndexError:
+                break
+            conn.close()
+        writer.close()
+    finally:
+        _release_claim(key)

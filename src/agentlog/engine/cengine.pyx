@@ -37,6 +37,7 @@ from agentlog.engine.includes.support cimport agentlog_stored_event
 
 import threading
 from _thread import allocate_lock as _allocate_lock
+from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
 from agentlog.engine import sql as Q
@@ -86,7 +87,7 @@ def _sqlite_info():
 cdef inline CConnection _borrow_reader(object engine):
     """``EngineBase._borrow_reader`` for the hot paths, without a Python call."""
     if engine._closed:
-        raise CheckpointerClosedError("the database is closed")
+        raise CheckpointerClosedError(engine._closed_message)
     try:
         return <CConnection>engine._idle_readers.pop()
     except IndexError:
@@ -133,7 +134,10 @@ class CEngine(EngineBase):
 
     def _connect(self, query_only):
         conn = CConnection()
-        conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms)
+        uri = None
+        if self._immutable:
+            uri = f"file:{_quote(self.path)}?mode=ro&immutable=1"
+        conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms, uri)
         return conn
 
     def _append_batch(self, str tenant, str name, expected_head, double ts, list batch):

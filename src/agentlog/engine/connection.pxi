@@ -149,12 +149,15 @@ cdef class CConnection:
         for i in range(N_STATEMENTS):
             self.statements[i] = NULL
 
-    cdef int open(self, str path, bint create, bint query_only, int busy_timeout_ms) except -1:
-        cdef bytes encoded = path.encode("utf-8")
+    cdef int open(self, str path, bint create, bint query_only, int busy_timeout_ms,
+                  str uri=None) except -1:
+        cdef bytes encoded = (path if uri is None else uri).encode("utf-8")
         cdef const char *filename = encoded
         cdef int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
         cdef int rc
         flags |= (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) if create else SQLITE_OPEN_READONLY
+        if uri is not None:
+            flags |= SQLITE_OPEN_URI
         with nogil:
             rc = sqlite3_open_v2(filename, &self.db, flags, NULL)
         if rc != SQLITE_OK:

@@ -213,6 +213,8 @@ class EngineFactory(Protocol):
         integrity_check_on_open: bool = False,
         read_only: bool = False,
         wal_size_limit: int = ...,
+        file_mode: int = 0o600,
+        immutable: bool = False,
     ) -> Engine:
         """Open (creating and migrating forward, unless ``read_only``) ``path``."""
         ...

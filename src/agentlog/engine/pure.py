@@ -114,6 +114,8 @@ class PyEngine(EngineBase[PyConnection]):
         target, uri = self.path, False
         if self.read_only and not self._memory:
             target, uri = f"file:{quote(self.path)}?mode=ro", True
+            if self._immutable:
+                target += "&immutable=1"
         with self._translating(f"cannot open {self.path!r}"):
             db = sqlite3.connect(
                 target,

@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -125,8 +125,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
     ),
     6: (
-        # One row per migrated source file: re-running an unchanged source is
-        # a no-op, and a changed one is caught.
+        # One row per migrated source file and tenant: re-running an unchanged
+        # source is a no-op, and a changed one is caught. (Version 6 as first
+        # released keyed it by (source_id, source_key) alone; step 7 rebuilds
+        # such a table. A file brought through this step gets this form at once.)
         """CREATE TABLE migration_ledger (
             source_id TEXT NOT NULL,
             source_key TEXT NOT NULL,
@@ -134,11 +136,36 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             tenant TEXT NOT NULL,
             session_id TEXT NOT NULL,
             migrated REAL NOT NULL,
-            PRIMARY KEY (source_id, source_key)
+            PRIMARY KEY (source_id, tenant, source_key)
         ) WITHOUT ROWID""",
+    ),
+    7: (
+        # The ledger is kept per tenant: one source migrated into two tenants
+        # is two migrations. A version-6 ledger is rebuilt with that key; its
+        # rows are carried over as they are.
+        """CREATE TABLE migration_ledger_7 (
+            source_id TEXT NOT NULL,
+            source_key TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            migrated REAL NOT NULL,
+            PRIMARY KEY (source_id, tenant, source_key)
+        ) WITHOUT ROWID""",
+        "INSERT INTO migration_ledger_7 (source_id, source_key, sha256, tenant, session_id,"
+        " migrated) SELECT source_id, source_key, sha256, tenant, session_id, migrated"
+        " FROM migration_ledger",
+        "DROP TABLE migration_ledger",
+        "ALTER TABLE migration_ledger_7 RENAME TO migration_ledger",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+#: Steps that only rebuild what an earlier step created in an older form:
+#: ``{step: the step that creates it}``. A file brought through the creating
+#: step in the same migration already has the new form and skips the rebuild
+#: (no table created only to be dropped, no free page left behind).
+REBUILDS: dict[int, int] = {7: 6}
 
 
 def migration(from_version: int) -> list[str]:
@@ -146,6 +173,7 @@ def migration(from_version: int) -> list[str]:
     steps = [
         sql
         for version in range(from_version + 1, SCHEMA_VERSION + 1)
+        if REBUILDS.get(version, 0) <= from_version
         for sql in MIGRATIONS[version]
     ]
     return [

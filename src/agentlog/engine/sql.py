@@ -158,7 +158,7 @@ CHUNKS_DELETE = "DELETE FROM blob_chunks WHERE sha256 = ?"
 
 # -- migration ledger --------------------------------------------------------------
 
-LEDGER_SELECT = "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ?"
+LEDGER_SELECT = "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ? AND tenant = ?"
 LEDGER_INSERT = (
     "INSERT INTO migration_ledger (source_id, source_key, sha256, tenant, session_id, migrated)"
     " VALUES (?, ?, ?, ?, ?, ?)"

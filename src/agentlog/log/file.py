@@ -29,7 +29,10 @@ import errno
 import hashlib
 import os
 import re
+import secrets
+import stat
 import threading
+import weakref
 from array import array
 from pathlib import Path
 
@@ -37,6 +40,7 @@ import orjson
 
 from ..errors import (
     CheckpointConflictError,
+    CheckpointerClosedError,
     CorruptDatabaseError,
     DirectoryLockedError,
     SessionExistsError,
@@ -45,6 +49,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
+from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
 from .contract import BaseCheckpointer
 
 try:
@@ -58,6 +63,12 @@ _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9_-]+")
 _new_stored = tuple.__new__
+# Session files are opened by their own name only: never through a symbolic
+# link, never a FIFO or device planted under a session's name.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
 def session_file_name(session_id: str) -> str:
@@ -75,9 +86,65 @@ def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
     return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
 
 
-def _stamp(stat: os.stat_result) -> tuple[int, int, int]:
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
     """What changes whenever a session file changes: inode, size and mtime."""
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _not_regular(path: Path | str) -> CorruptDatabaseError:
+    return CorruptDatabaseError(
+        f"{path} is not a regular file (a symbolic link or a special file): "
+        "agentlog neither follows nor writes through one"
+    )
+
+
+def _open_regular(path: Path | str, flags: int, mode: int = 0o600) -> int:
+    """Open ``path`` itself: never through a symbolic link (``O_NOFOLLOW``),
+    never a FIFO or device (it is refused without blocking), and for writing
+    never a file with a second name (a hard link from outside the directory).
+
+    Raises :class:`CorruptDatabaseError` for such a file and ``OSError`` for
+    the rest (``FileNotFoundError`` when there is nothing there)."""
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | _NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.ENODEV, errno.EEXIST):
+            try:
+                planted = not stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:
+                planted = False
+            if planted:
+                raise _not_regular(path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (flags & _WRITE_FLAGS and st.st_nlink > 1):
+            raise _not_regular(path)
+        if _NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_regular(path: Path | str, start: int = 0, size: int = -1) -> tuple[bytes, os.stat_result]:
+    """``size`` bytes of ``path`` from ``start`` (all with -1) and its stat,
+    opened as :func:`_open_regular` opens."""
+    fd = _open_regular(path, os.O_RDONLY)
+    with open(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if start:
+            handle.seek(start)
+        return handle.read(size), st
+
+
+def _is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file by its own name (not through a link)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 class _Session:
@@ -183,11 +250,14 @@ def is_file_store(directory: str | os.PathLike[str]) -> bool:
     if (path / _LOCK_NAME).is_file():
         return True
     for candidate in path.glob(f"*{_SUFFIX}"):
-        try:
-            with open(candidate, "rb") as handle:
-                first = handle.readline(1 << 16)
-        except OSError:
+        if not _is_regular(candidate):
             continue
+        try:
+            fd = _open_regular(candidate, os.O_RDONLY)
+        except (OSError, CorruptDatabaseError):
+            continue
+        with open(fd, "rb") as handle:
+            first = handle.readline(1 << 16)
         if _is_header(first):
             return True
     return False
@@ -207,10 +277,12 @@ def _require_store(directory: Path) -> None:
 
 def _check_session_file(path: Path) -> str | None:
     """What is wrong with one session file, or ``None``."""
+    if not _is_regular(path):
+        return None  # not one of ours (agentlog writes regular files only)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None  # deleted meanwhile
+        data, _ = _read_regular(path)
+    except (FileNotFoundError, CorruptDatabaseError):
+        return None  # deleted meanwhile, or replaced by what is not ours
     except OSError as exc:
         return f"cannot read {path}: {exc}"
     try:
@@ -270,6 +342,10 @@ class FileCheckpointer(BaseCheckpointer):
     a torn tail — and every write raises :class:`StorageUnavailableError`.
     It sees each batch the owner had committed when a read starts; a file that
     changed since it was last read is read again.
+
+    ``file_mode`` is the mode of the files it creates (the owner's only,
+    ``0o600``, unless told otherwise); the directory, when it creates it, gets
+    the matching directory mode (``0o700``). A rewritten file keeps its mode.
     """
 
     def __init__(
@@ -279,15 +355,18 @@ class FileCheckpointer(BaseCheckpointer):
         *,
         create: bool = True,
         read_only: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a path, not {type(directory).__name__}")
+        self.file_mode = check_file_mode(file_mode)
         if fcntl is None:  # pragma: no cover - not POSIX
             raise StorageUnavailableError("FileCheckpointer needs POSIX file locks")
         self.directory = Path(directory)
         self.fsync = bool(fsync)
         self.read_only = bool(read_only)
         self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._sessions: dict[str, _Session | None] = {}
         self._all_loaded = False
         self._activity = 0
@@ -295,10 +374,15 @@ class FileCheckpointer(BaseCheckpointer):
         if self.read_only or not create:
             _require_store(self.directory)
         if self.read_only:
+            _LIVE_FILE_STORES.add(self)
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+            self.directory.mkdir(parents=True, exist_ok=True, mode=directory_mode(self.file_mode))
+            self._lock_fd = _open_regular(
+                self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, self.file_mode
+            )
+        except CorruptDatabaseError as exc:
+            raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from None
         except OSError as exc:
             raise StorageUnavailableError(f"cannot open {self.directory}: {exc}") from exc
         try:
@@ -311,8 +395,15 @@ class FileCheckpointer(BaseCheckpointer):
                     f"{self.directory} is in use by another process or checkpointer"
                 ) from None
             raise StorageUnavailableError(f"cannot lock {self.directory}: {exc}") from exc
+        # Dropped without close(): the collector gives the directory up.
+        self._finalizer = weakref.finalize(self, os.close, self._lock_fd)
+        self._finalizer.atexit = False
+        _LIVE_FILE_STORES.add(self)
         for stale in self.directory.glob(f"*{_SUFFIX}.tmp"):
-            stale.unlink()  # an interrupted rewrite; the original is intact
+            # An interrupted rewrite (the original is intact), or a link
+            # planted under a temporary name: either way, not a session.
+            with contextlib.suppress(OSError):
+                stale.unlink()
 
     # -- loading -----------------------------------------------------------------
 
@@ -353,9 +444,7 @@ class FileCheckpointer(BaseCheckpointer):
 
     def _load(self, path: Path, expected_id: str | None) -> _Session | None:
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-                stat = os.fstat(handle.fileno())
+            data, st = _read_regular(path)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -365,11 +454,19 @@ class FileCheckpointer(BaseCheckpointer):
             return None
         session_id, offsets = parsed
         if offsets[-1] != len(data) and not self.read_only:
-            with open(path, "r+b") as handle:
-                handle.truncate(offsets[-1])
-                if self.fsync:
-                    os.fsync(handle.fileno())
-        return _Session(session_id, path, offsets, stat.st_mtime, _stamp(stat))
+            try:
+                fd = _open_regular(path, os.O_WRONLY)
+                try:
+                    if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (st.st_ino, st.st_dev):
+                        raise _not_regular(path)  # replaced since it was read
+                    os.ftruncate(fd, offsets[-1])
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise StorageUnavailableError(f"cannot repair {path}: {exc}") from exc
+        return _Session(session_id, path, offsets, st.st_mtime, _stamp(st))
 
     def _load_all(self) -> None:
         if self.read_only:
@@ -379,8 +476,8 @@ class FileCheckpointer(BaseCheckpointer):
             return
         known = {s.path.name for s in self._sessions.values() if s is not None}
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-            if path.name in known:
-                continue
+            if path.name in known or not _is_regular(path):
+                continue  # loaded already, or not one of ours
             session = self._load(path, None)
             if session is None or session.session_id in self._sessions:
                 continue
@@ -394,6 +491,8 @@ class FileCheckpointer(BaseCheckpointer):
         known = {s.path.name: s for s in self._sessions.values() if s is not None}
         current: dict[str, _Session | None] = {}
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+            if not _is_regular(path):
+                continue  # not one of ours
             cached = known.get(path.name)
             if cached is not None:
                 session = self._fresh(cached.session_id)
@@ -419,15 +518,30 @@ class FileCheckpointer(BaseCheckpointer):
             finally:
                 os.close(fd)
 
-    def _write_new(self, path: Path, content: bytes) -> None:
-        """Create ``path`` holding ``content`` atomically (temporary file + rename)."""
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(content)
-            if self.fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
+    def _write_new(self, path: Path, content: bytes, file_mode: int | None = None) -> None:
+        """Create ``path`` holding ``content`` atomically (temporary file + rename).
+
+        The temporary file has a random name and is created exclusively
+        (``O_CREAT | O_EXCL | O_NOFOLLOW``), so nothing planted in the
+        directory can redirect the write. It gets ``file_mode`` (the store's,
+        unless a rewrite keeps the original's)."""
+        tmp = path.with_name(f"{path.name[: -len(_SUFFIX)]}.{secrets.token_hex(8)}{_SUFFIX}.tmp")
+        mode = self.file_mode if file_mode is None else file_mode
+        fd = _open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            if file_mode is not None:
+                os.fchmod(fd, file_mode)  # exactly the original's, whatever the umask
+            with open(fd, "wb") as handle:
+                handle.write(content)
+                if self.fsync:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk, an I/O error: the original is untouched; leave no trace.
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         self._sync_directory()
 
     def _touch(self, session: _Session, mtime: float | None = None) -> None:
@@ -457,15 +571,18 @@ class FileCheckpointer(BaseCheckpointer):
                 if session is None:
                     path = self.directory / session_file_name(session_id)
                     header = _header(session_id, ts)
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+                    # Empty, or a header that never completed (nothing of it returned).
+                    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.file_mode)
                     offsets = array("q", [len(header)])
                     content = header + body
                 else:
                     path = session.path
-                    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND)
                     offsets = session.offsets
                     content = body
                 try:
+                    if session is None:
+                        os.ftruncate(fd, 0)
                     written = os.write(fd, content)
                     if written != len(content):
                         raise OSError(errno.EIO, f"short write to {path}")
@@ -475,8 +592,12 @@ class FileCheckpointer(BaseCheckpointer):
                 finally:
                     os.close(fd)
             except OSError as exc:
-                # Drop whatever part of the batch reached the file.
+                # Drop whatever part of the batch reached the file (a file this
+                # append was creating held nothing committed: remove it).
                 self._sessions.pop(session_id, None)
+                if session is None:
+                    with contextlib.suppress(OSError):
+                        (self.directory / session_file_name(session_id)).unlink()
                 self._session(session_id)
                 raise StorageUnavailableError(f"append to {session_id!r} failed: {exc}") from exc
             if session is None:
@@ -521,23 +642,31 @@ class FileCheckpointer(BaseCheckpointer):
                 return 0
             if to_seq >= session.head:
                 return session.head
-            with open(session.path, "rb") as handle:
-                data = handle.read(session.offsets[to_seq])
-            header = data[: session.offsets[0]]
-            body, rewritten = self._events_through(session, to_seq, data)
-            if not rewritten:
-                # A batch boundary: cutting the file is one atomic step.
-                with open(session.path, "r+b") as handle:
-                    handle.truncate(session.offsets[to_seq])
-                    if self.fsync:
-                        os.fsync(handle.fileno())
-                del session.offsets[to_seq + 1 :]
-            else:
-                self._write_new(session.path, header + body)
-                self._sessions.pop(session_id)
-                session = self._session(session_id)
-                assert session is not None
-            self._touch(session)
+            try:
+                data, st = _read_regular(session.path, 0, session.offsets[to_seq])
+                header = data[: session.offsets[0]]
+                body, rewritten = self._events_through(session, to_seq, data)
+                if not rewritten:
+                    # A batch boundary: cutting the file is one atomic step.
+                    fd = _open_regular(session.path, os.O_WRONLY)
+                    try:
+                        os.ftruncate(fd, session.offsets[to_seq])
+                        if self.fsync:
+                            os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    del session.offsets[to_seq + 1 :]
+                else:
+                    self._write_new(session.path, header + body, stat.S_IMODE(st.st_mode))
+                    self._sessions.pop(session_id)
+                    session = self._session(session_id)
+                    assert session is not None
+                self._touch(session)
+            except OSError as exc:
+                self._sessions.pop(session_id, None)  # read it again as it is on disk
+                raise StorageUnavailableError(
+                    f"truncate of {session_id!r} to {to_seq} failed: {exc}"
+                ) from exc
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
@@ -553,15 +682,20 @@ class FileCheckpointer(BaseCheckpointer):
                 )
             if self._session(new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            with open(source.path, "rb") as handle:
-                data = handle.read(source.offsets[at_seq])
-            body, _ = self._events_through(source, at_seq, data)
-            path = self.directory / session_file_name(new_session_id)
-            self._write_new(path, _header(new_session_id, ts) + body)
-            self._sessions.pop(new_session_id, None)
-            forked = self._session(new_session_id)
-            assert forked is not None
-            self._touch(forked)
+            try:
+                data, _ = _read_regular(source.path, 0, source.offsets[at_seq])
+                body, _ = self._events_through(source, at_seq, data)
+                path = self.directory / session_file_name(new_session_id)
+                self._write_new(path, _header(new_session_id, ts) + body)
+                self._sessions.pop(new_session_id, None)
+                forked = self._session(new_session_id)
+                assert forked is not None
+                self._touch(forked)
+            except OSError as exc:
+                self._sessions.pop(new_session_id, None)  # read it again as it is on disk
+                raise StorageUnavailableError(
+                    f"fork of {session_id!r} at {at_seq} into {new_session_id!r} failed: {exc}"
+                ) from exc
             return at_seq
 
     def _delete(self, session_id: str) -> None:
@@ -600,11 +734,9 @@ class FileCheckpointer(BaseCheckpointer):
             last = min(session.head, since_seq + limit)
             start, stop = session.offsets[since_seq], session.offsets[last]
             try:
-                with open(session.path, "rb") as handle:
-                    if self.read_only and _stamp(os.fstat(handle.fileno())) != session.stamp:
-                        raise CorruptDatabaseError(f"{session.path} changed while it was read")
-                    handle.seek(start)
-                    data = handle.read(stop - start)
+                data, st = _read_regular(session.path, start, stop - start)
+                if self.read_only and _stamp(st) != session.stamp:
+                    raise CorruptDatabaseError(f"{session.path} changed while it was read")
             except FileNotFoundError:
                 if self.read_only:
                     self._sessions.pop(session_id, None)
@@ -674,5 +806,47 @@ class FileCheckpointer(BaseCheckpointer):
         with self._lock:
             self._sessions.clear()
             if self._lock_fd is not None:
-                os.close(self._lock_fd)  # releases the directory lock
+                self._finalizer()  # closes the lock file: releases the directory
                 self._lock_fd = None
+
+    _forked_from: int | None = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._forked_from is not None:
+                raise CheckpointerClosedError(
+                    f"this FileCheckpointer of {self.directory} was opened in process "
+                    f"{self._forked_from}, before os.fork(): the directory has one owner; "
+                    "open it again in this process (after the owner closes it)"
+                )
+            raise CheckpointerClosedError("this FileCheckpointer is closed")
+
+    def abandon_after_fork(self) -> None:
+        """In a child of ``os.fork()`` (called by the fork hook): refuse every
+        later use — the parent still owns the directory — without touching the
+        parent's lock file; a fresh lock, as a parent thread may have held it.
+        A read-only one owns nothing: it goes on reading, on its fresh lock."""
+        self._lock = threading.RLock()
+        if self.read_only:
+            return
+        self._forked_from = self._pid
+        self._closed = True
+        if self._lock_fd is not None:
+            self._finalizer.detach()
+            self._lock_fd = None
+
+
+# File stores open in this process; a fork child abandons each (see
+# FileCheckpointer.abandon_after_fork).
+_LIVE_FILE_STORES: weakref.WeakSet[FileCheckpointer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_LIVE_FILE_STORES):
+        if not store.closed:
+            store.abandon_after_fork()
+    _LIVE_FILE_STORES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

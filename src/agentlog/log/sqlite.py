@@ -25,6 +25,7 @@ from ..events import (
     check_identifier,
     check_session_id,
 )
+from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .contract import BaseCheckpointer, PreparedAppend
 
 __all__ = ["SqliteCheckpointer"]
@@ -63,6 +64,8 @@ class SqliteCheckpointer(BaseCheckpointer):
       database (an empty one included) :class:`SchemaVersionError`.
     * ``tenant`` is the tenant whose sessions this checkpointer sees
       (:data:`DEFAULT_TENANT` unless told otherwise; the stores write any).
+    * ``file_mode`` is the mode of a file it creates, and of its ``-wal`` and
+      ``-shm``: the owner's only (``0o600``) unless told otherwise.
 
     One object is safe to share between threads.
     """
@@ -79,8 +82,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         create: bool = True,
         tenant: str = DEFAULT_TENANT,
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         tenant = check_identifier(tenant, "tenant", StorageDataError)
+        check_file_mode(file_mode)
         if read_only or not create:
             _refuse_missing(file)
             if not read_only:
@@ -94,6 +99,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             integrity_check_on_open=integrity_check_on_open,
             read_only=read_only,
             wal_size_limit=wal_size_limit,
+            file_mode=file_mode,
         )
         if read_only:
             _require_agentlog(self._engine)

@@ -106,7 +106,19 @@ def _resource(tenant_id: str, run_id: str) -> str:
     return f"checkpoint {tenant_id!r}/{run_id!r}"
 
 
+def _check_status(status: object) -> str:
+    if not isinstance(status, str) or status not in RUN_STATUSES:
+        raise StorageDataError(
+            f"unknown run status {status!r}; expected one of {', '.join(sorted(RUN_STATUSES))}"
+        )
+    return status
+
+
 def _side_effects(items: Iterable[SideEffect | Mapping[str, Any]]) -> tuple[SideEffect, ...]:
+    if isinstance(items, (Mapping, SideEffect, str, bytes)) or not isinstance(items, Iterable):
+        raise StorageDataError(
+            f"side_effects must be a list of SideEffect (or mappings), not {type(items).__name__}"
+        )
     effects = []
     for item in items:
         if isinstance(item, Mapping):
@@ -118,7 +130,7 @@ def _side_effects(items: Iterable[SideEffect | Mapping[str, Any]]) -> tuple[Side
             raise StorageDataError(f"a side effect must be a SideEffect, not {type(item).__name__}")
         check_name("side effect id", item.id)
         check_name("side effect kind", item.kind)
-        if item.state not in SIDE_EFFECT_STATES:
+        if not isinstance(item.state, str) or item.state not in SIDE_EFFECT_STATES:
             raise StorageDataError(f"side effect {item.id!r}: unknown state {item.state!r}")
         effects.append(item)
     if len({effect.id for effect in effects}) != len(effects):
@@ -223,8 +235,7 @@ class CheckpointStore(Transactions):
     ) -> tuple[Checkpoint, int | None]:
         tenant, run = check_name("tenant_id", tenant_id), check_name("run_id", run_id)
         expected = check_revision(expected_revision)
-        if status not in RUN_STATUSES:
-            raise StorageDataError(f"unknown run status {status!r}")
+        status = _check_status(status)
         session = None if session_id is None else check_name("session_id", session_id)
         parent = None if parent_run_id is None else check_name("parent_run_id", parent_run_id)
         if parent == run:
@@ -271,9 +282,7 @@ class CheckpointStore(Transactions):
             if value is not None:
                 filters[column] = check_name(column, value)
         if status is not None:
-            if status not in RUN_STATUSES:
-                raise StorageDataError(f"unknown run status {status!r}")
-            filters["status"] = status
+            filters["status"] = _check_status(status)
         start, count = check_page(after, limit)
         return tenant, filters, start, count
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..engine import schema as S
 from ..engine import sql as Q
-from ..errors import InvalidEventError, StorageDataError
-from ..events import StoredEvent, decode_json, encode_events
+from ..errors import InvalidEventError, StorageDataError, StorageNotFoundError
+from ..events import StoredEvent, check_seq, decode_json, encode_events
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -86,7 +86,9 @@ def _resource(tenant_id: str, session_id: str) -> str:
 
 def _items(items: Iterable[Mapping[str, Any]]) -> tuple[list[tuple[str, bytes]], list[str]]:
     """Validate items (events with a string ``id``); encoded pairs and their ids."""
-    items = list(items) if not isinstance(items, (Mapping, str, bytes)) else items
+    if isinstance(items, (Mapping, str, bytes)) or not isinstance(items, Iterable):
+        raise StorageDataError(f"items must be a list of item mappings, not {type(items).__name__}")
+    items = list(items)
     try:
         encoded = encode_events(items)
     except InvalidEventError as exc:
@@ -143,8 +145,12 @@ class SessionStore(Transactions):
     def _current(
         self, ctx: Any, key: tuple[str, str], expected: int | None
     ) -> tuple[Any, SessionRecord]:
-        """The session at ``expected``: ``(handle, record)``, or a conflict."""
+        """The session at ``expected``: ``(handle, record)``, or a conflict
+        (:class:`StorageNotFoundError` when there is none and none was expected:
+        only ``create`` makes a session)."""
         row = self._get_row(ctx, key)
+        if row is None and expected is None:
+            raise StorageNotFoundError(f"no {_resource(*key)}")
         advance(_resource(*key), expected, None if row is None else row[2])
         assert row is not None
         return row[0], _record(key, row)
@@ -245,8 +251,10 @@ class SessionStore(Transactions):
         """Save a snapshot of the state through ``through_sequence``."""
         key = self._key(tenant_id, session_id)
         expected = check_revision(expected_revision)
-        through = check_revision(through_sequence)
-        assert through is not None
+        try:
+            through = check_seq("through_sequence", through_sequence)
+        except (TypeError, ValueError) as exc:
+            raise StorageDataError(str(exc)) from None
         data = encode_value(state)
 
         def work(ctx: Any) -> SessionRecord:

@@ -13,6 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_engine
 from ..errors import CheckpointerClosedError
+from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
 from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
@@ -77,8 +78,10 @@ class SqliteStorage(Closable):
         busy_timeout_ms: int = 5000,
         engine: str | None = None,
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> SqliteStorage:
-        """Open (creating or migrating forward) the database at ``path``."""
+        """Open (creating or migrating forward) the database at ``path``; a file
+        it creates gets ``file_mode`` (the owner's only unless told otherwise)."""
         return cls(
             open_engine(
                 path,
@@ -86,6 +89,7 @@ class SqliteStorage(Closable):
                 synchronous=synchronous,
                 busy_timeout_ms=busy_timeout_ms,
                 wal_size_limit=wal_size_limit,
+                file_mode=file_mode,
             )
         )
 

@@ -185,6 +185,13 @@ class CheckpointStoreConformance(StoreSuite):
             {"side_effects": ["not an effect"]},
             {"side_effects": [{"id": "x"}]},
             {"side_effects": [SideEffect("", "kind")]},
+            {"status": ["running"]},
+            {"status": None},
+            {"side_effects": None},
+            {"side_effects": 5},
+            {"side_effects": "fx"},
+            {"side_effects": {"id": "fx", "kind": "k"}},
+            {"side_effects": [{"id": "fx", "kind": "kind", "state": ["pending"]}]},
         ],
     )
     def test_bad_input_is_refused(self, storage: Any, fields: dict[str, Any]) -> None:

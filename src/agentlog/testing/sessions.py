@@ -160,6 +160,60 @@ class SessionStoreConformance(StoreSuite):
             with pytest.raises(StorageDataError):
                 call()
 
+    def test_a_missing_session_is_not_found_or_a_conflict(self, storage: Any) -> None:
+        ss = storage.sessions
+        with pytest.raises(StorageNotFoundError):
+            ss.append("t", "missing", None, [_item("x")])
+        with pytest.raises(StorageNotFoundError):
+            ss.compact("t", "missing", None, 1, {})
+        for expected in (0, 3):
+            with pytest.raises(StorageConflictError) as info:
+                ss.compact("t", "missing", expected, 1, {})
+            assert info.value.actual_revision is None
+        ss.create("t", "s")
+        with pytest.raises(StorageConflictError) as info:
+            ss.append("t", "s", None, [_item("x")])
+        assert (info.value.expected_revision, info.value.actual_revision) == (None, 0)
+        with pytest.raises(StorageConflictError):
+            ss.compact("t", "s", None, 1, {})
+        with pytest.raises(StorageNotFoundError):
+            ss.get("t", "missing")
+        assert ss.get("t", "s").revision == 0
+
+    def test_records_handed_out_are_copies(self, storage: Any) -> None:
+        ss = storage.sessions
+        created = ss.create("t", "s", metadata={"title": "kept", "tags": ["a"]})
+        created.metadata["title"] = "changed"
+        created.metadata["tags"].append("b")
+        assert ss.get("t", "s").metadata == {"title": "kept", "tags": ["a"]}
+        got = ss.get("t", "s")
+        got.metadata["title"] = "changed again"
+        appended = ss.append("t", "s", 0, [_item("m1", content="hi")])
+        appended.metadata["tags"].append("c")
+        loaded = ss.load("t", "s")
+        assert loaded.session.metadata == {"title": "kept", "tags": ["a"]}
+        loaded.items[0].event["content"] = "changed"
+        loaded.session.metadata["title"] = "changed"
+        assert ss.load("t", "s").items[0].event["content"] == "hi"
+        assert ss.list("t")[0].metadata == {"title": "kept", "tags": ["a"]}
+
+    @pytest.mark.parametrize("items", [None, 5, "items", b"items", {"id": "a", "type": "user"}])
+    def test_items_of_the_wrong_type_are_refused(self, storage: Any, items: Any) -> None:
+        ss = storage.sessions
+        ss.create("t", "s")
+        with pytest.raises(StorageDataError):
+            ss.append("t", "s", 0, items)
+        assert ss.get("t", "s").revision == 0
+
+    @pytest.mark.parametrize("through", [None, "1", 1.5, [1], -1])
+    def test_compact_through_of_the_wrong_type_is_refused(self, storage: Any, through: Any) -> None:
+        ss = storage.sessions
+        ss.create("t", "s")
+        ss.append("t", "s", 0, [_item("a")])
+        with pytest.raises(StorageDataError):
+            ss.compact("t", "s", 1, through, {})
+        assert ss.get("t", "s").revision == 1
+
     @pytest.mark.parametrize("bad", [-1, "1", 1.5, True])
     def test_bad_numbers_are_refused(self, storage: Any, bad: Any) -> None:
         ss = storage.sessions

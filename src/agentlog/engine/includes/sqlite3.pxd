@@ -26,6 +26,7 @@ cdef extern from "sqlite_embed.h" nogil:
         SQLITE_OPEN_CREATE
         SQLITE_OPEN_NOMUTEX
         SQLITE_OPEN_EXRESCODE
+        SQLITE_OPEN_URI
         SQLITE_PREPARE_PERSISTENT
         SQLITE_INTEGER
         SQLITE_FLOAT

@@ -1,0 +1,157 @@
+"""``os.fork()`` with an open database: the child refuses the parent's
+checkpointer or storage with a typed error on any use — never touching the
+parent's connections, never deadlocking on a lock a parent thread held — and
+may open the file anew; the parent goes on undisturbed."""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
+
+EVENT = {"type": "user", "content": "hello"}
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork() here")
+
+
+def in_child(work: Callable[[], list[Any]]) -> list[Any]:
+    """Run ``work`` in a forked child (killed by SIGALRM after 10 s, so a
+    deadlock fails instead of hanging); its JSON result, read by the parent."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        status = 1
+        try:
+            os.close(read_end)
+            signal.alarm(10)
+            payload = json.dumps(work()).encode()
+            os.write(write_end, payload)
+            status = 0
+        except BaseException as exc:
+            os.write(write_end, json.dumps(["child failed", repr(exc)]).encode())
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    assert not os.WIFSIGNALED(status), f"the child died of signal {os.WTERMSIG(status)}"
+    result: list[Any] = json.loads(b"".join(chunks) or b'["no output"]')
+    return result
+
+
+def refusals(calls: dict[str, Callable[[], object]]) -> list[Any]:
+    found: list[Any] = []
+    for name, call in calls.items():
+        try:
+            call()
+        except CheckpointerClosedError as exc:
+            found.append([name, "fork" in str(exc) and "refused"])
+        except BaseException as exc:
+            found.append([name, repr(exc)])
+        else:
+            found.append([name, "allowed"])
+    return found
+
+
+def test_the_child_refuses_the_parents_checkpointer(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "fork.db"
+    cp = SqliteCheckpointer(db, engine=engine)
+    cp.append("s", [EVENT])
+    assert len(list(cp.read("s"))) == 1  # a pooled reader, too
+
+    def child() -> list[Any]:
+        calls: dict[str, Callable[[], object]] = {
+            "append": lambda: cp.append("s", [EVENT]),
+            "append empty": lambda: cp.append("s", []),
+            "read": lambda: list(cp.read("s")),
+            "head": lambda: cp.head("s"),
+            "list": cp.list,
+            "list_all_tenants": cp.list_all_tenants,
+            "truncate": lambda: cp.truncate("s", 0),
+            "fork": lambda: cp.fork("s", 1, "t"),
+            "delete": lambda: cp.delete("s"),
+            "check_integrity": cp.check_integrity,
+        }
+        found = refusals(calls)
+        cp.close()  # closes nothing of the parent's
+        gc.collect()
+        with SqliteCheckpointer(db, engine=engine) as fresh:  # a new open is fine
+            found.append(["fresh head", fresh.head("s")])
+        return found
+
+    result = in_child(child)
+    assert result[:-1] == [[name, "refused"] for name, _ in result[:-1]], result
+    assert result[-1] == ["fresh head", 1]
+    # The parent's connections are intact.
+    assert cp.append("s", [EVENT], expected_head=1) == 2
+    assert [e.seq for e in cp.read("s")] == [1, 2]
+    cp.close()
+
+
+def test_a_fork_while_a_parent_thread_writes_does_not_deadlock_the_child(
+    tmp_path: Path, engine: str
+) -> None:
+    db = tmp_path / "busy.db"
+    storage = SqliteStorage.open(db, engine=engine)
+    log = storage.checkpointer()
+    log.append("s", [EVENT])
+    inside, release = threading.Event(), threading.Event()
+
+    class SlowStream(io.BytesIO):
+        """A stream read inside the artifact's write transaction."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent = False
+
+        def read(self, size: int | None = -1, /) -> bytes:
+            inside.set()
+            release.wait(10)
+            if self.sent:
+                return b""
+            self.sent = True
+            return b"payload"
+
+    writer = threading.Thread(
+        target=lambda: storage.artifacts.put("acme", "a", SlowStream(), "text/plain", None)
+    )
+    writer.start()
+    assert inside.wait(10)
+    try:
+
+        def child() -> list[Any]:
+            return refusals(
+                {
+                    "append": lambda: log.append("s", [EVENT]),
+                    "head": lambda: log.head("s"),
+                    "session create": lambda: storage.sessions.create("acme", "c", None),
+                    "memory get": lambda: storage.memory.get("acme", "ns", "k"),
+                    "close": storage.close,
+                }
+            )
+
+        result = in_child(child)
+    finally:
+        release.set()
+        writer.join(10)
+    expected = [[name, "refused"] for name in ("append", "head", "session create", "memory get")]
+    assert result == [*expected, ["close", "allowed"]], result
+    assert storage.artifacts.get("acme", "a")[1] == b"payload"
+    assert log.append("s", [EVENT], expected_head=1) == 2
+    storage.close()
