@@ -5,19 +5,22 @@ group, failures that reach every caller, no thread hop per call)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog import SqliteCheckpointer, StorageUnavailableError
+from agentlog import CheckpointerClosedError, SqliteCheckpointer, StorageUnavailableError
 from agentlog.aio import (
     AsyncCheckpointer,
     AsyncFileCheckpointer,
     AsyncMemoryCheckpointer,
     AsyncSqliteCheckpointer,
 )
+from agentlog.aio.writer import Job
 from agentlog.testing import AsyncCheckpointerConformance
 
 from ..conftest import PYTHON, OnEngine
@@ -207,3 +210,32 @@ def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(
             assert [e.seq async for e in cp.read("s")] == [1, 2]
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX")
+def test_a_fork_child_is_refused_never_left_waiting(tmp_path: Path, engine: str) -> None:
+    """The writer thread stays in the parent: a child's writes are refused at
+    once with a typed error, whichever way they would have gone."""
+    cp = AsyncSqliteCheckpointer(tmp_path / "f.db", engine=engine)
+    asyncio.run(cp.append("s", [EVENT]))
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        code = 1
+        try:
+            signal.alarm(20)  # a hang fails the test instead of stalling it
+
+            async def child() -> None:
+                with pytest.raises(CheckpointerClosedError):
+                    await cp.append("s", [EVENT])  # offered on the loop: the engine refuses
+                job = Job(asyncio.get_running_loop(), call=lambda: None)
+                with pytest.raises(CheckpointerClosedError, match=r"before os\.fork"):
+                    cp._writer.submit(job)  # the writer thread's queue refuses too
+
+            asyncio.run(child())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert asyncio.run(cp.append("s", [EVENT])) == 2  # the parent goes on
+    cp.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -107,6 +108,7 @@ class Writer:
         self, backend: BaseCheckpointer | None, name: str, *, inline: bool = False
     ) -> None:
         self._backend = backend
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queue: deque[Job] = deque()
@@ -165,6 +167,12 @@ class Writer:
             self._thread.join()
 
     def _refuse_if_stopped(self) -> None:
+        if os.getpid() != self._pid:
+            # A child of os.fork(): the writer thread stayed in the parent.
+            raise CheckpointerClosedError(
+                f"this writer was started in process {self._pid}, before os.fork(); "
+                "open a new one in this process"
+            )
         if self._failure is not None:
             raise StorageUnavailableError(
                 f"the writer stopped after a failure: {self._failure!r}"
