@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ..conftest import PYTHON, child_env, extensions_required, require_engine
+from ..conftest import PYTHON, TESTS_DIR, child_env, extensions_required, require_engine
 
 try:
     import agents
@@ -38,6 +38,7 @@ from agents.memory import Session
 
 from agentlog import (
     AgentlogError,
+    CheckpointerClosedError,
     InvalidEventError,
     InvalidSessionIdError,
     SessionEvent,
@@ -497,6 +498,9 @@ def test_ownership(tmp_path: Path, engine: str) -> None:
         assert not shared.closed  # not ours to close
         assert await AgentlogSession("s", shared).get_items() == [ITEMS[1]]
         await shared.aclose()
+        for call in (user.get_items(), user.add_items([]), user.pop_item(), user.clear_session()):
+            with pytest.raises(CheckpointerClosedError):
+                await call
 
         sync_closed = AgentlogSession("s", tmp_path / "owned.db", engine=engine)
         sync_closed.close()
@@ -693,3 +697,28 @@ def test_event_of_item_round_trips() -> None:
     assert item_of_event({"type": "user", "content": "hi"}) == {"role": "user", "content": "hi"}
     assert item_of_event({"type": "tool_started", "tool_use_id": "a"}) is None
     assert agents.__version__ == "0.24.0"  # the pinned SDK this mapping was written for
+
+
+# -- the benchmark --------------------------------------------------------------------
+
+
+def test_the_benchmark_runs_quick(tmp_path: Path) -> None:
+    """``python -m benchmarks.openai_agents --quick``: a smoke test, no timings asserted."""
+    env = child_env()
+    env["PYTHONPATH"] = str(TESTS_DIR.parent)
+    out = tmp_path / "openai_agents.json"
+    bench = subprocess.run(
+        [PYTHON, "-m", "benchmarks.openai_agents", "--quick", "--rounds", "1", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    assert "µs/step" in bench.stdout
+    rows = json.loads(out.read_text())
+    assert {row["system"] for row in rows} >= {"agentlog-python", "openai-agents"}
+    assert {row["steps"] for row in rows} == {200, 1000}
+    for row in rows:
+        assert row["us_per_step"] > 0 and row["bytes_per_step"] > 0 and row["resume_ms"] > 0

@@ -204,14 +204,17 @@ class AgentlogSession:
         :class:`~agentlog.InvalidEventError` for NaN) naming its index. The
         items are encoded before this returns, so changing them afterwards
         never changes the session. A conflict with another writer is retried
-        (see the class).
+        (see the class). An empty list writes nothing; on a closed
+        checkpointer it raises :class:`~agentlog.CheckpointerClosedError`,
+        as any call does.
         """
         events = [event_of_item(_as_mapping(index, item)) for index, item in enumerate(items)]
-        if not events:
-            return
         expected = self._head
-        if expected is None:
-            expected = await self._log.head(self.session_id)
+        if expected is None or not events:
+            # An empty add writes nothing, but a closed log still refuses it.
+            expected = self._head = await self._log.head(self.session_id)
+            if not events:
+                return
         for _ in range(_MAX_CONFLICT_RETRIES):
             try:
                 self._head = await self._log.append(self.session_id, events, expected)
