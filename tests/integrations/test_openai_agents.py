@@ -661,6 +661,43 @@ def test_concurrent_coroutines_never_interleave_or_lose(
     run(main)
 
 
+def test_pops_and_adds_in_one_process_take_turns(
+    open_log: Callable[[], AsyncCheckpointer],
+) -> None:
+    workers, batches, size = 4, 10, 3
+    added = sorted(
+        f"w{w} b{b} i{i}" for w in range(workers) for b in range(batches) for i in range(size)
+    )
+
+    async def main() -> None:
+        log = open_log()
+        adders = [AgentlogSession("shared", log) for _ in range(workers)]
+        popper = AgentlogSession("shared", log)
+        popped: list[str] = []
+
+        async def add(w: int) -> None:
+            for b in range(batches):
+                await adders[w].add_items(
+                    [{"role": "user", "content": f"w{w} b{b} i{i}"} for i in range(size)]
+                )
+                await asyncio.sleep(0)
+
+        async def pop() -> None:
+            for _ in range(50):
+                item = await popper.pop_item()
+                if item is not None:
+                    popped.append(str(item["content"]))
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(add(w) for w in range(workers)), pop())
+        kept = [str(item["content"]) for item in await popper.get_items()]
+        assert popped  # the race ran
+        assert sorted(kept + popped) == added  # each item either kept or popped, once
+        await log.aclose()
+
+    run(main)
+
+
 def test_two_processes_never_interleave_or_lose(tmp_path: Path, engine: str) -> None:
     db = str(tmp_path / "shared.db")
     workers, batches, size = 2, 60, 4

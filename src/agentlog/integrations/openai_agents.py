@@ -25,8 +25,11 @@ equal, whatever its type) beside the fields agentlog's own event types need:
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, cast
 
@@ -55,6 +58,13 @@ _CALL_OUTPUTS: dict[str, str] = {
 _OUTPUTS = frozenset(_CALL_OUTPUTS.values())
 #: The fields a call item carries its input in, by preference.
 _CALL_INPUT_FIELDS = ("arguments", "input", "action", "operation", "code")
+
+#: Per checkpointer object: a lock (and its users) per event loop and session
+#: id, so that in one process a pop never runs between another task's read of
+#: the head and its write. Entries go when their last user leaves.
+_WRITE_LOCKS: weakref.WeakKeyDictionary[
+    object, dict[tuple[asyncio.AbstractEventLoop, str], tuple[asyncio.Lock, list[int]]]
+] = weakref.WeakKeyDictionary()
 
 #: Conflicting appends retried with the head the conflict reported before the
 #: batch is appended without a check (still atomic and contiguous).
@@ -127,7 +137,9 @@ class AgentlogSession:
     the SDK's adds are unconditional, so the batch is re-based onto the head
     the conflict reported and appended again — never interleaved with
     another batch, never lost, never failed for a conflict.
-    :attr:`conflicts` counts those retries.
+    :attr:`conflicts` counts those retries. In one process, the adds and
+    pops of a session on one checkpointer object take turns (see
+    :meth:`pop_item` for pops across processes).
     """
 
     session_settings: SessionSettings | None
@@ -209,6 +221,10 @@ class AgentlogSession:
         as any call does.
         """
         events = [event_of_item(_as_mapping(index, item)) for index, item in enumerate(items)]
+        async with self._exclusive():
+            await self._append(events)
+
+    async def _append(self, events: list[dict[str, Any]]) -> None:
         expected = self._head
         if expected is None or not events:
             # An empty add writes nothing, but a closed log still refuses it.
@@ -230,24 +246,46 @@ class AgentlogSession:
 
         A truncate by one event (the log's time travel). Events that hold no
         item are dropped on the way, as the SDK drops undecodable rows.
-        Exact with one writer per session (the SDK's pattern: one run at a
-        time); the log has no conditional truncate, so a pop racing another
-        writer's append to the same session can remove that append.
+        In one process, pops and adds of one session on one checkpointer
+        object take turns, so a pop never removes another task's add. The
+        log has no conditional truncate, so a pop racing an add to the same
+        session from another process (or another checkpointer object) can
+        remove that add: keep one writer per session across processes (the
+        SDK's pattern: one run at a time per session).
         """
-        while True:
-            head = await self._log.head(self.session_id)
-            if head == 0:
-                self._head = 0
-                return None
-            last = await self._read(head - 1, 1)
-            self._head = await self._log.truncate(self.session_id, head - 1)
-            if last:
-                return _as_items(last)[0]
+        async with self._exclusive():
+            while True:
+                head = await self._log.head(self.session_id)
+                if head == 0:
+                    self._head = 0
+                    return None
+                last = await self._read(head - 1, 1)
+                self._head = await self._log.truncate(self.session_id, head - 1)
+                if last:
+                    return _as_items(last)[0]
 
     async def clear_session(self) -> None:
         """Delete this session and all its items; other sessions are untouched."""
         await self._log.delete(self.session_id)
         self._head = 0
+
+    @asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """Hold this process's lock on (checkpointer, loop, session id) for one write."""
+        key = (asyncio.get_running_loop(), self.session_id)
+        locks = _WRITE_LOCKS.setdefault(self._log, {})
+        entry = locks.get(key)
+        if entry is None:
+            entry = locks[key] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del locks[key]
 
     async def _read(self, since: int, limit: int | None) -> list[dict[str, Any]]:
         """The items of the events after ``since`` (at most ``limit`` events)."""
