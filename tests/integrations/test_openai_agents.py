@@ -510,8 +510,17 @@ def test_ownership(tmp_path: Path, engine: str) -> None:
     run(main)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "file"])
-def test_reopen_in_a_new_process(tmp_path: Path, engine: str, kind: str) -> None:
+@pytest.fixture(params=["sqlite-c", "sqlite-python", "file"])
+def durable(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A durable store as ``(kind, engine)``: SQLite on each engine, and files."""
+    kind, _, engine = str(request.param).partition("-")
+    if kind == "sqlite":
+        require_engine(engine)
+    return kind, engine or "-"
+
+
+def test_reopen_in_a_new_process(tmp_path: Path, durable: tuple[str, str]) -> None:
+    kind, engine = durable
     location = str(tmp_path / ("s.db" if kind == "sqlite" else "files"))
 
     async def main() -> None:
@@ -542,10 +551,10 @@ def _child(*args: str) -> list[dict[str, Any]]:
     return items
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "file"])
 def test_runner_conversation_resumes_in_a_new_process(
-    tmp_path: Path, engine: str, kind: str
+    tmp_path: Path, durable: tuple[str, str]
 ) -> None:
+    kind, engine = durable
     location = str(tmp_path / ("ours.db" if kind == "sqlite" else "ours"))
 
     # Turns 1-2 here, with the Runner persisting through the adapter.
