@@ -155,32 +155,42 @@ def rows(quick: bool, rounds: int | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agentlog-oa-bench-") as tmp:
         for steps in sizes:
-            for system in _systems():
-                writes, resumes = [], []
-                for round_no in range(rounds):
+            systems = _systems()
+            writes: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
+            resumes: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
+            # Rounds outermost: a burst of other work on the machine hits every system.
+            for round_no in range(rounds):
+                for system in systems:
                     path = os.path.join(tmp, f"{system}-{steps}-{round_no}.db")
                     spec = {"system": system, "path": path, "steps": steps}
-                    writes.append(in_fresh_process(spec | {"kind": "write"}))
-                    resumes.append(in_fresh_process(spec | {"kind": "resume"}))
-                opens = statistics.median(r["open_seconds"] for r in resumes)
-                reads = statistics.median(r["read_seconds"] for r in resumes)
-                total = statistics.median(r["open_seconds"] + r["read_seconds"] for r in resumes)
-                out.append(
-                    {
-                        "system": system,
-                        "steps": steps,
-                        "us_per_step": statistics.median(w["seconds"] for w in writes)
-                        / steps
-                        * 1e6,
-                        "bytes_per_step": statistics.median(w["db_bytes"] for w in writes) / steps,
-                        "resume_ms": total * 1e3,
-                        "open_ms": opens * 1e3,
-                        "get_items_ms": reads * 1e3,
-                        "peak_rss_mb": max(r["peak_rss_kb"] for r in resumes) / 1024,
-                        "rounds": rounds,
-                    }
-                )
+                    writes[system].append(in_fresh_process(spec | {"kind": "write"}))
+                    resumes[system].append(in_fresh_process(spec | {"kind": "resume"}))
+            for system in systems:
+                out.append(_row(system, steps, writes[system], resumes[system], rounds))
     return out
+
+
+def _row(
+    system: str,
+    steps: int,
+    writes: list[dict[str, Any]],
+    resumes: list[dict[str, Any]],
+    rounds: int,
+) -> dict[str, Any]:
+    """The medians of one system's rounds at one size."""
+    seconds = statistics.median(w["seconds"] for w in writes)
+    return {
+        "system": system,
+        "steps": steps,
+        "us_per_step": seconds / steps * 1e6,
+        "bytes_per_step": statistics.median(w["db_bytes"] for w in writes) / steps,
+        "resume_ms": statistics.median(r["open_seconds"] + r["read_seconds"] for r in resumes)
+        * 1e3,
+        "open_ms": statistics.median(r["open_seconds"] for r in resumes) * 1e3,
+        "get_items_ms": statistics.median(r["read_seconds"] for r in resumes) * 1e3,
+        "peak_rss_mb": max(r["peak_rss_kb"] for r in resumes) / 1024,
+        "rounds": rounds,
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
