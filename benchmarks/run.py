@@ -339,6 +339,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (median)")
     parser.add_argument("--only", help="comma-separated scenario prefixes, e.g. S1,S3")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--adapters",
+        action="store_true",
+        help="also the framework adapters beside the frameworks' own stores "
+        "(benchmarks.openai_agents, benchmarks.langgraph; needs the bench extra)",
+    )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick and args.rounds == 3 else max(1, args.rounds)
 
@@ -374,6 +380,21 @@ def main(argv: list[str] | None = None) -> None:
         None,
     )
     print(table(results, s1_raw))
+    adapters: dict[str, list[dict[str, Any]]] = {}
+    if args.adapters:
+        from benchmarks import langgraph, openai_agents
+
+        for name, module, peer in (
+            ("openai-agents", openai_agents, "agents"),
+            ("langgraph", langgraph, "langgraph"),
+        ):
+            if not systems.installed(peer):
+                print(f"\n{name}: not installed (pip install -e \".[bench]\")")
+                continue
+            print(f"  running the {name} adapter …", file=sys.stderr, flush=True)
+            adapters[name] = module.rows(args.quick, rounds)
+            print(f"\n{name} adapter beside the framework's own SQLite store:")
+            print(module.table(adapters[name]))
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -387,6 +408,7 @@ def main(argv: list[str] | None = None) -> None:
                         }
                         for s, cells in results
                     ],
+                    "adapters": adapters,
                 },
                 indent=2,
             )
