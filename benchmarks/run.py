@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
             ("langgraph", langgraph, "langgraph"),
         ):
             if not systems.installed(peer):
-                print(f"\n{name}: not installed (pip install -e \".[bench]\")")
+                print(f'\n{name}: not installed (pip install -e ".[bench]")')
                 continue
             print(f"  running the {name} adapter …", file=sys.stderr, flush=True)
             adapters[name] = module.rows(args.quick, rounds)

@@ -61,3 +61,37 @@ def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     engines = 2 if "c" in AVAILABLE else 1
     assert f"{7 * engines} passed" in run.stdout, run.stdout[-2000:]
+
+
+def test_a_short_soak_verifies_everything_and_keeps_the_wal_bounded(tmp_path: Path) -> None:
+    """benchmarks/soak.py for a few seconds: two log writers (appends, truncates,
+    forks, deletes), the stores (a CAS counter, artifacts up to 2 MB) and a
+    follower on one file. The soak itself checks every session against its
+    writer's journal, the counter and every artifact's sha256 (and fails
+    otherwise); here: it ran, and the WAL stayed within its bound plus the
+    largest transaction and the commits between two looks."""
+    env = child_env()
+    env["PYTHONPATH"] = str(ROOT)
+    limit = 1024 * 1024
+    run = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "benchmarks.soak",
+            "--seconds",
+            "5",
+            "--wal-size-limit",
+            str(limit),
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["appends"] > 0 and result["counter"] > 0 and result["followed"] > 0
+    assert result["wal_peak_bytes"] < limit + 8 * 1024 * 1024, result["wal_peak_bytes"]
+    assert all(sample["fds"] for sample in result["samples"])
