@@ -77,3 +77,55 @@ def test_fold_skips_bookkeeping_and_accepts_plain_mappings() -> None:
     assert fold_events(plain) == [{"role": "user", "content": "hi"}]
     with pytest.raises(ValueError):
         fold_events([{"type": "mystery"}])
+
+
+TURN = [
+    {"type": "user", "content": "how big is main.py?"},
+    {
+        "type": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "t1", "name": "wc", "input": {"path": "main.py"}},
+            {"type": "tool_use", "id": "t2", "name": "ls", "input": {}},
+        ],
+    },
+    {"type": "tool_started", "tool_use_id": "t1"},
+    {"type": "tool_result", "tool_use_id": "t1", "content": "120 main.py"},
+    {"type": "tool_result", "tool_use_id": "t2", "content": ["main.py"], "is_error": False},
+    {"type": "assistant", "content": "120 lines."},
+]
+
+
+def test_fold_in_the_openai_shape() -> None:
+    assert fold_events(stored(*TURN), shape="openai") == [
+        {"role": "user", "content": "how big is main.py?"},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "wc", "arguments": '{"path": "main.py"}'},
+                },
+                {"id": "t2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "120 main.py"},
+        {"role": "tool", "tool_call_id": "t2", "content": '["main.py"]'},
+        {"role": "assistant", "content": "120 lines."},
+    ]
+
+
+def test_the_openai_shape_resets_at_a_summary_and_refuses_unknown_types() -> None:
+    events = [*TURN, {"type": "summary", "content": "so far"}, {"type": "user", "content": "q"}]
+    assert fold_events(events, shape="openai") == [
+        {"role": "user", "content": "so far"},
+        {"role": "user", "content": "q"},
+    ]
+    only_calls = {"type": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "n"}]}
+    assert fold_events([only_calls], shape="openai")[0]["content"] is None
+    with pytest.raises(ValueError, match="unknown type"):
+        fold_events([{"type": "nope"}], shape="openai")
+    with pytest.raises(ValueError, match="shape"):
+        fold_events(TURN, shape="gemini")
