@@ -66,19 +66,25 @@ def test_store_events_stamps_and_copies() -> None:
 
 def test_store_events_validates_like_append() -> None:
     with pytest.raises(InvalidSessionIdError):
-        store_events("../x", 0, [{"type": "user"}])
+        store_events("../x", 0, [{"type": "user", "content": "x"}])
     with pytest.raises(ValueError):
-        store_events("s", -1, [{"type": "user"}])
+        store_events("s", -1, [{"type": "user", "content": "x"}])
     with pytest.raises(InvalidEventError) as info:
-        store_events("s", 0, [{"type": "user"}, {"type": "nope"}])
+        store_events("s", 0, [{"type": "user", "content": "x"}, {"type": "nope"}])
     assert info.value.index == 1
 
 
 def test_nan_is_caught_even_next_to_null_values_and_null_text() -> None:
-    fine = {"type": "user", "a": None, "text": "null null", "nested": [None, {"x": None}]}
+    fine = {
+        "type": "user",
+        "content": "x",
+        "a": None,
+        "text": "null null",
+        "nested": [None, {"x": None}],
+    }
     assert store_events("s", 0, [fine])[0].event == fine
     with pytest.raises(InvalidEventError, match="event 0"):
-        store_events("s", 0, [{"type": "user", "a": None, "b": math.nan}])
+        store_events("s", 0, [{"type": "user", "content": "x", "a": None, "b": math.nan}])
 
 
 def test_stored_event_is_an_immutable_tuple() -> None:
@@ -130,3 +136,24 @@ def test_a_mapping_that_lies_about_its_keys_is_an_invalid_event(liar: type) -> N
         assert log.head("s") == 1
     with pytest.raises(InvalidEventError, match="event 0"):
         store_events("s", 0, [liar()])
+
+
+def test_each_type_needs_its_fields_and_the_message_names_them() -> None:
+    with pytest.raises(InvalidEventError, match=r"event 1: a 'user' event needs a 'content' field"):
+        store_events("s", 0, [{"type": "user", "content": "hi"}, {"type": "user", "text": "hi"}])
+    with pytest.raises(InvalidEventError, match="'tool_use_id'"):
+        store_events("s", 0, [{"type": "tool_result", "content": "x"}])
+    # Empty content is content; other types need only their type.
+    assert [
+        e.type
+        for e in store_events(
+            "s",
+            0,
+            [
+                {"type": "user", "content": ""},
+                {"type": "tool_result", "tool_use_id": "t", "content": None},
+                {"type": "file_snapshot"},
+                {"type": "context_view"},
+            ],
+        )
+    ] == ["user", "tool_result", "file_snapshot", "context_view"]

@@ -31,6 +31,7 @@ from .errors import (
 from .events import (
     EVENT_TYPES,
     MAX_SESSION_ID_LENGTH,
+    REQUIRED_FIELDS,
     SessionEvent,
     SessionInfo,
     StoredEvent,
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_TENANT",
     "EVENT_TYPES",
     "MAX_SESSION_ID_LENGTH",
+    "REQUIRED_FIELDS",
     "AgentlogError",
     "ArtifactInfo",
     "ArtifactStore",

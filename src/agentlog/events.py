@@ -24,6 +24,7 @@ from .errors import InvalidEventError, InvalidSessionIdError, UnserializableEven
 __all__ = [
     "EVENT_TYPES",
     "MAX_SESSION_ID_LENGTH",
+    "REQUIRED_FIELDS",
     "SessionEvent",
     "SessionInfo",
     "StoredEvent",
@@ -45,6 +46,16 @@ EVENT_TYPES: frozenset[str] = frozenset(
         "context_view",
     }
 )
+
+#: The fields an event of each type must have (present, and not ``None``):
+#: what folding reads. Types not listed need only ``type``.
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "user": ("content",),
+    "assistant": ("content",),
+    "summary": ("content",),
+    "tool_result": ("tool_use_id",),
+    "tool_started": ("tool_use_id",),
+}
 
 #: The longest session id accepted, in characters.
 MAX_SESSION_ID_LENGTH = 255
@@ -174,6 +185,9 @@ def _encode_one(index: int, event: object) -> tuple[str, bytes]:
             index,
             f"unknown event type {event_type!r}; expected one of " + ", ".join(sorted(EVENT_TYPES)),
         )
+    for field in REQUIRED_FIELDS.get(event_type, ()):
+        if event.get(field) is None:
+            raise InvalidEventError(index, f"a {event_type!r} event needs a {field!r} field")
     try:
         payload = encode_json(event)
     except TypeError as exc:
@@ -181,6 +195,11 @@ def _encode_one(index: int, event: object) -> tuple[str, bytes]:
     except ValueError as exc:
         raise InvalidEventError(index, str(exc)) from None
     return event_type, payload
+
+
+# The hot path's lookup: the one field a type needs, or None (no type needs more).
+assert all(len(fields) == 1 for fields in REQUIRED_FIELDS.values())
+_REQUIRED_FIELD_GET = {kind: fields[0] for kind, fields in REQUIRED_FIELDS.items()}.get
 
 
 #: A batch of events as backends receive it: validated ``(type, json_bytes)`` pairs.
@@ -204,14 +223,16 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
         if type(event) is dict:
             kind = event.get("type")
             if type(kind) is str and kind in EVENT_TYPES:
-                try:
-                    payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
-                except TypeError:
-                    pass
-                else:
-                    if b"null" not in payload:
-                        add((kind, payload))
-                        continue
+                field = _REQUIRED_FIELD_GET(kind)
+                if field is None or event.get(field) is not None:
+                    try:
+                        payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
+                    except TypeError:
+                        pass
+                    else:
+                        if b"null" not in payload:
+                            add((kind, payload))
+                            continue
         add(_encode_one(index, event))
     return encoded
 

@@ -189,7 +189,7 @@ def test_every_write_runs_on_the_writer_and_every_read_on_the_loop(tmp_path: Pat
                     setattr(store, f"_{kind}", spy)
             s, c, m, a = storage.sessions, storage.checkpoints, storage.memory, storage.artifacts
             await s.create("t", "s")
-            await s.append("t", "s", 0, [{"type": "user", "id": "1"}])
+            await s.append("t", "s", 0, [{"type": "user", "content": "x", "id": "1"}])
             await s.compact("t", "s", 1, 1, {"state": 1})
             await s.get("t", "s")
             await s.load("t", "s")

@@ -19,7 +19,7 @@ def test_a_file_written_by_one_engine_is_read_and_extended_by_the_other(
     require_engine(writer)
     require_engine(reader)
     db = tmp_path / "shared.db"
-    events = [{"type": "user", "n": i, "text": "é" * i} for i in range(50)]
+    events = [{"type": "user", "content": "é" * i, "n": i} for i in range(50)]
     with SqliteCheckpointer(db, engine=writer) as cp:
         cp.append("a", events[:30])
         cp.append("b", events[:5])

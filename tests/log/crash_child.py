@@ -33,6 +33,7 @@ def main() -> None:
         events = [
             {
                 "type": "tool_result",
+                "tool_use_id": f"t{batch_no}",
                 "batch": batch_no,
                 "i": i,
                 "n": size,

@@ -69,7 +69,7 @@ def test_file_names_stay_inside_and_do_not_fold_case(tmp_path: Path) -> None:
     ids = ["Report", "report", "REPORT", "a.b", "..x", "CON", "会话", "x" * 255, "a:b*c?"]
     with FileCheckpointer(tmp_path) as cp:
         for n, session_id in enumerate(ids, 1):
-            cp.append(session_id, [{"type": "user", "n": i} for i in range(n)])
+            cp.append(session_id, [{"type": "user", "content": "x", "n": i} for i in range(n)])
     files = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl")
     assert len(files) == len(ids)
     assert len({name.lower() for name in files}) == len(ids)

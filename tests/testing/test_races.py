@@ -26,7 +26,7 @@ class NoContestRace(Race):
     """Each racer writes its own session: nobody ever loses."""
 
     def step(self, store: Any, worker: int, round_no: int) -> bool:
-        store.append(f"racer-{worker}", [{"type": "user", "round": round_no}])
+        store.append(f"racer-{worker}", [{"type": "user", "content": "x", "round": round_no}])
         return True
 
 

@@ -189,7 +189,10 @@ class AsyncStorageConformance(AsyncStorageSuite):
                 outcomes = await asyncio.gather(
                     *(
                         storage.sessions.append(
-                            "t", "s", revision, [{"type": "user", "id": f"{revision}-{n}"}]
+                            "t",
+                            "s",
+                            revision,
+                            [{"type": "user", "content": "x", "id": f"{revision}-{n}"}],
                         )
                         for n in range(self.coroutines)
                     ),

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..events import MAX_SESSION_ID_LENGTH
+from ..events import MAX_SESSION_ID_LENGTH, REQUIRED_FIELDS
 from .races import RaceFunction, Tally, run_race
 
 #: Ids every backend must refuse.
@@ -41,8 +41,11 @@ HOSTILE_SESSION_IDS: tuple[Any, ...] = (
 
 
 def make_event(kind: str = "user", **fields: Any) -> dict[str, Any]:
-    """A small valid event of type ``kind``."""
+    """A small valid event of type ``kind``: the fields its type needs filled in
+    (``content``, ``tool_use_id``), then ``fields``."""
     event: dict[str, Any] = {"type": kind}
+    for field in REQUIRED_FIELDS.get(kind, ()):
+        event[field] = "t1" if field == "tool_use_id" else f"{kind} text"
     event.update(fields)
     return event
 

@@ -363,6 +363,12 @@ class CheckpointerConformance:
             (make_event("user", x=datetime(2024, 1, 1)), TypeError),
             (make_event("user", x={1: "int key"}), TypeError),
             (make_event("user", x=2**64), TypeError),
+            # The fields each type needs (what folding reads):
+            ({"type": "user"}, InvalidEventError),
+            ({"type": "assistant", "content": None}, InvalidEventError),
+            ({"type": "summary", "text": "no content"}, InvalidEventError),
+            ({"type": "tool_result", "content": "no tool_use_id"}, InvalidEventError),
+            ({"type": "tool_started"}, InvalidEventError),
         ],
     )
     def test_bad_event_is_refused_and_nothing_written(
