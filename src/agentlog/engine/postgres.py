@@ -1,0 +1,657 @@
+"""PostgreSQL: the connection pool, the schema and every statement of the log.
+
+This module needs ``psycopg`` 3 and ``psycopg_pool`` (``pip install
+"agentlog[postgres]"``); nothing imports it unless PostgreSQL is asked for.
+
+Layout (one schema per agentlog store, ``agentlog`` unless told otherwise):
+
+* ``agentlog_version``: one row, the schema version this store was written at.
+  A store of a newer version is refused before anything is changed; an older
+  one is migrated forward in one transaction.
+* ``sessions (tenant, name)``: the head, the revision, created / mtime.
+* ``events (tenant, session, seq)``: ``ts``, ``type`` and ``payload``. Every
+  key starts with the tenant (a distribution column for Citus), and a session
+  is one contiguous range of the primary key's B-tree.
+
+Payloads are ``bytea`` holding agentlog's own JSON encoding, byte for byte:
+``jsonb`` would reorder keys and drop duplicate ones (and store numbers as
+``numeric``), and ``json``/``text`` would make every value pass the server's
+encoding checks and conversions. With ``bytea`` a payload reads back exactly
+as it was encoded, whatever the database's encoding.
+
+An append is one statement (and so one round trip and one transaction in
+autocommit): an ``UPDATE … WHERE head = expected RETURNING head`` (or, for a
+session that may not exist yet, ``INSERT … ON CONFLICT DO UPDATE … WHERE``)
+whose row lock serialises writers of one session, and an ``INSERT … SELECT
+FROM unnest(types, payloads)`` of the batch in the same statement, numbered
+from the head it returned. A stale ``expected_head`` updates no row, so
+nothing is inserted; only then a second statement reads the actual head for
+the error. No lock or sequence is shared between sessions.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import re
+import selectors
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StorageDataError,
+    StorageUnavailableError,
+)
+from ..events import EncodedBatch, StoredEvent
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MAX_SEQ",
+    "SCHEMA_VERSION",
+    "AppendRequest",
+    "PostgresDatabase",
+    "check_schema_name",
+    "translate_errors",
+]
+
+_T = TypeVar("_T")
+
+#: The schema an agentlog store lives in unless told otherwise.
+DEFAULT_SCHEMA = "agentlog"
+
+#: The version this agentlog writes; a store of a larger one is refused.
+SCHEMA_VERSION = 1
+
+#: Seqs are ``bigint``.
+MAX_SEQ = (1 << 63) - 1
+
+#: ``(session_id, expected_head, batch)``: one append of a group.
+AppendRequest = tuple[str, "int | None", EncodedBatch]
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}\Z")
+
+# Text keys compare as code points (the order Python's str has), never by a
+# locale: "C" is also the cheapest collation.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE {s}.sessions (
+            tenant text COLLATE "C" NOT NULL,
+            name text COLLATE "C" NOT NULL,
+            head bigint NOT NULL,
+            revision bigint NOT NULL,
+            created double precision NOT NULL,
+            mtime double precision NOT NULL,
+            metadata bytea,
+            PRIMARY KEY (tenant, name)
+        )""",
+        "CREATE INDEX sessions_by_activity ON {s}.sessions (tenant, mtime DESC)",
+        """CREATE TABLE {s}.events (
+            tenant text COLLATE "C" NOT NULL,
+            session text COLLATE "C" NOT NULL,
+            seq bigint NOT NULL,
+            ts double precision NOT NULL,
+            type text NOT NULL,
+            payload bytea NOT NULL,
+            item_id text COLLATE "C",
+            PRIMARY KEY (tenant, session, seq)
+        )""",
+        "CREATE UNIQUE INDEX events_by_item ON {s}.events (tenant, session, item_id)"
+        " WHERE item_id IS NOT NULL",
+        """CREATE TABLE {s}.snapshots (
+            tenant text COLLATE "C" NOT NULL,
+            session text COLLATE "C" NOT NULL,
+            through_seq bigint NOT NULL,
+            state bytea NOT NULL,
+            created double precision NOT NULL,
+            PRIMARY KEY (tenant, session, through_seq)
+        )""",
+    ),
+}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def check_schema_name(schema: object) -> str:
+    """``schema`` if it is a plain lower-case SQL identifier of at most 48 characters."""
+    if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+        raise ValueError(
+            f"schema must match [a-z_][a-z0-9_]* and have at most 48 characters, not {schema!r}"
+        )
+    return schema
+
+
+@contextlib.contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn psycopg's errors into agentlog's typed ones.
+
+    Lost connections, a server that is gone or shutting down, pool timeouts,
+    statement timeouts, deadlocks and serialisation failures are
+    :class:`StorageUnavailableError` (retryable: nothing of a failed call is
+    half-written, but a write that failed may have committed — read the
+    head to know); bad data is :class:`StorageDataError`.
+    """
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StorageUnavailableError(f"{what}: PostgreSQL is unavailable: {exc}") from exc
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        raise StorageDataError(f"{what}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+class _Statements:
+    """Every statement of the log, with the schema's name quoted into it."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema).as_string()
+        self.schema = s
+        events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)
+            SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload
+            FROM h, unnest(%(types)s::text[], %(payloads)s::bytea[])
+                WITH ORDINALITY AS e(type, payload, ord)"""
+        notify = "pg_notify(%(channel)s, h.head::text || ' ' || %(key)s)"
+        # A session that may be new (expected head None or 0).
+        upsert = f"""INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime)
+            VALUES (%(t)s, %(name)s, %(n)s, 1, %(ts)s, %(ts)s)
+            ON CONFLICT (tenant, name) DO UPDATE
+                SET head = sessions.head + EXCLUDED.head, mtime = EXCLUDED.mtime,
+                    revision = sessions.revision + 1
+                WHERE %(exp)s::bigint IS NULL OR sessions.head = %(exp)s::bigint
+            RETURNING head"""
+        # A session that must exist (expected head > 0).
+        update = f"""UPDATE {s}.sessions
+            SET head = head + %(n)s, mtime = %(ts)s, revision = revision + 1
+            WHERE tenant = %(t)s AND name = %(name)s AND head = %(exp)s::bigint
+            RETURNING head"""
+        self.append: dict[tuple[bool, bool], str] = {}
+        for new in (True, False):
+            for notifying in (True, False):
+                final = f"SELECT h.head, {notify} FROM h" if notifying else "SELECT h.head FROM h"
+                self.append[new, notifying] = (
+                    f"WITH h AS ({upsert if new else update}), ins AS ({events}) {final}"
+                )
+        self.head = f"SELECT head FROM {s}.sessions WHERE tenant = %s AND name = %s"
+        self.head_for_update = self.head + " FOR UPDATE"
+        self.head_mtime = f"SELECT head, mtime FROM {s}.sessions WHERE tenant = %s AND name = %s"
+        self.scan = (
+            f"SELECT seq, ts, type, payload FROM {s}.events"
+            " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
+        )
+        self.list = (
+            f"SELECT name, mtime, head FROM {s}.sessions WHERE tenant = %s"
+            " ORDER BY mtime DESC, name"
+        )
+        self.list_all = (
+            f"SELECT tenant, name, mtime, head FROM {s}.sessions ORDER BY mtime DESC, tenant, name"
+        )
+        self.delete_session = (
+            f"DELETE FROM {s}.sessions WHERE tenant = %s AND name = %s RETURNING head"
+        )
+        self.delete_events = f"DELETE FROM {s}.events WHERE tenant = %s AND session = %s"
+        self.delete_snapshots = f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = %s"
+        self.cut_events = f"DELETE FROM {s}.events WHERE tenant = %s AND session = %s AND seq > %s"
+        self.cut_snapshots = (
+            f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = %s AND through_seq > %s"
+        )
+        self.set_head = (
+            f"UPDATE {s}.sessions SET head = %s, mtime = %s, revision = revision + 1"
+            " WHERE tenant = %s AND name = %s"
+        )
+        self.create_session = (
+            f"INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime)"
+            " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT DO NOTHING RETURNING head"
+        )
+        self.copy_events = (
+            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)"
+            f" SELECT tenant, %s, seq, ts, type, payload FROM {s}.events"
+            " WHERE tenant = %s AND session = %s AND seq <= %s"
+        )
+        self.notify = "SELECT pg_notify(%s, %s)"
+
+
+class PostgresDatabase:
+    """One agentlog store in one PostgreSQL schema, over a connection pool.
+
+    ``target`` is a libpq connection string (the pool is made and owned here)
+    or a :class:`psycopg_pool.ConnectionPool` (used, never closed; its
+    connections must be in autocommit mode, which the pool made here sets).
+    Opening creates the schema, or migrates it forward, in one transaction,
+    and refuses a store of a newer version before changing anything.
+    """
+
+    def __init__(
+        self,
+        target: str | ConnectionPool[Any],
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        pool_min_size: int = 1,
+        pool_max_size: int = 8,
+        pool_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        statement_timeout_ms: int | None = 30_000,
+        notify: bool = True,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.q = _Statements(self.schema)
+        #: The NOTIFY channel of this store (one per schema).
+        self.channel = f"agentlog.{self.schema}"
+        self.notify = notify
+        self.connect_timeout = connect_timeout
+        self._closed = False
+        if isinstance(target, ConnectionPool):
+            self._pool: ConnectionPool[Any] = target
+            self._owns_pool = False
+            # The pool may hold callables (psycopg_pool >= 3.3): the values now.
+            conninfo = target.conninfo
+            kwargs = target.kwargs
+            self.conninfo = conninfo() if callable(conninfo) else conninfo
+            self.connect_kwargs: dict[str, Any] = dict(
+                (kwargs() if callable(kwargs) else kwargs) or {}
+            )
+        elif isinstance(target, str):
+            self.conninfo = target
+            self.connect_kwargs = {
+                "autocommit": True,
+                "connect_timeout": max(1, round(connect_timeout)),
+            }
+            # Connect and migrate first: a wrong address fails here at once,
+            # not after the pool's timeout.
+            with (
+                translate_errors("opening the store"),
+                psycopg.connect(target, **self.connect_kwargs) as conn,
+            ):
+                self._migrate(conn)
+            configure = None
+            if statement_timeout_ms is not None:
+                timeout = int(statement_timeout_ms)
+
+                def configure(conn: psycopg.Connection[Any]) -> None:
+                    conn.execute(f"SET statement_timeout = {timeout}")
+
+            self._pool = ConnectionPool(
+                target,
+                kwargs=self.connect_kwargs,
+                min_size=pool_min_size,
+                max_size=max(pool_min_size, pool_max_size),
+                timeout=pool_timeout,
+                configure=configure,
+                open=True,
+                name=f"agentlog-{self.schema}",
+            )
+            self._owns_pool = True
+            return
+        else:
+            raise TypeError(
+                "target must be a connection string or a psycopg_pool.ConnectionPool,"
+                f" not {type(target).__name__}"
+            )
+        with translate_errors("opening the store"), self._pool.connection() as conn:
+            self._migrate(conn)
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        s = self.q.schema
+        with conn.transaction():
+            # Two processes opening a new store at once: one creates it, the
+            # other waits here and then finds it (a lock for opening only).
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentlog schema {self.schema}",)
+            )
+            version = self._version(conn)
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} was written by a newer agentlog (version {version};"
+                    f" this one knows {SCHEMA_VERSION})"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            if version == 0:
+                conn.execute(
+                    f"CREATE TABLE {s}.agentlog_version (application text NOT NULL,"
+                    " version integer NOT NULL)"
+                )
+                conn.execute(f"INSERT INTO {s}.agentlog_version VALUES ('agentlog', 0)")
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement.format(s=s))
+            conn.execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
+
+    def _version(self, conn: psycopg.Connection[Any]) -> int:
+        """The schema's version: 0 when there is no store (refusing a foreign one)."""
+        exists = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_tables"
+            " WHERE schemaname = %s)",
+            (f"{self.q.schema}.agentlog_version", self.schema),
+        ).fetchone()
+        assert exists is not None
+        has_version, has_tables = exists
+        if not has_version:
+            if has_tables:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} holds tables but no agentlog store"
+                )
+            return 0
+        row = conn.execute(
+            f"SELECT application, version FROM {self.q.schema}.agentlog_version"
+        ).fetchone()
+        if row is None or row[0] != "agentlog":
+            raise SchemaVersionError(f"schema {self.schema!r} is not an agentlog store")
+        return int(row[1])
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the store's schema as it is now."""
+        with self.connection("reading the schema version") as conn:
+            return self._version(conn)
+
+    # -- connections -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit), with errors translated."""
+        if self._closed:
+            raise CheckpointerClosedError("the PostgreSQL store is closed")
+        with translate_errors(what), self._pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor inside one transaction on a pooled connection."""
+        with self.connection(what) as conn, conn.transaction(), conn.cursor() as cur:
+            yield cur
+
+    def run(self, what: str, work: Callable[[psycopg.Cursor[Any]], _T]) -> _T:
+        """``work(cursor)`` inside one transaction; its result."""
+        with self.transaction(what) as cur:
+            return work(cur)
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool."""
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the pool if it was made here; idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_pool:
+                self._pool.close()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new connection of its own (not pooled), autocommit."""
+        kwargs = dict(self.connect_kwargs)
+        kwargs["autocommit"] = True
+        return psycopg.connect(self.conninfo, **kwargs)
+
+    # -- the log -----------------------------------------------------------------------
+
+    def notify_key(self, tenant: str, name: str) -> str:
+        """The text a notification carries after the head: the session's key."""
+        return orjson.dumps([tenant, name]).decode()
+
+    def _append_on(
+        self,
+        cur: psycopg.Cursor[Any],
+        tenant: str,
+        name: str,
+        expected: int | None,
+        ts: float,
+        batch: EncodedBatch,
+    ) -> int:
+        """One append on ``cur`` (autocommit: its own transaction; else the caller's)."""
+        if expected is not None and expected > MAX_SEQ:
+            raise CheckpointConflictError(name, expected, self._head_on(cur, tenant, name))
+        if not batch:
+            head = self._head_on(cur, tenant, name)
+            if expected is not None and expected != head:
+                raise CheckpointConflictError(name, expected, head)
+            return head
+        params = {
+            "t": tenant,
+            "name": name,
+            "n": len(batch),
+            "ts": ts,
+            "exp": expected,
+            "types": [kind for kind, _ in batch],
+            "payloads": [payload for _, payload in batch],
+            "channel": self.channel,
+            "key": self.notify_key(tenant, name),
+        }
+        statement = self.q.append[not expected, self.notify]
+        while True:
+            row = cur.execute(statement, params).fetchone()
+            if row is not None:
+                return int(row[0])
+            # Nothing written: the head was not the expected one. Which is it?
+            head = self._head_on(cur, tenant, name)
+            if expected is not None and head != expected:
+                raise CheckpointConflictError(name, expected, head)
+            # It moved to the expected one in between: try again.
+
+    def _head_on(self, cur: psycopg.Cursor[Any], tenant: str, name: str) -> int:
+        row = cur.execute(self.q.head, (tenant, name)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def append(
+        self, tenant: str, name: str, expected: int | None, ts: float, batch: EncodedBatch
+    ) -> int:
+        """Append ``batch`` after the head (checking ``expected``); the new head."""
+        with self.connection("appending") as conn, conn.cursor() as cur:
+            return self._append_on(cur, tenant, name, expected, ts, batch)
+
+    def append_many(
+        self, tenant: str, requests: Sequence[AppendRequest], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        """Several appends in one transaction, each refused (a conflict) alone.
+
+        Sessions are locked in id order (each one's appends keep their order),
+        so two groups never deadlock.
+        """
+        results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
+        order = sorted(range(len(requests)), key=lambda index: requests[index][0])
+        with self.transaction("appending a group") as cur:
+            for index in order:
+                name, expected, batch = requests[index]
+                try:
+                    results[index] = self._append_on(cur, tenant, name, expected, ts, batch)
+                except CheckpointConflictError as exc:
+                    results[index] = exc
+        return results
+
+    def scan(self, tenant: str, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
+        """Up to ``limit`` events after ``since``, in seq order (one keyset page)."""
+        if since >= MAX_SEQ:
+            return []
+        with (
+            self.connection("reading") as conn,
+            conn.cursor(binary=True) as cur,
+        ):
+            rows = cur.execute(self.q.scan, (tenant, name, since, limit)).fetchall()
+        if not rows:
+            return []
+        events = orjson.loads(b"[" + b",".join([row[3] for row in rows]) + b"]")
+        return [
+            StoredEvent(seq, seq - 1, ts, kind, event)
+            for (seq, ts, kind, _), event in zip(rows, events, strict=True)
+        ]
+
+    def head(self, tenant: str, name: str) -> int:
+        """The head of a session; 0 for an unknown one."""
+        with self.connection("reading the head") as conn, conn.cursor() as cur:
+            return self._head_on(cur, tenant, name)
+
+    def head_and_mtime(self, tenant: str, name: str) -> tuple[int, float]:
+        """The head and the mtime of a session; ``(0, 0.0)`` for an unknown one."""
+        with self.connection("reading the head") as conn:
+            row = conn.execute(self.q.head_mtime, (tenant, name)).fetchone()
+        return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+    def list_sessions(self, tenant: str) -> builtins.list[tuple[str, float, int]]:
+        """``(name, mtime, head)`` of the tenant's sessions, most recently active first."""
+        with self.connection("listing") as conn:
+            return [(str(n), float(m), int(h)) for n, m, h in conn.execute(self.q.list, (tenant,))]
+
+    def list_all_sessions(self) -> builtins.list[tuple[str, str, float, int]]:
+        """``(tenant, name, mtime, head)`` of every session, most recently active first."""
+        with self.connection("listing") as conn:
+            return [
+                (str(t), str(n), float(m), int(h)) for t, n, m, h in conn.execute(self.q.list_all)
+            ]
+
+    def _notify_on(self, cur: psycopg.Cursor[Any], tenant: str, name: str, head: int) -> None:
+        if self.notify:
+            cur.execute(self.q.notify, (self.channel, f"{head} {self.notify_key(tenant, name)}"))
+
+    def delete(self, tenant: str, name: str) -> None:
+        """Remove a session and everything of it; nothing for an unknown one."""
+        with self.transaction("deleting") as cur:
+            # The session's row first: its lock waits for a running append,
+            # and the later statements see everything that append wrote.
+            if cur.execute(self.q.delete_session, (tenant, name)).fetchone() is None:
+                return
+            cur.execute(self.q.delete_events, (tenant, name))
+            cur.execute(self.q.delete_snapshots, (tenant, name))
+            self._notify_on(cur, tenant, name, 0)
+
+    def truncate(self, tenant: str, name: str, to_seq: int, ts: float) -> int:
+        """Remove the events after ``to_seq``; the new head."""
+        with self.transaction("truncating") as cur:
+            row = cur.execute(self.q.head_for_update, (tenant, name)).fetchone()
+            if row is None:
+                return 0
+            head = int(row[0])
+            if to_seq >= head:
+                return head
+            cur.execute(self.q.cut_events, (tenant, name, to_seq))
+            cur.execute(self.q.cut_snapshots, (tenant, name, to_seq))
+            cur.execute(self.q.set_head, (to_seq, ts, tenant, name))
+            self._notify_on(cur, tenant, name, to_seq)
+            return to_seq
+
+    def copy_prefix(self, tenant: str, name: str, at_seq: int, new_name: str, ts: float) -> int:
+        """Fork: a new session holding events 1…``at_seq`` of ``name``."""
+        with self.transaction("forking") as cur:
+            row = cur.execute(self.q.head + " FOR SHARE", (tenant, name)).fetchone()
+            if row is None:
+                raise SessionNotFoundError(f"no session {name!r} to fork")
+            if at_seq > int(row[0]):
+                raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {row[0]}")
+            created = cur.execute(
+                self.q.create_session, (tenant, new_name, at_seq, ts, ts)
+            ).fetchone()
+            if created is None:
+                raise SessionExistsError(f"session {new_name!r} already exists")
+            cur.execute(self.q.copy_events, (new_name, tenant, name, at_seq))
+            self._notify_on(cur, tenant, new_name, at_seq)
+            return at_seq
+
+
+class Listener:
+    """One ``LISTEN`` connection and the thread that waits on it.
+
+    ``on_notify(head, key_text)`` is called on the listener's thread for each
+    notification on the channel; ``on_state()`` whenever the connection is
+    (re)established or lost — notifications may have been missed then, so
+    the caller looks again. :attr:`generation` counts the connections made;
+    :attr:`connected` says whether one is listening now. :meth:`stop` ends
+    the thread at once (a self-pipe wakes its ``select``) and joins it.
+    """
+
+    def __init__(
+        self,
+        database: PostgresDatabase,
+        on_notify: Callable[[int, str], None],
+        on_state: Callable[[], None],
+        retry_interval: float = 0.2,
+    ) -> None:
+        self._database = database
+        self._on_notify = on_notify
+        self._on_state = on_state
+        self._retry = retry_interval
+        self.generation = 0
+        self.connected = False
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(
+            target=self._run, name=f"agentlog-listen-{database.schema}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                with contextlib.suppress(psycopg.Error, OSError):
+                    self._listen()
+                if self.connected:
+                    self.connected = False
+                    self._on_state()
+                if not self._stopping and self._wait_wake(self._retry):
+                    break
+        finally:
+            os.close(self._wake_r)
+
+    def _wait_wake(self, timeout: float) -> bool:
+        """Sleep ``timeout`` unless woken by stop (True then)."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            sel.select(timeout)
+        return self._stopping
+
+    def _listen(self) -> None:
+        conn = self._database.connect()
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._database.channel)))
+            pgconn = conn.pgconn
+            self.generation += 1
+            self.connected = True
+            self._on_state()
+            with selectors.DefaultSelector() as sel:
+                sel.register(pgconn.socket, selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stopping:
+                    sel.select(30.0)
+                    if self._stopping:
+                        return
+                    pgconn.consume_input()
+                    while (note := pgconn.notifies()) is not None:
+                        head, _, key = note.extra.decode().partition(" ")
+                        with contextlib.suppress(ValueError):
+                            self._on_notify(int(head), key)
+                    if pgconn.status != psycopg.pq.ConnStatus.OK:
+                        return
+        finally:
+            conn.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread and join it."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with contextlib.suppress(OSError):
+            os.close(self._wake_w)
