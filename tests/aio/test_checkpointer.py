@@ -20,7 +20,7 @@ from agentlog.aio import (
 )
 from agentlog.testing import AsyncCheckpointerConformance
 
-from ..conftest import PYTHON, OnEngine
+from ..conftest import PYTHON, OnEngine, OnPostgres, postgres_conninfo, postgres_schema
 
 EVENT = {"type": "user", "content": "hi"}
 
@@ -207,3 +207,14 @@ def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(
             assert [e.seq async for e in cp.read("s")] == [1, 2]
 
     asyncio.run(main())
+
+
+class TestAsyncPostgresCheckpointer(OnPostgres, AsyncCheckpointerConformance):
+    multiprocess = True
+
+    def open_async_checkpointer(self, location: Path) -> AsyncCheckpointer:
+        from agentlog.aio import AsyncPostgresCheckpointer
+
+        return AsyncPostgresCheckpointer(
+            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
+        )

@@ -4,7 +4,8 @@
 ``head``, ``list``, ``delete``, ``truncate``, ``fork`` awaited; ``read`` an
 async iterator). :class:`AsyncSqliteCheckpointer`,
 :class:`AsyncFileCheckpointer` and :class:`AsyncMemoryCheckpointer` implement
-it over the synchronous backends: appends from any number of coroutines are
+it over the synchronous backends (and :class:`AsyncPostgresCheckpointer`,
+imported on first use: it needs psycopg): appends from any number of coroutines are
 queued to one writer thread that commits everything queued in one
 transaction, and each caller is woken on its own loop once per group.
 
@@ -14,6 +15,8 @@ coroutines, every write of the four on one writer per storage.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .checkpointer import (
     AsyncBaseCheckpointer,
@@ -32,6 +35,9 @@ from .stores import (
     AsyncStorage,
 )
 
+if TYPE_CHECKING:
+    from .postgres import AsyncPostgresCheckpointer
+
 __all__ = [
     "AsyncArtifactStore",
     "AsyncBaseCheckpointer",
@@ -41,8 +47,18 @@ __all__ = [
     "AsyncInMemoryStorage",
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
+    "AsyncPostgresCheckpointer",
     "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",
     "AsyncStorage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL twin needs psycopg: it is imported when first named.
+    if name == "AsyncPostgresCheckpointer":
+        from .postgres import AsyncPostgresCheckpointer
+
+        return AsyncPostgresCheckpointer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -228,10 +228,3 @@ class PostgresCheckpointer(BaseCheckpointer):
                     return ("notified", listener.generation, self._notified.get(key, 0))
         # Nobody listening (not yet, or the connection dropped): poll.
         return ("polled", *self._db.head_and_mtime(self._tenant, session_id))
-
-    def _follow(self, session_id: str, last: int, poll_interval: float) -> Iterator[StoredEvent]:
-        self.watch(session_id)
-        try:
-            yield from super()._follow(session_id, last, poll_interval)
-        finally:
-            self.unwatch(session_id)
