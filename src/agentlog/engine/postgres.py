@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import orjson
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import (
     CheckpointConflictError,
@@ -368,6 +368,32 @@ class PostgresDatabase:
         with translate_errors(what), self._pool.connection() as conn:
             yield conn
 
+    def read(self, what: str, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``work(connection)`` for a read, tried again once on a lost connection.
+
+        A read changes nothing, so a connection the server dropped while it
+        sat in the pool (a restart, an idle timeout, a terminated backend)
+        costs a retry on the next connection, not an error. Writes are never
+        retried: whether a write that lost its connection committed is
+        unknown, so it raises :class:`StorageUnavailableError`.
+        """
+        # Each dead connection fails at once and is discarded: after as many
+        # tries as the pool holds connections, the next one is a fresh one.
+        attempts = self._pool.max_size + 1
+        for attempt in range(1, attempts + 1):
+            if self._closed:
+                raise CheckpointerClosedError("the PostgreSQL store is closed")
+            with translate_errors(what):
+                try:
+                    with self._pool.connection() as conn:
+                        return work(conn)
+                except (PoolTimeout, psycopg.errors.QueryCanceled):
+                    raise
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    if attempt == attempts:
+                        raise
+        raise AssertionError("unreachable")
+
     @contextlib.contextmanager
     def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
         """A cursor inside one transaction on a pooled connection."""
@@ -481,11 +507,12 @@ class PostgresDatabase:
         """Up to ``limit`` events after ``since``, in seq order (one keyset page)."""
         if since >= MAX_SEQ:
             return []
-        with (
-            self.connection("reading") as conn,
-            conn.cursor(binary=True) as cur,
-        ):
-            rows = cur.execute(self.q.scan, (tenant, name, since, limit)).fetchall()
+
+        def page(conn: psycopg.Connection[Any]) -> builtins.list[Any]:
+            with conn.cursor(binary=True) as cur:
+                return cur.execute(self.q.scan, (tenant, name, since, limit)).fetchall()
+
+        rows = self.read("reading", page)
         if not rows:
             return []
         events = orjson.loads(b"[" + b",".join([row[3] for row in rows]) + b"]")
@@ -496,26 +523,28 @@ class PostgresDatabase:
 
     def head(self, tenant: str, name: str) -> int:
         """The head of a session; 0 for an unknown one."""
-        with self.connection("reading the head") as conn, conn.cursor() as cur:
-            return self._head_on(cur, tenant, name)
+        row = self.read(
+            "reading the head", lambda conn: conn.execute(self.q.head, (tenant, name)).fetchone()
+        )
+        return 0 if row is None else int(row[0])
 
     def head_and_mtime(self, tenant: str, name: str) -> tuple[int, float]:
         """The head and the mtime of a session; ``(0, 0.0)`` for an unknown one."""
-        with self.connection("reading the head") as conn:
-            row = conn.execute(self.q.head_mtime, (tenant, name)).fetchone()
+        row = self.read(
+            "reading the head",
+            lambda conn: conn.execute(self.q.head_mtime, (tenant, name)).fetchone(),
+        )
         return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
 
     def list_sessions(self, tenant: str) -> builtins.list[tuple[str, float, int]]:
         """``(name, mtime, head)`` of the tenant's sessions, most recently active first."""
-        with self.connection("listing") as conn:
-            return [(str(n), float(m), int(h)) for n, m, h in conn.execute(self.q.list, (tenant,))]
+        rows = self.read("listing", lambda conn: conn.execute(self.q.list, (tenant,)).fetchall())
+        return [(str(n), float(m), int(h)) for n, m, h in rows]
 
     def list_all_sessions(self) -> builtins.list[tuple[str, str, float, int]]:
         """``(tenant, name, mtime, head)`` of every session, most recently active first."""
-        with self.connection("listing") as conn:
-            return [
-                (str(t), str(n), float(m), int(h)) for t, n, m, h in conn.execute(self.q.list_all)
-            ]
+        rows = self.read("listing", lambda conn: conn.execute(self.q.list_all).fetchall())
+        return [(str(t), str(n), float(m), int(h)) for t, n, m, h in rows]
 
     def _notify_on(self, cur: psycopg.Cursor[Any], tenant: str, name: str, head: int) -> None:
         if self.notify:
