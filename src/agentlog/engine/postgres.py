@@ -24,9 +24,15 @@ autocommit): an ``UPDATE … WHERE head = expected RETURNING head`` (or, for a
 session that may not exist yet, ``INSERT … ON CONFLICT DO UPDATE … WHERE``)
 whose row lock serialises writers of one session, and an ``INSERT … SELECT
 FROM unnest(types, payloads)`` of the batch in the same statement, numbered
-from the head it returned. A stale ``expected_head`` updates no row, so
-nothing is inserted; only then a second statement reads the actual head for
-the error. No lock or sequence is shared between sessions.
+from the head it returned. The arrays are sent in binary (``%b``): psycopg's
+default, text, escapes every element in Python. Measured for a 100-event
+batch (``benchmarks/postgres.py``): this statement 0.50 ms; ``BEGIN``, a
+``SELECT … FOR UPDATE``, the insert and an ``UPDATE`` of the head, then
+``COMMIT``: 0.70 ms with the same binary ``unnest``, 0.78 ms with ``COPY``,
+1.38 ms with one multi-row ``VALUES``, 1.51 ms with text arrays, 1.72 ms
+with ``executemany`` (pipelined). A stale ``expected_head`` updates no row,
+so nothing is inserted; only then a second statement reads the actual head
+for the error. No lock or sequence is shared between sessions.
 """
 
 from __future__ import annotations
@@ -159,7 +165,7 @@ class _Statements:
         self.schema = s
         events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)
             SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload
-            FROM h, unnest(%(types)s::text[], %(payloads)s::bytea[])
+            FROM h, unnest(%(types)b::text[], %(payloads)b::bytea[])
                 WITH ORDINALITY AS e(type, payload, ord)"""
         notify = "pg_notify(%(channel)s, h.head::text || ' ' || %(key)s)"
         # A session that may be new (expected head None or 0).
