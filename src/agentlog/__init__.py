@@ -69,6 +69,7 @@ from .stores import (
 
 if TYPE_CHECKING:
     from .log.postgres import PostgresCheckpointer
+    from .stores.postgres import PostgresStorage
 
 __version__ = "0.1.0"
 
@@ -95,6 +96,7 @@ __all__ = [
     "MemoryRecord",
     "MemoryStore",
     "PostgresCheckpointer",
+    "PostgresStorage",
     "SchemaVersionError",
     "SessionEvent",
     "SessionExistsError",
@@ -130,4 +132,8 @@ def __getattr__(name: str) -> Any:
         from .log.postgres import PostgresCheckpointer
 
         return PostgresCheckpointer
+    if name == "PostgresStorage":
+        from .stores.postgres import PostgresStorage
+
+        return PostgresStorage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

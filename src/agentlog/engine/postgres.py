@@ -9,9 +9,14 @@ Layout (one schema per agentlog store, ``agentlog`` unless told otherwise):
   A store of a newer version is refused before anything is changed; an older
   one is migrated forward in one transaction.
 * ``sessions (tenant, name)``: the head, the revision, created / mtime.
-* ``events (tenant, session, seq)``: ``ts``, ``type`` and ``payload``. Every
-  key starts with the tenant (a distribution column for Citus), and a session
-  is one contiguous range of the primary key's B-tree.
+* ``events (tenant, session, seq)``: ``ts``, ``type``, ``payload`` (and the
+  ``item_id`` the SessionStore gives), ``snapshots (tenant, session,
+  through_seq)``. Every key starts with the tenant (a distribution column
+  for Citus), and a session is one contiguous range of the primary key's
+  B-tree.
+* version 2: the stores beside the log, as in SQLite — ``memory``,
+  ``checkpoints``, ``artifacts`` (tenant first), ``blobs`` and
+  ``blob_chunks`` (by sha256, shared by every tenant).
 
 Payloads are ``bytea`` holding agentlog's own JSON encoding, byte for byte:
 ``jsonb`` would reorder keys and drop duplicate ones (and store numbers as
@@ -67,7 +72,9 @@ __all__ = [
     "MAX_SEQ",
     "SCHEMA_VERSION",
     "AppendRequest",
+    "Listener",
     "PostgresDatabase",
+    "Rows",
     "check_schema_name",
     "translate_errors",
 ]
@@ -78,7 +85,7 @@ _T = TypeVar("_T")
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Seqs are ``bigint``.
 MAX_SEQ = (1 << 63) - 1
@@ -122,6 +129,59 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             state bytea NOT NULL,
             created double precision NOT NULL,
             PRIMARY KEY (tenant, session, through_seq)
+        )""",
+    ),
+    2: (
+        # The stores beside the log (memory, run checkpoints, artifacts).
+        """CREATE TABLE {s}.memory (
+            tenant text COLLATE "C" NOT NULL,
+            namespace text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            value bytea NOT NULL,
+            revision bigint NOT NULL,
+            created double precision NOT NULL,
+            updated double precision NOT NULL,
+            PRIMARY KEY (tenant, namespace, key)
+        )""",
+        """CREATE TABLE {s}.checkpoints (
+            tenant text COLLATE "C" NOT NULL,
+            run_id text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C",
+            parent_run_id text COLLATE "C",
+            status text COLLATE "C" NOT NULL,
+            data bytea NOT NULL,
+            revision bigint NOT NULL,
+            created double precision NOT NULL,
+            updated double precision NOT NULL,
+            PRIMARY KEY (tenant, run_id)
+        )""",
+        "CREATE INDEX checkpoints_by_session ON {s}.checkpoints (tenant, session_id, run_id)",
+        "CREATE INDEX checkpoints_by_status ON {s}.checkpoints (tenant, status, run_id)",
+        "CREATE INDEX checkpoints_by_parent ON {s}.checkpoints (tenant, parent_run_id, run_id)",
+        # Artifact bytes are stored once per content (sha256), in 1 MiB
+        # chunks, and counted by the artifacts that refer to them.
+        """CREATE TABLE {s}.blobs (
+            sha256 text COLLATE "C" PRIMARY KEY,
+            size bigint NOT NULL,
+            refcount bigint NOT NULL
+        )""",
+        """CREATE TABLE {s}.blob_chunks (
+            sha256 text COLLATE "C" NOT NULL,
+            n integer NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (sha256, n)
+        )""",
+        """CREATE TABLE {s}.artifacts (
+            tenant text COLLATE "C" NOT NULL,
+            artifact_id text COLLATE "C" NOT NULL,
+            sha256 text COLLATE "C" NOT NULL,
+            size bigint NOT NULL,
+            media_type text NOT NULL,
+            metadata bytea NOT NULL,
+            revision bigint NOT NULL,
+            created double precision NOT NULL,
+            updated double precision NOT NULL,
+            PRIMARY KEY (tenant, artifact_id)
         )""",
     ),
 }
@@ -220,9 +280,14 @@ class _Statements:
             " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT DO NOTHING RETURNING head"
         )
         self.copy_events = (
-            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)"
-            f" SELECT tenant, %s, seq, ts, type, payload FROM {s}.events"
+            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id)"
+            f" SELECT tenant, %s, seq, ts, type, payload, item_id FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq <= %s"
+        )
+        self.copy_snapshots = (
+            f"INSERT INTO {s}.snapshots (tenant, session, through_seq, state, created)"
+            f" SELECT tenant, %s, through_seq, state, created FROM {s}.snapshots"
+            " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
         self.notify = "SELECT pg_notify(%s, %s)"
 
@@ -411,6 +476,28 @@ class PostgresDatabase:
         with self.transaction(what) as cur:
             return work(cur)
 
+    def atomic(self, what: str, work: Callable[[Rows], _T]) -> _T:
+        """``work(rows)`` in one read-committed transaction: a store's write.
+
+        The store reads its record with ``FOR UPDATE`` (see :meth:`Rows.locked`),
+        so a compare-and-set holds the row until commit.
+        """
+        with self.transaction(what) as cur:
+            return work(Rows(self, cur, writing=True))
+
+    def reading(self, what: str, work: Callable[[Rows], _T], *, snapshot: bool = False) -> _T:
+        """``work(rows)`` for a store's read: one snapshot if asked, else autocommit."""
+
+        def run(conn: psycopg.Connection[Any]) -> _T:
+            with conn.cursor(binary=True) as cur:
+                if not snapshot:
+                    return work(Rows(self, cur, writing=False))
+                with conn.transaction():
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    return work(Rows(self, cur, writing=False))
+
+        return self.read(what, run)
+
     @property
     def pool(self) -> ConnectionPool[Any]:
         """The connection pool."""
@@ -596,8 +683,52 @@ class PostgresDatabase:
             if created is None:
                 raise SessionExistsError(f"session {new_name!r} already exists")
             cur.execute(self.q.copy_events, (new_name, tenant, name, at_seq))
+            cur.execute(self.q.copy_snapshots, (new_name, tenant, name, at_seq))
             self._notify_on(cur, tenant, new_name, at_seq)
             return at_seq
+
+
+class Rows:
+    """What a store's work runs statements on (a cursor in its transaction).
+
+    ``writing`` says whether this is a write transaction; there a record is
+    read with :meth:`locked`.
+    """
+
+    def __init__(self, database: PostgresDatabase, cur: psycopg.Cursor[Any], writing: bool):
+        self.database = database
+        self.cur = cur
+        self.writing = writing
+
+    def rows(self, statement: str, params: Sequence[Any] = ()) -> builtins.list[tuple[Any, ...]]:
+        """Run ``statement``; its rows (none for a statement that returns none)."""
+        self.cur.execute(statement, params)
+        if self.cur.description is None:
+            return []
+        return self.cur.fetchall()
+
+    def locked(self, select: str, claim: str, key: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The record at ``key``, locked until commit; None when there is none.
+
+        ``select`` reads it ``FOR UPDATE``; when there is none,
+        ``claim`` inserts a placeholder row ``ON CONFLICT DO NOTHING`` — ours
+        until commit, so a second writer creating the same record waits for
+        this transaction and then finds the record (a clean conflict). The
+        work replaces the placeholder (an upsert) or raises, rolling it back.
+        """
+        while True:
+            found = self.rows(select, key)
+            if found:
+                return found[0]
+            if self.rows(claim, key):
+                return None
+            # Created by another transaction in between: read it.
+
+    def notify(self, tenant: str, name: str, head: int) -> None:
+        """Tell followers of the session (delivered at commit)."""
+        if self.database.notify:
+            payload = f"{head} {self.database.notify_key(tenant, name)}"
+            self.cur.execute(self.database.q.notify, (self.database.channel, payload))
 
 
 class Listener:
