@@ -4,10 +4,11 @@
 ``head``, ``list``, ``delete``, ``truncate``, ``fork`` awaited; ``read`` an
 async iterator). :class:`AsyncSqliteCheckpointer`,
 :class:`AsyncFileCheckpointer` and :class:`AsyncMemoryCheckpointer` implement
-it over the synchronous backends (and :class:`AsyncPostgresCheckpointer`,
-imported on first use: it needs psycopg): appends from any number of coroutines are
-queued to one writer thread that commits everything queued in one
-transaction, and each caller is woken on its own loop once per group.
+it over the synchronous backends (so does :class:`AsyncPostgresCheckpointer`,
+imported on first use like :class:`AsyncPostgresStorage`: they need psycopg):
+appends from any number of coroutines are queued to one writer thread that
+commits everything queued in one transaction, and each caller is woken on
+its own loop once per group.
 
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
@@ -36,7 +37,7 @@ from .stores import (
 )
 
 if TYPE_CHECKING:
-    from .postgres import AsyncPostgresCheckpointer
+    from .postgres import AsyncPostgresCheckpointer, AsyncPostgresStorage
 
 __all__ = [
     "AsyncArtifactStore",
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
     "AsyncPostgresCheckpointer",
+    "AsyncPostgresStorage",
     "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",
@@ -57,8 +59,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The PostgreSQL twin needs psycopg: it is imported when first named.
-    if name == "AsyncPostgresCheckpointer":
-        from .postgres import AsyncPostgresCheckpointer
+    if name in ("AsyncPostgresCheckpointer", "AsyncPostgresStorage"):
+        from . import postgres
 
-        return AsyncPostgresCheckpointer
+        return getattr(postgres, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
