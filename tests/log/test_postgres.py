@@ -26,7 +26,7 @@ from agentlog.testing import CheckpointerConformance
 from ..conftest import PYTHON, OnPostgres, postgres_conninfo, postgres_schema
 
 EVENT = {"type": "user", "content": "hello"}
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def open_postgres(location: Path, **options: object) -> Checkpointer:
@@ -50,12 +50,14 @@ WITHOUT_PSYCOPG = """
 import sys
 sys.modules["psycopg"] = None  # an import of it fails, as if it were not installed
 sys.modules["psycopg_pool"] = None
-import agentlog, agentlog.log, agentlog.aio
+import agentlog, agentlog.log, agentlog.aio, agentlog.stores
 from agentlog import SqliteCheckpointer, MemoryCheckpointer
 with MemoryCheckpointer() as log:
     log.append("s", [{"type": "user", "content": "hi"}])
 for name, module in (("PostgresCheckpointer", agentlog), ("PostgresCheckpointer", agentlog.log),
-                     ("AsyncPostgresCheckpointer", agentlog.aio)):
+                     ("PostgresStorage", agentlog), ("PostgresStorage", agentlog.stores),
+                     ("AsyncPostgresCheckpointer", agentlog.aio),
+                     ("AsyncPostgresStorage", agentlog.aio)):
     try:
         getattr(module, name)
     except ImportError:
