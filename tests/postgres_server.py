@@ -135,6 +135,22 @@ class PostgresServer:
             "initdb", "-D", str(self.data), "-A", "trust", "-U", SERVER_USER,
             "-E", "UTF8", "--no-locale", "--no-sync",
         )  # fmt: skip
+        for _attempt in range(5):
+            self.port = _free_port()
+            try:
+                self.start_server()
+            except RuntimeError:
+                if _attempt == 4:
+                    raise RuntimeError(self._log_tail()) from None
+                continue
+            break
+        self._run(
+            "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SERVER_USER, self.dbname
+        )
+        return self
+
+    def start_server(self) -> None:
+        """Start the server of the cluster (again) on :attr:`port`."""
         options = " ".join(
             [
                 f"-k {self.root}",
@@ -146,23 +162,16 @@ class PostgresServer:
                 "-c shared_buffers=64MB",
             ]
         )
-        for _attempt in range(5):
-            self.port = _free_port()
-            try:
-                self._run(
-                    "pg_ctl", "start", "-D", str(self.data), "-w", "-t", "60",
-                    "-l", str(self.root / "server.log"), "-o", f"{options} -p {self.port}",
-                )  # fmt: skip
-            except RuntimeError:
-                if _attempt == 4:
-                    raise RuntimeError(self._log_tail()) from None
-                continue
-            break
-        self.started = True
         self._run(
-            "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SERVER_USER, self.dbname
-        )
-        return self
+            "pg_ctl", "start", "-D", str(self.data), "-w", "-t", "60",
+            "-l", str(self.root / "server.log"), "-o", f"{options} -p {self.port}",
+        )  # fmt: skip
+        self.started = True
+
+    def stop_server(self) -> None:
+        """Stop the server (fast shutdown), keeping the cluster to start again."""
+        self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
+        self.started = False
 
     def _log_tail(self) -> str:
         try:
@@ -188,8 +197,7 @@ class PostgresServer:
         """Stop the server (fast shutdown) and remove its directory."""
         try:
             if self.started:
-                self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
-                self.started = False
+                self.stop_server()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -345,3 +345,41 @@ def test_a_dropped_listener_falls_back_to_polling_and_reconnects(schema: str, ad
             timer.cancel()
         follower.close()
         assert not [t for t in threading.enumerate() if t.name.startswith("agentlog-listen")]
+
+
+def test_a_server_that_goes_away_and_comes_back(postgres_server: str) -> None:
+    """A server of its own, stopped under an open checkpointer: every call is a
+    StorageUnavailableError (soon: pool_timeout), and after the restart the
+    same checkpointer works again, without being reopened."""
+    from agentlog import PostgresCheckpointer
+
+    from ..postgres_server import PostgresServer
+
+    with (
+        PostgresServer() as server,
+        PostgresCheckpointer(
+            server.conninfo, pool_min_size=2, pool_max_size=2, pool_timeout=1
+        ) as log,
+    ):
+        log.append("s", [EVENT])
+        server.stop_server()
+        for call in (
+            lambda: log.append("s", [EVENT]),
+            lambda: log.head("s"),
+            lambda: list(log.read("s")),
+            lambda: log.list(),
+        ):
+            begin = time.monotonic()
+            with pytest.raises(StorageUnavailableError):
+                call()
+            assert time.monotonic() - begin < 10
+        server.start_server()
+        deadline = time.monotonic() + 30
+        while True:  # the pool reconnects in the background
+            try:
+                assert log.head("s") == 1
+                break
+            except StorageUnavailableError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert log.append("s", [EVENT], expected_head=1) == 2
