@@ -8,6 +8,9 @@ Scenarios (the workload of ``python -m benchmarks``: ~500-byte agent events):
 * S1: append 1 event per call, one session, with ``expected_head`` (10k).
 * S2: append 100 events per call (100k events, 1,000 calls).
 * S3: replay every event of a 10k-event session to ``StoredEvent``s.
+* S5: 4 and 8 threads appending 1 event per call to a session each (10k in
+  all), one pool; with and without ``NOTIFY`` (PostgreSQL serialises the
+  commits of notifying transactions on one queue lock).
 * batch: one 100-event batch inserted by each method psycopg offers —
   ``executemany`` (pipelined), ``COPY`` (binary), one multi-row ``VALUES``,
   and one ``INSERT … SELECT FROM unnest(arrays)`` — each in a transaction
@@ -75,6 +78,37 @@ def agentlog_replay(conninfo: str, schema: str, count: int) -> float:
         elapsed = time.perf_counter() - start
     assert seen == count, seen
     return elapsed
+
+
+def agentlog_threads(
+    conninfo: str, schema: str, events: list[Any], threads: int, notify: bool = True
+) -> float:
+    """S5: ``threads`` threads, one session each, one event per call, one pool."""
+    import threading
+
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(
+        conninfo, schema=schema, pool_min_size=threads, pool_max_size=threads, notify=notify
+    ) as log:
+        share = len(events) // threads
+        barrier = threading.Barrier(threads + 1)
+
+        def writer(slot: int) -> None:
+            head = 0
+            mine = events[slot * share : (slot + 1) * share]
+            barrier.wait()
+            for event in mine:
+                head = log.append(f"t{slot}", [event], expected_head=head)
+
+        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+        for worker in workers:
+            worker.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        return time.perf_counter() - start
 
 
 # -- raw psycopg ----------------------------------------------------------------------
@@ -277,6 +311,30 @@ def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
     print(f"S2 append {BATCH}/call, {s2:,}")
     measure("S2 raw psycopg", s2, lambda sc: raw_append(conninfo, sc, events[:s2], BATCH))
     measure("S2 agentlog", s2, lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH))
+
+    def interleaved(count: int, works: dict[str, Callable[[str], float]]) -> None:
+        # Round by round, each variant in turn: the machine's moods fall on all alike.
+        rates: dict[str, list[float]] = {label: [] for label in works}
+        for n in range(rounds):
+            for label, work in works.items():
+                schema = f"bench_{len(results)}_{len(rates[label])}_{n}"
+                _fresh(conninfo, schema)
+                rates[label].append(count / work(schema))
+        for label in works:
+            results[label] = statistics.median(rates[label])
+            print(f"  {label:<36} {results[label]:>12,.0f} events/s", flush=True)
+
+    print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
+    interleaved(
+        s1,
+        {
+            f"S5 {threads} thread(s), {'NOTIFY' if notify else 'notify=False'}": (
+                lambda sc, t=threads, n=notify: agentlog_threads(conninfo, sc, events[:s1], t, n)
+            )
+            for threads in (1, 4, 8)
+            for notify in (True, False)
+        },
+    )
     print(f"S3 replay {s3:,}")
 
     def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
