@@ -296,24 +296,8 @@ def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
     events = workload(max(s1, s2, s3))
     results: dict[str, Any] = {}
 
-    def measure(label: str, count: int, work: Callable[[str], float]) -> None:
-        rates = []
-        for n in range(rounds):
-            schema = f"bench_{len(results)}_{n}"
-            _fresh(conninfo, schema)
-            rates.append(count / work(schema))
-        results[label] = statistics.median(rates)
-        print(f"  {label:<36} {results[label]:>12,.0f} events/s", flush=True)
-
-    print(f"S1 append 1/call, {s1:,}")
-    measure("S1 raw psycopg", s1, lambda sc: raw_append(conninfo, sc, events[:s1], 1))
-    measure("S1 agentlog", s1, lambda sc: agentlog_append(conninfo, sc, events[:s1], 1))
-    print(f"S2 append {BATCH}/call, {s2:,}")
-    measure("S2 raw psycopg", s2, lambda sc: raw_append(conninfo, sc, events[:s2], BATCH))
-    measure("S2 agentlog", s2, lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH))
-
     def interleaved(count: int, works: dict[str, Callable[[str], float]]) -> None:
-        # Round by round, each variant in turn: the machine's moods fall on all alike.
+        # Round by round, each system in turn: the machine's moods fall on all alike.
         rates: dict[str, list[float]] = {label: [] for label in works}
         for n in range(rounds):
             for label, work in works.items():
@@ -324,6 +308,38 @@ def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
             results[label] = statistics.median(rates[label])
             print(f"  {label:<36} {results[label]:>12,.0f} events/s", flush=True)
 
+    print(f"S1 append 1/call, {s1:,}")
+    interleaved(
+        s1,
+        {
+            "S1 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s1], 1),
+            "S1 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s1], 1),
+        },
+    )
+    print(f"S2 append {BATCH}/call, {s2:,}")
+    interleaved(
+        s2,
+        {
+            "S2 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s2], BATCH),
+            "S2 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH),
+        },
+    )
+
+    def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
+        def work(schema: str) -> float:
+            agentlog_append(conninfo, schema, events[:s3], 1000)
+            return reader(conninfo, schema, s3)
+
+        return work
+
+    print(f"S3 replay {s3:,}")
+    interleaved(
+        s3,
+        {
+            "S3 raw psycopg (undecoded)": replay(raw_replay),
+            "S3 agentlog (to StoredEvent)": replay(agentlog_replay),
+        },
+    )
     print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
     interleaved(
         s1,
@@ -335,17 +351,6 @@ def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
             for notify in (True, False)
         },
     )
-    print(f"S3 replay {s3:,}")
-
-    def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
-        def work(schema: str) -> float:
-            agentlog_append(conninfo, schema, events[:s3], 1000)
-            return reader(conninfo, schema, s3)
-
-        return work
-
-    measure("S3 raw psycopg (undecoded)", s3, replay(raw_replay))
-    measure("S3 agentlog (to StoredEvent)", s3, replay(agentlog_replay))
     print(f"one {BATCH}-event batch with the head's CAS, by insert method")
     schema = "bench_batch"
     _fresh(conninfo, schema)
