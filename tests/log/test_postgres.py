@@ -383,3 +383,28 @@ def test_a_server_that_goes_away_and_comes_back(postgres_server: str) -> None:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         assert log.append("s", [EVENT], expected_head=1) == 2
+
+
+def test_a_group_of_one_append_per_session_is_pipelined_and_refuses_alone(
+    schema: str,
+) -> None:
+    from agentlog import CheckpointConflictError, PostgresCheckpointer
+
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        log.append("b", [EVENT, EVENT])
+        group = [
+            log.prepare_append("c", [EVENT] * 3),
+            log.prepare_append("b", [EVENT], expected_head=1),  # stale: the head is 2
+            log.prepare_append("a", [EVENT], expected_head=0),
+            log.prepare_append("d", [EVENT], expected_head=0),
+        ]
+        results = log.append_prepared(group)
+        assert results[0] == 3 and results[2] == 1 and results[3] == 1
+        conflict = results[1]
+        assert isinstance(conflict, CheckpointConflictError)
+        assert (conflict.session_id, conflict.expected, conflict.actual) == ("b", 1, 2)
+        assert [log.head(name) for name in "abcd"] == [1, 2, 3, 1]
+        # The same group again: every compare-and-set is stale now but "c"'s.
+        results = log.append_prepared(group)
+        assert results[0] == 6
+        assert [type(r).__name__ for r in results[1:]] == ["CheckpointConflictError"] * 3

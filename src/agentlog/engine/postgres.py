@@ -544,6 +544,20 @@ class PostgresDatabase:
             if expected is not None and expected != head:
                 raise CheckpointConflictError(name, expected, head)
             return head
+        statement, params = self._append_statement(tenant, name, expected, ts, batch)
+        while True:
+            row = cur.execute(statement, params).fetchone()
+            if row is not None:
+                return int(row[0])
+            # Nothing written: the head was not the expected one. Which is it?
+            head = self._head_on(cur, tenant, name)
+            if expected is not None and head != expected:
+                raise CheckpointConflictError(name, expected, head)
+            # It moved to the expected one in between: try again.
+
+    def _append_statement(
+        self, tenant: str, name: str, expected: int | None, ts: float, batch: EncodedBatch
+    ) -> tuple[str, dict[str, Any]]:
         params = {
             "t": tenant,
             "name": name,
@@ -555,16 +569,7 @@ class PostgresDatabase:
             "channel": self.channel,
             "key": self.notify_key(tenant, name),
         }
-        statement = self.q.append[not expected, self.notify]
-        while True:
-            row = cur.execute(statement, params).fetchone()
-            if row is not None:
-                return int(row[0])
-            # Nothing written: the head was not the expected one. Which is it?
-            head = self._head_on(cur, tenant, name)
-            if expected is not None and head != expected:
-                raise CheckpointConflictError(name, expected, head)
-            # It moved to the expected one in between: try again.
+        return self.q.append[not expected, self.notify], params
 
     def _head_on(self, cur: psycopg.Cursor[Any], tenant: str, name: str) -> int:
         row = cur.execute(self.q.head, (tenant, name)).fetchone()
@@ -587,6 +592,11 @@ class PostgresDatabase:
         """
         results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
         order = sorted(range(len(requests)), key=lambda index: requests[index][0])
+        names = {name for name, _, _ in requests}
+        if len(requests) > 1 and len(names) == len(requests):
+            simple = all(batch and (exp is None or exp <= MAX_SEQ) for _, exp, batch in requests)
+            if simple:
+                return self._append_pipelined(tenant, requests, order, ts)
         with self.transaction("appending a group") as cur:
             for index in order:
                 name, expected, batch = requests[index]
@@ -594,6 +604,42 @@ class PostgresDatabase:
                     results[index] = self._append_on(cur, tenant, name, expected, ts, batch)
                 except CheckpointConflictError as exc:
                     results[index] = exc
+        return results
+
+    def _append_pipelined(
+        self, tenant: str, requests: Sequence[AppendRequest], order: Sequence[int], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        """A group of one append per session, its statements sent in one pipeline.
+
+        Each statement is the single append's; they are sent together and their
+        results read after, so the group costs about one round trip, not one
+        per append. An append refused by its compare-and-set reads the head
+        afterwards for the error (no other append of the group touched that
+        session).
+        """
+        results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
+        with self.connection("appending a group") as conn, conn.pipeline(), conn.transaction():
+            sent = []
+            for index in order:
+                name, expected, batch = requests[index]
+                cur = conn.cursor()
+                cur.execute(*self._append_statement(tenant, name, expected, ts, batch))
+                sent.append((index, cur))
+            refused = []
+            for index, cur in sent:
+                row = cur.fetchone()
+                if row is None:
+                    refused.append(index)
+                else:
+                    results[index] = int(row[0])
+            with conn.cursor() as cur:
+                for index in refused:
+                    name, expected, batch = requests[index]
+                    try:
+                        # Its head moved to the expected one meanwhile: try it again.
+                        results[index] = self._append_on(cur, tenant, name, expected, ts, batch)
+                    except CheckpointConflictError as exc:
+                        results[index] = exc
         return results
 
     def scan(self, tenant: str, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
