@@ -31,10 +31,10 @@ whose row lock serialises writers of one session, and an ``INSERT … SELECT
 FROM unnest(types, payloads)`` of the batch in the same statement, numbered
 from the head it returned. The arrays are sent in binary (``%b``): psycopg's
 default, text, escapes every element in Python. Measured for a 100-event
-batch (``benchmarks/postgres.py``): this statement 0.50 ms; ``BEGIN``, a
+batch (``benchmarks/postgres.py``): this statement 0.48 ms; ``BEGIN``, a
 ``SELECT … FOR UPDATE``, the insert and an ``UPDATE`` of the head, then
-``COMMIT``: 0.70 ms with the same binary ``unnest``, 0.78 ms with ``COPY``,
-1.38 ms with one multi-row ``VALUES``, 1.51 ms with text arrays, 1.72 ms
+``COMMIT``: 0.70 ms with the same binary ``unnest``, 0.74 ms with ``COPY``,
+1.41 ms with one multi-row ``VALUES``, 1.52 ms with text arrays, 1.80 ms
 with ``executemany`` (pipelined). A stale ``expected_head`` updates no row,
 so nothing is inserted; only then a second statement reads the actual head
 for the error. No lock or sequence is shared between sessions.
