@@ -75,7 +75,11 @@ __all__ = [
     "Listener",
     "PostgresDatabase",
     "Rows",
+    "Statements",
     "check_schema_name",
+    "migrate_schema",
+    "notify_key",
+    "schema_version_of",
     "translate_errors",
 ]
 
@@ -217,7 +221,64 @@ def translate_errors(what: str) -> Iterator[None]:
         raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-class _Statements:
+def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the store in ``schema``, or bring it forward, in one transaction.
+
+    A store of a newer version, or a schema holding other tables, is refused
+    with :class:`SchemaVersionError` before anything changes.
+    """
+    s = sql.Identifier(check_schema_name(schema)).as_string()
+    with conn.transaction():
+        # Two processes opening a new store at once: one creates it, the
+        # other waits here and then finds it (a lock for opening only).
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentlog schema {schema}",))
+        version = schema_version_of(conn, schema)
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"schema {schema!r} was written by a newer agentlog (version {version};"
+                f" this one knows {SCHEMA_VERSION})"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        if version == 0:
+            conn.execute(
+                f"CREATE TABLE {s}.agentlog_version (application text NOT NULL,"
+                " version integer NOT NULL)"
+            )
+            conn.execute(f"INSERT INTO {s}.agentlog_version VALUES ('agentlog', 0)")
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement.format(s=s))
+        conn.execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
+
+
+def schema_version_of(conn: psycopg.Connection[Any], schema: str) -> int:
+    """The version of the store in ``schema``: 0 when there is none (refusing a foreign one)."""
+    s = sql.Identifier(check_schema_name(schema)).as_string()
+    exists = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_tables"
+        " WHERE schemaname = %s)",
+        (f"{s}.agentlog_version", schema),
+    ).fetchone()
+    assert exists is not None
+    has_version, has_tables = exists
+    if not has_version:
+        if has_tables:
+            raise SchemaVersionError(f"schema {schema!r} holds tables but no agentlog store")
+        return 0
+    row = conn.execute(f"SELECT application, version FROM {s}.agentlog_version").fetchone()
+    if row is None or row[0] != "agentlog":
+        raise SchemaVersionError(f"schema {schema!r} is not an agentlog store")
+    return int(row[1])
+
+
+def notify_key(tenant: str, name: str) -> str:
+    """The text a notification carries after the head: the session's key."""
+    return orjson.dumps([tenant, name]).decode()
+
+
+class Statements:
     """Every statement of the log, with the schema's name quoted into it."""
 
     def __init__(self, schema: str) -> None:
@@ -315,7 +376,7 @@ class PostgresDatabase:
         notify: bool = True,
     ) -> None:
         self.schema = check_schema_name(schema)
-        self.q = _Statements(self.schema)
+        self.q = Statements(self.schema)
         #: The NOTIFY channel of this store (one per schema).
         self.channel = f"agentlog.{self.schema}"
         self.notify = notify
@@ -374,60 +435,13 @@ class PostgresDatabase:
     # -- schema ------------------------------------------------------------------------
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
-        s = self.q.schema
-        with conn.transaction():
-            # Two processes opening a new store at once: one creates it, the
-            # other waits here and then finds it (a lock for opening only).
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"agentlog schema {self.schema}",)
-            )
-            version = self._version(conn)
-            if version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"schema {self.schema!r} was written by a newer agentlog (version {version};"
-                    f" this one knows {SCHEMA_VERSION})"
-                )
-            if version == SCHEMA_VERSION:
-                return
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-            if version == 0:
-                conn.execute(
-                    f"CREATE TABLE {s}.agentlog_version (application text NOT NULL,"
-                    " version integer NOT NULL)"
-                )
-                conn.execute(f"INSERT INTO {s}.agentlog_version VALUES ('agentlog', 0)")
-            for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[step]:
-                    conn.execute(statement.format(s=s))
-            conn.execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
-
-    def _version(self, conn: psycopg.Connection[Any]) -> int:
-        """The schema's version: 0 when there is no store (refusing a foreign one)."""
-        exists = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM pg_tables"
-            " WHERE schemaname = %s)",
-            (f"{self.q.schema}.agentlog_version", self.schema),
-        ).fetchone()
-        assert exists is not None
-        has_version, has_tables = exists
-        if not has_version:
-            if has_tables:
-                raise SchemaVersionError(
-                    f"schema {self.schema!r} holds tables but no agentlog store"
-                )
-            return 0
-        row = conn.execute(
-            f"SELECT application, version FROM {self.q.schema}.agentlog_version"
-        ).fetchone()
-        if row is None or row[0] != "agentlog":
-            raise SchemaVersionError(f"schema {self.schema!r} is not an agentlog store")
-        return int(row[1])
+        migrate_schema(conn, self.schema)
 
     @property
     def schema_version(self) -> int:
         """The version of the store's schema as it is now."""
         with self.connection("reading the schema version") as conn:
-            return self._version(conn)
+            return schema_version_of(conn, self.schema)
 
     # -- connections -------------------------------------------------------------------
 
@@ -525,7 +539,7 @@ class PostgresDatabase:
 
     def notify_key(self, tenant: str, name: str) -> str:
         """The text a notification carries after the head: the session's key."""
-        return orjson.dumps([tenant, name]).decode()
+        return notify_key(tenant, name)
 
     def _append_on(
         self,
@@ -544,7 +558,7 @@ class PostgresDatabase:
             if expected is not None and expected != head:
                 raise CheckpointConflictError(name, expected, head)
             return head
-        statement, params = self._append_statement(tenant, name, expected, ts, batch)
+        statement, params = self.append_statement(tenant, name, expected, ts, batch)
         while True:
             row = cur.execute(statement, params).fetchone()
             if row is not None:
@@ -555,9 +569,10 @@ class PostgresDatabase:
                 raise CheckpointConflictError(name, expected, head)
             # It moved to the expected one in between: try again.
 
-    def _append_statement(
+    def append_statement(
         self, tenant: str, name: str, expected: int | None, ts: float, batch: EncodedBatch
     ) -> tuple[str, dict[str, Any]]:
+        """The one statement of an append, and its parameters (see the module's notes)."""
         params = {
             "t": tenant,
             "name": name,
@@ -623,7 +638,7 @@ class PostgresDatabase:
             for index in order:
                 name, expected, batch = requests[index]
                 cur = conn.cursor()
-                cur.execute(*self._append_statement(tenant, name, expected, ts, batch))
+                cur.execute(*self.append_statement(tenant, name, expected, ts, batch))
                 sent.append((index, cur))
             refused = []
             for index, cur in sent:
