@@ -218,7 +218,7 @@ def postgres(target: str, count: int, gap: float) -> None:
         PostgresCheckpointer(target, schema="latency_async").close()
         print(
             summary(
-                "async postgres (writer thread -> loop)",
+                "async postgres (native, woken on the loop)",
                 in_process_async(make_async, "latency_async", count, gap),
             )
         )

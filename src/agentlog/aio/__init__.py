@@ -4,11 +4,12 @@
 ``head``, ``list``, ``delete``, ``truncate``, ``fork`` awaited; ``read`` an
 async iterator). :class:`AsyncSqliteCheckpointer`,
 :class:`AsyncFileCheckpointer` and :class:`AsyncMemoryCheckpointer` implement
-it over the synchronous backends (so does :class:`AsyncPostgresCheckpointer`,
-imported on first use like :class:`AsyncPostgresStorage`: they need psycopg):
-appends from any number of coroutines are queued to one writer thread that
-commits everything queued in one transaction, and each caller is woken on
-its own loop once per group.
+it over the synchronous backends: appends from any number of coroutines are
+queued to one writer thread that commits everything queued in one
+transaction, and each caller is woken on its own loop once per group.
+:class:`AsyncPostgresCheckpointer` (imported on first use, like
+:class:`AsyncPostgresStorage`: they need psycopg) is native, on psycopg's
+async pool.
 
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
