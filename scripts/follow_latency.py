@@ -1,14 +1,17 @@
 """Commit -> delivery latency of ``follow()``, in-process and cross-process.
 
-    python scripts/follow_latency.py [--events N] [--gap SECONDS]
+    python scripts/follow_latency.py [--events N] [--gap SECONDS] [--postgres CONNINFO|start]
 
 Each event carries the monotonic clock (system-wide on Linux, so comparable
 between processes) read just before its ``append``; the follower subtracts
 it from the clock when the event reaches it. So a figure includes the append
 itself (tens of µs), then the wake-up (in-process: the commit signal) or the
 next look (cross-process: ``PRAGMA data_version`` / the file's stat every
-``poll_interval``). Writes are spaced by ``--gap`` so that the follower is
-idle, waiting, before each one: the case that measures a wake-up.
+``poll_interval``; PostgreSQL: the ``NOTIFY`` its commit sends). Writes are
+spaced by ``--gap`` so that the follower is idle, waiting, before each one:
+the case that measures a wake-up. ``--postgres`` adds PostgreSQL: a
+connection string, or ``start`` for a throwaway server of the tests'
+(``tests/postgres_server.py``, from a checkout).
 """
 
 from __future__ import annotations
@@ -30,10 +33,19 @@ from agentlog.engine import AVAILABLE_ENGINES
 from agentlog.log import DEFAULT_POLL_INTERVAL, MemoryCheckpointer
 
 CHILD = """
-import sys, time
+import os, sys, time
 from agentlog import FileCheckpointer, SqliteCheckpointer
 kind, location, count, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-log = FileCheckpointer(location) if kind == "file" else SqliteCheckpointer(location, engine=kind)
+if kind.startswith("postgres"):
+    from agentlog import PostgresCheckpointer
+    notify = kind == "postgres"
+    log = PostgresCheckpointer(
+        os.environ["AGENTLOG_LATENCY_POSTGRES"], schema=location, notify=notify
+    )
+elif kind == "file":
+    log = FileCheckpointer(location)
+else:
+    log = SqliteCheckpointer(location, engine=kind)
 with log:
     print("ready", flush=True)
     sys.stdin.readline()
@@ -108,7 +120,13 @@ def cross_process(kind: str, location: str, count: int, gap: float) -> list[int]
     assert child.stdout is not None and child.stdin is not None
     assert child.stdout.readline().strip() == "ready"
     log: BaseCheckpointer
-    if kind == "file":
+    if kind.startswith("postgres"):
+        from agentlog import PostgresCheckpointer
+
+        log = PostgresCheckpointer(
+            os.environ["AGENTLOG_LATENCY_POSTGRES"], schema=location, notify=kind == "postgres"
+        )
+    elif kind == "file":
         log = FileCheckpointer(location, read_only=True)
     else:
         log = SqliteCheckpointer(location, engine=kind)
@@ -129,10 +147,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500)
     parser.add_argument("--gap", type=float, default=0.003, help="seconds between appends")
+    parser.add_argument(
+        "--postgres", help="a PostgreSQL connection string, or 'start' for a throwaway server"
+    )
+    parser.add_argument("--only-postgres", action="store_true", help="skip the other backends")
     args = parser.parse_args()
     count, gap = args.events, args.gap
     print(f"{count} events, one every {gap * 1000:g} ms; poll_interval {DEFAULT_POLL_INTERVAL} s")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+    if not args.only_postgres:
+        others(count, gap)
+    if args.postgres:
+        postgres(args.postgres, count, gap)
+
+
+def others(count: int, gap: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         print("-- in-process (commit signal)")
@@ -162,6 +191,48 @@ def main() -> None:
         FileCheckpointer(root / "cross-files").close()
         latencies = cross_process("file", str(root / "cross-files"), count, gap)
         print(summary("file (read-only follower), stat", latencies))
+
+
+def postgres(target: str, count: int, gap: float) -> None:
+    """The PostgreSQL rows: a server named by ``target``, or one started here."""
+    server = None
+    if target == "start":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.postgres_server import PostgresServer
+
+        server = PostgresServer().start()
+        target = server.conninfo
+    os.environ["AGENTLOG_LATENCY_POSTGRES"] = target
+    from agentlog import PostgresCheckpointer
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    try:
+        print("-- PostgreSQL (loopback)" if server else "-- PostgreSQL")
+        with PostgresCheckpointer(target, schema="latency_sync") as log:
+            log.delete("s")
+            print(summary("sync postgres (commit signal)", in_process_sync(log, count, gap)))
+
+        def make_async(schema: str) -> AsyncPostgresCheckpointer:
+            return AsyncPostgresCheckpointer(target, schema=schema)
+
+        PostgresCheckpointer(target, schema="latency_async").close()
+        print(
+            summary(
+                "async postgres (native, woken on the loop)",
+                in_process_async(make_async, "latency_async", count, gap),
+            )
+        )
+        with PostgresCheckpointer(target, schema="latency_cross") as log:
+            log.delete("s")
+        latencies = cross_process("postgres", "latency_cross", count, gap)
+        print(summary("postgres cross-process, LISTEN/NOTIFY", latencies))
+        with PostgresCheckpointer(target, schema="latency_poll", notify=False) as log:
+            log.delete("s")
+        latencies = cross_process("postgres-poll", "latency_poll", count, gap)
+        print(summary("postgres cross-process, polling the head", latencies))
+    finally:
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

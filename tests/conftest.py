@@ -10,13 +10,23 @@ for a class bound to one engine, derives from :class:`OnEngine`). Every
 engine agentlog has is a case; one that is not built here is skipped with
 the reason it is missing — or, under ``AGENTLOG_REQUIRE_EXTENSIONS=1``,
 fails in setup (see :func:`require_engine`).
+
+PostgreSQL: a test that needs a server derives from :class:`OnPostgres` (or
+takes the :func:`postgres_server` fixture). One throwaway cluster is started
+for the whole run (``tests/postgres_server.py``) — or, when
+``AGENTLOG_TEST_POSTGRES`` holds a connection string, that server is used.
+Without server binaries or psycopg the tests are skipped, saying why; under
+``AGENTLOG_REQUIRE_POSTGRES=1`` (``scripts/test`` sets it) they fail instead.
+Each test gets a schema of its own (:func:`postgres_schema`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,6 +34,8 @@ import pytest
 
 from agentlog import engine as engines
 from agentlog import engine_info
+
+from .postgres_server import PostgresServer, missing_reason
 
 #: Every SQLite engine agentlog has, the preferred first: each is a test case
 #: whether or not it is built here (see require_engine).
@@ -90,3 +102,68 @@ class OnEngine:
     @pytest.fixture(autouse=True)
     def _engine_is_built(self) -> None:
         require_engine(self.engine)
+
+
+# -- PostgreSQL ----------------------------------------------------------------------
+
+#: The connection string of the test server (set for this process and the
+#: children it starts, so a spawned racer reaches the same server).
+POSTGRES_ENV = "AGENTLOG_TEST_POSTGRES"
+
+
+def postgres_required() -> bool:
+    """Whether ``AGENTLOG_REQUIRE_POSTGRES`` is set (``scripts/test`` sets it)."""
+    return os.environ.get("AGENTLOG_REQUIRE_POSTGRES", "") not in ("", "0")
+
+
+def _postgres_missing() -> str | None:
+    for module in ("psycopg", "psycopg_pool"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (pip install 'agentlog[postgres]')"
+    if os.environ.get(POSTGRES_ENV):
+        return None
+    return missing_reason()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """The connection string of a PostgreSQL server for this run.
+
+    A throwaway cluster started here and removed at the end — or the server
+    ``AGENTLOG_TEST_POSTGRES`` names. Skipped when neither is possible, or
+    failed under ``AGENTLOG_REQUIRE_POSTGRES=1``.
+    """
+    reason = _postgres_missing()
+    if reason is not None:
+        if postgres_required():
+            pytest.fail(f"{reason} (AGENTLOG_REQUIRE_POSTGRES is set)", pytrace=False)
+        pytest.skip(reason)
+    given = os.environ.get(POSTGRES_ENV)
+    if given:
+        yield given
+        return
+    server = PostgresServer().start()
+    os.environ[POSTGRES_ENV] = server.conninfo
+    try:
+        yield server.conninfo
+    finally:
+        os.environ.pop(POSTGRES_ENV, None)
+        server.stop()
+
+
+def postgres_conninfo() -> str:
+    """The test server's connection string (in a test, or in a child it started)."""
+    return os.environ[POSTGRES_ENV]
+
+
+def postgres_schema(location: Path | str) -> str:
+    """The schema of the store that lives at ``location``: one per test directory."""
+    return "t_" + hashlib.sha256(str(location).encode()).hexdigest()[:24]
+
+
+class OnPostgres:
+    """A test class that needs the PostgreSQL server (skipped or failed without one)."""
+
+    @pytest.fixture(autouse=True)
+    def _postgres_is_up(self, postgres_server: str) -> None:
+        return None

@@ -3,11 +3,14 @@
 Every session is a log of events behind one small contract
 (:class:`Checkpointer`): append with an expected head, read forward, head,
 list, delete, truncate and fork. Backends: :class:`MemoryCheckpointer`,
-:class:`FileCheckpointer` (JSONL files) and :class:`SqliteCheckpointer` (the
-embedded default).
+:class:`FileCheckpointer` (JSONL files), :class:`SqliteCheckpointer` (the
+embedded default) and :class:`PostgresCheckpointer` (imported on first use:
+it needs ``agentlog[postgres]``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .engine import engine_info
 from .errors import (
@@ -65,6 +68,10 @@ from .stores import (
     Storage,
 )
 
+if TYPE_CHECKING:
+    from .log.postgres import PostgresCheckpointer
+    from .stores.postgres import PostgresStorage
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -90,6 +97,8 @@ __all__ = [
     "MemoryCheckpointer",
     "MemoryRecord",
     "MemoryStore",
+    "PostgresCheckpointer",
+    "PostgresStorage",
     "SchemaVersionError",
     "SessionEvent",
     "SessionExistsError",
@@ -117,3 +126,16 @@ __all__ = [
     "legacy_store_adapter",
     "store_events",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL backend needs psycopg: it is imported when first named.
+    if name == "PostgresCheckpointer":
+        from .log.postgres import PostgresCheckpointer
+
+        return PostgresCheckpointer
+    if name == "PostgresStorage":
+        from .stores.postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from agentlog.aio import (
 from agentlog.aio.writer import Job
 from agentlog.testing import AsyncCheckpointerConformance
 
-from ..conftest import PYTHON, OnEngine
+from ..conftest import PYTHON, OnEngine, OnPostgres, postgres_conninfo, postgres_schema
 
 EVENT = {"type": "user", "content": "hi"}
 
@@ -239,3 +239,14 @@ def test_a_fork_child_is_refused_never_left_waiting(tmp_path: Path, engine: str)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert asyncio.run(cp.append("s", [EVENT])) == 2  # the parent goes on
     cp.close()
+
+
+class TestAsyncPostgresCheckpointer(OnPostgres, AsyncCheckpointerConformance):
+    multiprocess = True
+
+    def open_async_checkpointer(self, location: Path) -> AsyncCheckpointer:
+        from agentlog.aio import AsyncPostgresCheckpointer
+
+        return AsyncPostgresCheckpointer(
+            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
+        )

@@ -39,8 +39,8 @@ from agentlog.testing import (
     SessionStoreConformance,
 )
 
-from ..conftest import OnEngine
-from ..stores.openers import SqliteStorageOpener
+from ..conftest import OnEngine, OnPostgres, postgres_conninfo, postgres_schema
+from ..stores.openers import PostgresStorageOpener, SqliteStorageOpener
 
 
 class AsyncInMemoryOpener(AsyncStorageSuite):
@@ -247,3 +247,37 @@ def test_a_cancelled_open_closes_what_it_opened(
 
     asyncio.run(main())
     assert len(opened) == 1 and opened[0].closed
+
+
+class AsyncPostgresOpener(OnPostgres, AsyncStorageSuite):
+    multiprocess = True
+
+    async def open_async_storage(self, location: Path) -> AsyncStorage:
+        from agentlog.aio import AsyncPostgresStorage
+
+        return await AsyncPostgresStorage.open(
+            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
+        )
+
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        return PostgresStorageOpener().tamper(storage, location, sha256)
+
+
+class TestAsyncPostgresSessionStore(AsyncPostgresOpener, SessionStoreConformance):
+    pass
+
+
+class TestAsyncPostgresCheckpointStore(AsyncPostgresOpener, CheckpointStoreConformance):
+    pass
+
+
+class TestAsyncPostgresMemoryStore(AsyncPostgresOpener, MemoryStoreConformance):
+    pass
+
+
+class TestAsyncPostgresArtifactStore(AsyncPostgresOpener, ArtifactStoreConformance):
+    pass
+
+
+class TestAsyncPostgresStorage(AsyncPostgresOpener, AsyncStorageConformance):
+    pass

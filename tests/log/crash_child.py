@@ -5,6 +5,7 @@ Run by tests/log/test_crash.py, which kills it with SIGKILL at a random moment.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 
@@ -12,9 +13,13 @@ from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
 
 
 def open_store(backend: str, location: str) -> Checkpointer:
-    """``file``, or ``sqlite-<synchronous>-<engine>``."""
+    """``file``, ``postgres`` (``location`` is the schema), or ``sqlite-<synchronous>-<engine>``."""
     if backend == "file":
         return FileCheckpointer(location)
+    if backend == "postgres":
+        from agentlog import PostgresCheckpointer
+
+        return PostgresCheckpointer(os.environ["AGENTLOG_TEST_POSTGRES"], schema=location)
     _, synchronous, engine = backend.split("-")
     return SqliteCheckpointer(location, synchronous=synchronous, engine=engine)
 

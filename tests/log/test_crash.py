@@ -15,15 +15,26 @@ import pytest
 from agentlog import Checkpointer, FileCheckpointer, SqliteCheckpointer
 from agentlog.engine import DEFAULT_ENGINE
 
-from ..conftest import ENGINES, PYTHON, child_env, require_engine
+from ..conftest import (
+    ENGINES,
+    PYTHON,
+    child_env,
+    postgres_conninfo,
+    postgres_schema,
+    require_engine,
+)
 
 KILLS = 22
 CHILD = str(Path(__file__).resolve().parent / "crash_child.py")
 
 
-def open_store(backend: str, location: Path) -> Checkpointer:
+def open_store(backend: str, location: Path | str) -> Checkpointer:
     if backend == "file":
         return FileCheckpointer(location)
+    if backend == "postgres":
+        from agentlog import PostgresCheckpointer
+
+        return PostgresCheckpointer(postgres_conninfo(), schema=str(location))
     return SqliteCheckpointer(location, engine=backend.split("-")[2])
 
 
@@ -31,15 +42,16 @@ BACKENDS = [
     "file",
     *(f"sqlite-normal-{engine}" for engine in ENGINES),
     f"sqlite-full-{DEFAULT_ENGINE}",
+    "postgres",  # the client killed: the server commits the statement or rolls it back
 ]
 
 
-def check_store(backend: str, location: Path, acknowledged: int) -> int:
+def check_store(backend: str, location: Path | str, acknowledged: int) -> int:
     cp = open_store(backend, location)
     try:
         events = list(cp.read("crash"))
         head = cp.head("crash")
-        if backend != "file":
+        if backend.startswith("sqlite"):
             assert cp.check_integrity() == (True, "ok")  # type: ignore[attr-defined]
     finally:
         cp.close()
@@ -61,10 +73,17 @@ def check_store(backend: str, location: Path, acknowledged: int) -> int:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_kill_9_mid_append_keeps_a_whole_prefix(tmp_path: Path, backend: str) -> None:
-    if backend != "file":
-        require_engine(backend.split("-")[2])
-    location = tmp_path / ("sessions" if backend == "file" else "crash.db")
+def test_kill_9_mid_append_keeps_a_whole_prefix(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    location: Path | str
+    if backend == "postgres":
+        request.getfixturevalue("postgres_server")  # skipped or failed without one
+        location = postgres_schema(tmp_path)
+    else:
+        if backend != "file":
+            require_engine(backend.split("-")[2])
+        location = tmp_path / ("sessions" if backend == "file" else "crash.db")
     rng = random.Random(backend)
     acknowledged = 0
     heads = []

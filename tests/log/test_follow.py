@@ -25,18 +25,22 @@ from agentlog import (
 )
 from agentlog.log import CommitSignal
 
-from ..conftest import ENGINES, require_engine
+from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
 
 EVENT = {"type": "user", "content": "hi"}
 #: Far longer than any wake-up: a test that waits this long has failed.
 PATIENCE = 20.0
 
-KINDS = ["memory", "file", *(f"sqlite-{name}" for name in ENGINES)]
+KINDS = ["memory", "file", *(f"sqlite-{name}" for name in ENGINES), "postgres"]
 
 
 def open_log(kind: str, location: Path) -> BaseCheckpointer:
     if kind == "memory":
         return MemoryCheckpointer()
+    if kind == "postgres":
+        from agentlog import PostgresCheckpointer
+
+        return PostgresCheckpointer(postgres_conninfo(), schema=postgres_schema(location))
     if kind == "file":
         return FileCheckpointer(location / "sessions")
     engine = kind.removeprefix("sqlite-")
@@ -46,6 +50,8 @@ def open_log(kind: str, location: Path) -> BaseCheckpointer:
 
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        request.getfixturevalue("postgres_server")  # skipped or failed without one
     return str(request.param)
 
 
@@ -269,6 +275,10 @@ from agentlog import FileCheckpointer, SqliteCheckpointer
 kind, location, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if kind == "file":
     log = FileCheckpointer(location)
+elif kind == "postgres":
+    import os
+    from agentlog import PostgresCheckpointer
+    log = PostgresCheckpointer(os.environ["AGENTLOG_TEST_POSTGRES"], schema=location)
 else:
     log = SqliteCheckpointer(location, engine=kind.removeprefix("sqlite-"))
 with log:
@@ -280,12 +290,16 @@ with log:
 """
 
 
-@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"])
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"], indirect=True)
 def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
+    location: Path | str
     if kind == "file":
         location = tmp_path / "sessions"
         FileCheckpointer(location).close()  # the store exists; the child owns it
         log: BaseCheckpointer = FileCheckpointer(location, read_only=True)
+    elif kind == "postgres":
+        log = open_log(kind, tmp_path)
+        location = postgres_schema(tmp_path)
     else:
         require_engine(kind.removeprefix("sqlite-"))
         location = tmp_path / "agentlog.db"

@@ -1,4 +1,5 @@
-"""How the store suites open each implementation: in memory, or SQLite on one engine."""
+"""How the store suites open each implementation: in memory, SQLite on one engine,
+or PostgreSQL (a schema of the test server's per test)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from agentlog.stores import InMemoryStorage, SqliteStorage
 
-from ..conftest import PYTHON, OnEngine
+from ..conftest import PYTHON, OnEngine, OnPostgres, postgres_conninfo, postgres_schema
 
 
 class InMemoryStorageOpener:
@@ -35,4 +36,27 @@ class SqliteStorageOpener(OnEngine):
             "conn.commit()\n"
         )
         subprocess.run([PYTHON, "-c", script, str(location / "agentlog.db"), sha256], check=True)
+        return True
+
+
+class PostgresStorageOpener(OnPostgres):
+    multiprocess = True
+
+    def open_storage(self, location: Path) -> Any:
+        from agentlog.stores import PostgresStorage
+
+        return PostgresStorage.open(
+            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
+        )
+
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        import psycopg
+
+        schema = postgres_schema(location)
+        with psycopg.connect(postgres_conninfo(), autocommit=True) as conn:
+            conn.execute(
+                f"UPDATE {schema}.blob_chunks SET data = '\\x00'::bytea || substring(data from 2)"
+                " WHERE sha256 = %s AND n = 0",
+                (sha256,),
+            )
         return True

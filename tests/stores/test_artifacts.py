@@ -9,7 +9,7 @@ from typing import Any
 
 from agentlog.testing import ArtifactStoreConformance
 
-from .openers import InMemoryStorageOpener, SqliteStorageOpener
+from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
 
 
 class TestInMemoryArtifactStore(InMemoryStorageOpener, ArtifactStoreConformance):
@@ -25,3 +25,7 @@ class TestSqliteArtifactStoreC(SqliteStorageOpener, ArtifactStoreConformance):
 
 class TestSqliteArtifactStorePython(SqliteStorageOpener, ArtifactStoreConformance):
     engine = "python"
+
+
+class TestPostgresArtifactStore(PostgresStorageOpener, ArtifactStoreConformance):
+    pass

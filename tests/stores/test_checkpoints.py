@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentlog.testing import CheckpointStoreConformance
 
-from .openers import InMemoryStorageOpener, SqliteStorageOpener
+from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
 
 
 class TestInMemoryCheckpointStore(InMemoryStorageOpener, CheckpointStoreConformance):
@@ -19,3 +19,7 @@ class TestSqliteCheckpointStoreC(SqliteStorageOpener, CheckpointStoreConformance
 
 class TestSqliteCheckpointStorePython(SqliteStorageOpener, CheckpointStoreConformance):
     engine = "python"
+
+
+class TestPostgresCheckpointStore(PostgresStorageOpener, CheckpointStoreConformance):
+    pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentlog.testing import MemoryStoreConformance
 
-from .openers import InMemoryStorageOpener, SqliteStorageOpener
+from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
 
 
 class TestInMemoryMemoryStore(InMemoryStorageOpener, MemoryStoreConformance):
@@ -19,3 +19,7 @@ class TestSqliteMemoryStoreC(SqliteStorageOpener, MemoryStoreConformance):
 
 class TestSqliteMemoryStorePython(SqliteStorageOpener, MemoryStoreConformance):
     engine = "python"
+
+
+class TestPostgresMemoryStore(PostgresStorageOpener, MemoryStoreConformance):
+    pass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentlog.testing import SessionStoreConformance
 
-from .openers import InMemoryStorageOpener, SqliteStorageOpener
+from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
 
 
 class TestInMemorySessionStore(InMemoryStorageOpener, SessionStoreConformance):
@@ -19,3 +19,7 @@ class TestSqliteSessionStoreC(SqliteStorageOpener, SessionStoreConformance):
 
 class TestSqliteSessionStorePython(SqliteStorageOpener, SessionStoreConformance):
     engine = "python"
+
+
+class TestPostgresSessionStore(PostgresStorageOpener, SessionStoreConformance):
+    pass

@@ -8,6 +8,9 @@ it over the synchronous backends: the appends of any number of coroutines
 are grouped, each group one transaction — written on the loop's own thread
 when that needs no waiting (SQLite, its write lock free), else by one writer
 thread, which wakes each caller's loop once per group.
+:class:`AsyncPostgresCheckpointer` (imported on first use, like
+:class:`AsyncPostgresStorage`: they need psycopg) is native, on psycopg's
+async pool.
 
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
@@ -15,6 +18,8 @@ coroutines, every write of the four on one writer per storage.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .checkpointer import (
     AsyncBaseCheckpointer,
@@ -33,6 +38,9 @@ from .stores import (
     AsyncStorage,
 )
 
+if TYPE_CHECKING:
+    from .postgres import AsyncPostgresCheckpointer, AsyncPostgresStorage
+
 __all__ = [
     "AsyncArtifactStore",
     "AsyncBaseCheckpointer",
@@ -42,8 +50,19 @@ __all__ = [
     "AsyncInMemoryStorage",
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
+    "AsyncPostgresCheckpointer",
+    "AsyncPostgresStorage",
     "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",
     "AsyncStorage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL twin needs psycopg: it is imported when first named.
+    if name in ("AsyncPostgresCheckpointer", "AsyncPostgresStorage"):
+        from . import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -257,6 +257,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
         signal = backend.commits
+        backend.watch(session_id)
         waker = self._join_waker(asyncio.get_running_loop(), signal)
         try:
             while True:
@@ -277,6 +278,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
                         break
         finally:
             self._leave_waker(waker)
+            backend.unwatch(session_id)
 
     def _join_waker(self, loop: asyncio.AbstractEventLoop, signal: CommitSignal) -> _LoopWaker:
         with self._wakers_lock:

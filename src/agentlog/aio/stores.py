@@ -23,7 +23,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
@@ -37,6 +37,9 @@ from ..stores import (
     SqliteStorage,
 )
 from .writer import Job, Writer, off_loop
+
+if TYPE_CHECKING:
+    from ..stores.postgres import PostgresStorage
 
 __all__ = [
     "AsyncArtifactStore",
@@ -162,7 +165,10 @@ class AsyncStorage(AsyncClosable):
     """The four async stores over one synchronous storage, with one writer for all."""
 
     def __init__(
-        self, storage: InMemoryStorage | SqliteStorage, *, inline_writes: bool = False
+        self,
+        storage: InMemoryStorage | SqliteStorage | PostgresStorage,
+        *,
+        inline_writes: bool = False,
     ) -> None:
         self._storage = storage
         self._queue = WriteQueue(Writer(None, type(storage).__name__, inline=inline_writes))
@@ -172,7 +178,7 @@ class AsyncStorage(AsyncClosable):
         self.artifacts = AsyncArtifactStore(storage.artifacts, self._queue)
 
     @property
-    def storage(self) -> InMemoryStorage | SqliteStorage:
+    def storage(self) -> InMemoryStorage | SqliteStorage | PostgresStorage:
         """The synchronous storage underneath (share it only for reads)."""
         return self._storage
 

@@ -4,11 +4,14 @@
 forward, head, list, delete, truncate, fork); :class:`BaseCheckpointer`
 checks arguments once for every backend; the backends are
 :class:`MemoryCheckpointer`, :class:`FileCheckpointer` (JSONL files),
-:class:`SqliteCheckpointer` (on the engine layer, :mod:`agentlog.engine`) and
+:class:`SqliteCheckpointer` (on the engine layer, :mod:`agentlog.engine`),
+:class:`PostgresCheckpointer` (imported on first use: it needs psycopg) and
 the legacy adapter over role/content message arrays.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .contract import (
     DEFAULT_POLL_INTERVAL,
@@ -22,6 +25,9 @@ from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
 
+if TYPE_CHECKING:
+    from .postgres import PostgresCheckpointer
+
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "BaseCheckpointer",
@@ -29,6 +35,7 @@ __all__ = [
     "CommitSignal",
     "FileCheckpointer",
     "MemoryCheckpointer",
+    "PostgresCheckpointer",
     "PreparedAppend",
     "SqliteCheckpointer",
     "is_file_store",
@@ -36,3 +43,12 @@ __all__ = [
     "message_event",
     "read_session_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgreSQL's backend needs psycopg: it is imported when first named.
+    if name == "PostgresCheckpointer":
+        from .postgres import PostgresCheckpointer
+
+        return PostgresCheckpointer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

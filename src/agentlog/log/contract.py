@@ -456,20 +456,36 @@ class BaseCheckpointer(Closable, ABC):
             raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
         return self._follow(session_id, since_seq, float(poll_interval))
 
+    def watch(self, session_id: str) -> None:
+        """A follower of ``session_id`` starts: a backend may start listening.
+
+        Called by every follower (sync and async) before its first look,
+        and matched by one :meth:`unwatch` when it stops. This base class
+        does nothing; PostgreSQL opens its ``LISTEN`` connection for the
+        first follower and closes it after the last.
+        """
+
+    def unwatch(self, session_id: str) -> None:
+        """A follower of ``session_id`` stops (see :meth:`watch`)."""
+
     def _follow(self, session_id: str, last: int, poll_interval: float) -> Iterator[StoredEvent]:
         signal = self.commits
-        while True:
-            mark = signal.count
-            token = self.change_token(session_id)
-            page = self.follow_page(session_id, last)
-            if page:
-                for event in page:
-                    last = event.seq
-                    yield event
-                continue
-            while not signal.wait(mark, poll_interval):
-                if self.change_token(session_id) != token:
-                    break
+        self.watch(session_id)
+        try:
+            while True:
+                mark = signal.count
+                token = self.change_token(session_id)
+                page = self.follow_page(session_id, last)
+                if page:
+                    for event in page:
+                        last = event.seq
+                        yield event
+                    continue
+                while not signal.wait(mark, poll_interval):
+                    if self.change_token(session_id) != token:
+                        break
+        finally:
+            self.unwatch(session_id)
 
     @property
     def closed(self) -> bool:

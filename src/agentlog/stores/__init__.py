@@ -5,11 +5,14 @@ checkpoints (:class:`CheckpointStore`), long-term memory
 (:class:`MemoryStore`) and content-addressed artifacts
 (:class:`ArtifactStore`), each written once on row primitives that an
 in-memory and a SQLite implementation supply, with compare-and-set
-revisions. :class:`InMemoryStorage` and :class:`SqliteStorage` open the four
-together.
+revisions. :class:`InMemoryStorage`, :class:`SqliteStorage` and
+:class:`PostgresStorage` (imported on first use: it needs psycopg) open the
+four together.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .artifacts import ArtifactInfo, ArtifactStore, VerifyingReader
 from .checkpoints import RUN_STATUSES, SIDE_EFFECT_STATES, Checkpoint, CheckpointStore, SideEffect
@@ -17,6 +20,9 @@ from .common import DEFAULT_TENANT, MAX_PAGE
 from .memory import MemoryRecord, MemoryStore
 from .sessions import SessionLoad, SessionRecord, SessionStore, Snapshot
 from .storage import InMemoryStorage, SqliteStorage, Storage
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStorage
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -30,6 +36,7 @@ __all__ = [
     "InMemoryStorage",
     "MemoryRecord",
     "MemoryStore",
+    "PostgresStorage",
     "SessionLoad",
     "SessionRecord",
     "SessionStore",
@@ -39,3 +46,12 @@ __all__ = [
     "Storage",
     "VerifyingReader",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The PostgreSQL storage needs psycopg: it is imported when first named.
+    if name == "PostgresStorage":
+        from .postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

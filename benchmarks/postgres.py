@@ -1,0 +1,395 @@
+"""PostgreSQL: agentlog's backend against raw psycopg, in the same run.
+
+    python -m benchmarks.postgres --conninfo "host=... dbname=... user=..."
+    python -m benchmarks.postgres            # starts a throwaway server of the tests'
+
+Scenarios (the workload of ``python -m benchmarks``: ~500-byte agent events):
+
+* S1: append 1 event per call, one session, with ``expected_head`` (10k).
+* S2: append 100 events per call (100k events, 1,000 calls).
+* S3: replay every event of a 10k-event session to ``StoredEvent``s.
+* S5: 4 and 8 threads appending 1 event per call to a session each (10k in
+  all), one pool; with and without ``NOTIFY`` (PostgreSQL serialises the
+  commits of notifying transactions on one queue lock).
+* batch: one 100-event batch inserted by each method psycopg offers —
+  ``executemany`` (pipelined), ``COPY`` (binary), one multi-row ``VALUES``,
+  and one ``INSERT … SELECT FROM unnest(arrays)`` — each in a transaction
+  with the head's compare-and-set, as the backend needs it.
+
+The raw baseline is one psycopg connection issuing the same statement the
+backend issues (prepared by the server after its first uses), with the
+payloads encoded before the clock starts and no validation, pool or objects:
+what is left is agentlog's own cost. S3's baseline fetches the same keyset
+pages undecoded. Every figure is the median of ``--rounds`` rounds, each on
+a fresh schema; client and server share the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .workload import events as workload
+
+S1_EVENTS = 10_000
+S2_EVENTS = 100_000
+S3_EVENTS = 10_000
+BATCH = 100
+
+
+def _fresh(conninfo: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    from agentlog import PostgresCheckpointer
+
+    PostgresCheckpointer(conninfo, schema=schema).close()  # the tables, empty
+
+
+# -- agentlog ---------------------------------------------------------------------------
+
+
+def agentlog_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(conninfo, schema=schema) as log:
+        head = 0
+        start = time.perf_counter()
+        for i in range(0, len(events), batch):
+            head = log.append("s", events[i : i + batch], expected_head=head)
+        return time.perf_counter() - start
+
+
+def agentlog_replay(conninfo: str, schema: str, count: int) -> float:
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(conninfo, schema=schema) as log:
+        start = time.perf_counter()
+        seen = sum(1 for _ in log.read("s"))
+        elapsed = time.perf_counter() - start
+    assert seen == count, seen
+    return elapsed
+
+
+def agentlog_threads(
+    conninfo: str, schema: str, events: list[Any], threads: int, notify: bool = True
+) -> float:
+    """S5: ``threads`` threads, one session each, one event per call, one pool."""
+    import threading
+
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(
+        conninfo, schema=schema, pool_min_size=threads, pool_max_size=threads, notify=notify
+    ) as log:
+        share = len(events) // threads
+        barrier = threading.Barrier(threads + 1)
+
+        def writer(slot: int) -> None:
+            head = 0
+            mine = events[slot * share : (slot + 1) * share]
+            barrier.wait()
+            for event in mine:
+                head = log.append(f"t{slot}", [event], expected_head=head)
+
+        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+        for worker in workers:
+            worker.start()
+        barrier.wait()
+        start = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        return time.perf_counter() - start
+
+
+# -- raw psycopg ----------------------------------------------------------------------
+
+
+def raw_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
+    import psycopg
+
+    from agentlog.engine.postgres import PostgresDatabase
+
+    database = PostgresDatabase(conninfo, schema=schema, pool_min_size=1)
+    statement = database.q.append[False, True]
+    first = database.q.append[True, True]
+    channel, key = database.channel, database.notify_key("default", "s")
+    database.close()
+    encoded = [(event["type"], orjson.dumps(event)) for event in events]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        head = 0
+        start = time.perf_counter()
+        for i in range(0, len(encoded), batch):
+            chunk = encoded[i : i + batch]
+            params = {
+                "t": "default",
+                "name": "s",
+                "n": len(chunk),
+                "ts": time.time(),
+                "exp": head,
+                "types": [kind for kind, _ in chunk],
+                "payloads": [payload for _, payload in chunk],
+                "channel": channel,
+                "key": key,
+            }
+            row = conn.execute(first if head == 0 else statement, params).fetchone()
+            assert row is not None
+            head = row[0]
+        return time.perf_counter() - start
+
+
+def raw_replay(conninfo: str, schema: str, count: int) -> float:
+    import psycopg
+
+    query = (
+        f"SELECT seq, ts, type, payload FROM {schema}.events"
+        " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
+    )
+    with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor(binary=True) as cur:
+        start = time.perf_counter()
+        seen, last = 0, 0
+        while True:
+            rows = cur.execute(query, ("default", "s", last, 1000)).fetchall()
+            seen += len(rows)
+            if len(rows) < 1000:
+                break
+            last = rows[-1][0]
+        elapsed = time.perf_counter() - start
+    assert seen == count, seen
+    return elapsed
+
+
+# -- how to insert a batch ----------------------------------------------------------------
+
+
+def batch_methods(conninfo: str, schema: str, batches: int) -> dict[str, float]:
+    """Seconds per 100-event batch, in a transaction with the head's CAS, by method."""
+    import psycopg
+
+    encoded = [(e["type"], orjson.dumps(e)) for e in workload(BATCH)]
+    s = schema
+    insert = f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload) VALUES "
+    lock = f"SELECT head FROM {s}.sessions WHERE tenant = 'default' AND name = %s FOR UPDATE"
+    move = f"UPDATE {s}.sessions SET head = %s WHERE tenant = 'default' AND name = %s"
+
+    def executemany(cur: Any, name: str, head: int, ts: float) -> None:
+        cur.executemany(
+            insert + "('default', %s, %s, %s, %s, %s)",
+            [(name, head + n, ts, kind, data) for n, (kind, data) in enumerate(encoded, 1)],
+        )
+
+    def copy(cur: Any, name: str, head: int, ts: float) -> None:
+        with cur.copy(
+            f"COPY {s}.events (tenant, session, seq, ts, type, payload) FROM STDIN (FORMAT BINARY)"
+        ) as out:
+            out.set_types(["text", "text", "int8", "float8", "text", "bytea"])
+            for n, (kind, data) in enumerate(encoded, 1):
+                out.write_row(("default", name, head + n, ts, kind, data))
+
+    values = insert + ", ".join(["('default', %s, %s, %s, %s, %s)"] * BATCH)
+
+    def multirow(cur: Any, name: str, head: int, ts: float) -> None:
+        params: list[Any] = []
+        for n, (kind, data) in enumerate(encoded, 1):
+            params += [name, head + n, ts, kind, data]
+        cur.execute(values, params)
+
+    unnest = (
+        f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)"
+        " SELECT 'default', %s, %s + e.ord, %s, e.type, e.payload"
+        " FROM unnest(%s::text[], %s::bytea[]) WITH ORDINALITY AS e(type, payload, ord)"
+    )
+    # %b: the arrays in binary (psycopg's default, text, escapes each element).
+    unnest_binary = unnest.replace(
+        "unnest(%s::text[], %s::bytea[])", "unnest(%b::text[], %b::bytea[])"
+    )
+
+    def arrays(cur: Any, name: str, head: int, ts: float) -> None:
+        cur.execute(unnest, (name, head, ts, [k for k, _ in encoded], [d for _, d in encoded]))
+
+    def arrays_binary(cur: Any, name: str, head: int, ts: float) -> None:
+        params = (name, head, ts, [k for k, _ in encoded], [d for _, d in encoded])
+        cur.execute(unnest_binary, params)
+
+    methods: dict[str, Callable[[Any, str, int, float], None]] = {
+        "executemany (pipelined)": executemany,
+        "COPY (binary)": copy,
+        "multi-row VALUES": multirow,
+        "unnest(arrays), text parameters": arrays,
+        "unnest(arrays), binary parameters": arrays_binary,
+    }
+    from agentlog.engine.postgres import PostgresDatabase
+
+    database = PostgresDatabase(conninfo, schema=schema, pool_min_size=1)
+    statements = {
+        True: database.q.append[True, False],  # the backend's: binary arrays
+        False: database.q.append[True, False].replace("b::", "s::"),
+    }
+    database.close()
+
+    def in_one_statement(binary: bool) -> Callable[[Any, str, int], int]:
+        # What the backend does: the CAS and the insert in one statement, in
+        # autocommit (one round trip, no BEGIN/COMMIT of its own).
+        def run(conn: Any, name: str, head: int) -> int:
+            params = {
+                "t": "default",
+                "name": name,
+                "n": BATCH,
+                "ts": time.time(),
+                "exp": head,
+                "types": [kind for kind, _ in encoded],
+                "payloads": [data for _, data in encoded],
+            }
+            return int(conn.execute(statements[binary], params).fetchone()[0])
+
+        return run
+
+    def in_a_transaction(method: Callable[[Any, str, int, float], None]) -> Any:
+        def run(conn: Any, name: str, head: int) -> int:
+            with conn.transaction(), conn.cursor() as cur:
+                head = cur.execute(lock, (name,)).fetchone()[0]
+                method(cur, name, head, time.time())
+                cur.execute(move, (head + BATCH, name))
+            return int(head + BATCH)
+
+        return run
+
+    runs: dict[str, Callable[[Any, str, int], int]] = {
+        f"BEGIN; lock; {label}; move head; COMMIT": in_a_transaction(method)
+        for label, method in methods.items()
+    }
+    runs["one statement: CAS + unnest, text parameters"] = in_one_statement(False)
+    runs["one statement: CAS + unnest, binary parameters"] = in_one_statement(True)
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    heads = dict.fromkeys(runs, 0)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for index in range(len(runs)):
+            conn.execute(
+                f"INSERT INTO {s}.sessions VALUES ('default', %s, 0, 0, 0, 0, NULL)",
+                (f"method-{index}",),
+            )
+        # Round robin, so that the machine's moods fall on every method alike.
+        for _ in range(batches):
+            for index, (label, run) in enumerate(runs.items()):
+                start = time.perf_counter()
+                heads[label] = run(conn, f"method-{index}", heads[label])
+                times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(values) for label, values in times.items()}
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
+    s1 = S1_EVENTS // (10 if quick else 1)
+    s2 = S2_EVENTS // (10 if quick else 1)
+    s3 = S3_EVENTS // (10 if quick else 1)
+    events = workload(max(s1, s2, s3))
+    results: dict[str, Any] = {}
+
+    def interleaved(count: int, works: dict[str, Callable[[str], float]]) -> None:
+        # Round by round, each system in turn: the machine's moods fall on all alike.
+        rates: dict[str, list[float]] = {label: [] for label in works}
+        for n in range(rounds):
+            for label, work in works.items():
+                schema = f"bench_{len(results)}_{len(rates[label])}_{n}"
+                _fresh(conninfo, schema)
+                rates[label].append(count / work(schema))
+        for label in works:
+            results[label] = statistics.median(rates[label])
+            print(f"  {label:<36} {results[label]:>12,.0f} events/s", flush=True)
+
+    print(f"S1 append 1/call, {s1:,}")
+    interleaved(
+        s1,
+        {
+            "S1 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s1], 1),
+            "S1 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s1], 1),
+        },
+    )
+    print(f"S2 append {BATCH}/call, {s2:,}")
+    interleaved(
+        s2,
+        {
+            "S2 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s2], BATCH),
+            "S2 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH),
+        },
+    )
+
+    def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
+        def work(schema: str) -> float:
+            agentlog_append(conninfo, schema, events[:s3], 1000)
+            return reader(conninfo, schema, s3)
+
+        return work
+
+    print(f"S3 replay {s3:,}")
+    interleaved(
+        s3,
+        {
+            "S3 raw psycopg (undecoded)": replay(raw_replay),
+            "S3 agentlog (to StoredEvent)": replay(agentlog_replay),
+        },
+    )
+    print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
+    interleaved(
+        s1,
+        {
+            f"S5 {threads} thread(s), {'NOTIFY' if notify else 'notify=False'}": (
+                lambda sc, t=threads, n=notify: agentlog_threads(conninfo, sc, events[:s1], t, n)
+            )
+            for threads in (1, 4, 8)
+            for notify in (True, False)
+        },
+    )
+    print(f"one {BATCH}-event batch with the head's CAS, by insert method")
+    schema = "bench_batch"
+    _fresh(conninfo, schema)
+    per_batch = batch_methods(conninfo, schema, 30 if quick else 200)
+    for label, seconds in per_batch.items():
+        print(f"  {label:<36} {seconds * 1000:>9.2f} ms/batch", flush=True)
+    results["batch_ms"] = {label: seconds * 1000 for label, seconds in per_batch.items()}
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conninfo", help="the server to measure (default: start a throwaway one)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the events, one round")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    rounds = 1 if args.quick else args.rounds
+    server = None
+    conninfo = args.conninfo
+    if not conninfo:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.postgres_server import PostgresServer
+
+        server = PostgresServer().start()
+        conninfo = server.conninfo
+        print("a throwaway server on loopback (fsync=off, synchronous_commit=off)")
+    try:
+        import psycopg
+
+        with psycopg.connect(conninfo) as conn:
+            print(f"PostgreSQL {conn.info.server_version}, psycopg {psycopg.__version__}")
+        results = run(conninfo, rounds, args.quick)
+    finally:
+        if server is not None:
+            server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

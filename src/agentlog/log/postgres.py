@@ -1,0 +1,230 @@
+"""The PostgreSQL backend: one log shared by many processes on many hosts.
+
+Needs ``pip install "agentlog[postgres]"`` (psycopg 3 and psycopg_pool);
+``import agentlog`` works without them, and only naming
+:class:`PostgresCheckpointer` imports them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+from ..engine.postgres import DEFAULT_SCHEMA, MAX_SEQ, Listener, PostgresDatabase
+from ..engine.schema import DEFAULT_TENANT
+from ..errors import CheckpointConflictError, StorageDataError
+from ..events import EncodedBatch, SessionInfo, StoredEvent, check_identifier
+from .contract import BaseCheckpointer, PreparedAppend
+
+__all__ = ["PostgresCheckpointer"]
+
+
+class PostgresCheckpointer(BaseCheckpointer):
+    """A checkpointer in a PostgreSQL database, shared by any number of processes.
+
+    * ``target`` is a libpq connection string (``"host=db dbname=agents
+      user=agentlog"`` or a ``postgresql://`` URI): a
+      :class:`psycopg_pool.ConnectionPool` of ``pool_min_size`` to
+      ``pool_max_size`` connections is made and closed with the
+      checkpointer. Or pass your own ``ConnectionPool`` (its connections in
+      autocommit mode); it is used and never closed here.
+    * ``schema`` is the PostgreSQL schema the store lives in (created, or
+      migrated forward in one transaction, on open; a store written by a
+      newer agentlog is refused with :class:`SchemaVersionError` before
+      anything changes). ``tenant`` is the tenant whose sessions this
+      checkpointer sees.
+    * An append is one statement — one round trip, one transaction — that
+      moves the session's head with a compare-and-set and inserts the batch;
+      writers of one session are serialised by that session's row lock
+      alone, and a stale ``expected_head`` is a clean
+      :class:`CheckpointConflictError`. A group (:meth:`append_prepared`)
+      is one transaction.
+    * Lost connections, a server that is gone, pool and statement timeouts
+      (``statement_timeout_ms``) raise :class:`StorageUnavailableError`:
+      retry; a failed append is whole or absent (read the head to know
+      which). The pool replaces broken connections by itself.
+    * ``follow()`` is woken by ``LISTEN``/``NOTIFY``: every write notifies
+      the store's channel in its own transaction (``notify=False`` turns
+      that off; followers then poll). While a follower runs, one listening
+      connection and one thread wake it within a round trip of another
+      process's commit; when that connection drops, followers poll the
+      session's head every ``poll_interval`` until it is back.
+
+    One object is safe to share between threads. Open it after ``fork()``,
+    never before: a pool's connections cannot cross into a child process.
+    """
+
+    def __init__(
+        self,
+        target: str | ConnectionPool[Any],
+        *,
+        tenant: str = DEFAULT_TENANT,
+        schema: str = DEFAULT_SCHEMA,
+        pool_min_size: int = 1,
+        pool_max_size: int = 8,
+        pool_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        statement_timeout_ms: int | None = 30_000,
+        notify: bool = True,
+    ) -> None:
+        self._tenant = check_identifier(tenant, "tenant", StorageDataError)
+        self._db = PostgresDatabase(
+            target,
+            schema=schema,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            pool_timeout=pool_timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout_ms=statement_timeout_ms,
+            notify=notify,
+        )
+        self._owns_db = True
+        self._init_following()
+
+    @classmethod
+    def on_database(
+        cls, database: PostgresDatabase, tenant: str = DEFAULT_TENANT
+    ) -> PostgresCheckpointer:
+        """The Checkpointer face of an open store (it is not closed with it)."""
+        self = cls.__new__(cls)
+        self._tenant = check_identifier(tenant, "tenant", StorageDataError)
+        self._db = database
+        self._owns_db = False
+        self._init_following()
+        return self
+
+    def _init_following(self) -> None:
+        self._watch_lock = threading.Lock()
+        # (session key) -> followers; and -> notifications seen.
+        self._watchers: dict[str, int] = {}
+        self._notified: dict[str, int] = {}
+        self._listener: Listener | None = None
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose sessions this checkpointer reads and writes."""
+        return self._tenant
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema the store lives in."""
+        return self._db.schema
+
+    @property
+    def database(self) -> PostgresDatabase:
+        """The store underneath (its pool, schema and statements)."""
+        return self._db
+
+    def list_all_tenants(self) -> builtins.list[tuple[str, SessionInfo]]:
+        """``(tenant, SessionInfo)`` for every session of every tenant, most
+        recently active first (:meth:`list` shows this tenant's)."""
+        self._check_open()
+        return [
+            (tenant, SessionInfo(name, mtime, head))
+            for tenant, name, mtime, head in self._db.list_all_sessions()
+        ]
+
+    # -- the primitives ------------------------------------------------------------------
+
+    def _append(
+        self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
+    ) -> int:
+        return self._db.append(self._tenant, session_id, expected_head, ts, batch)
+
+    def _append_many(
+        self, appends: Sequence[PreparedAppend], ts: float
+    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+        requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
+        return self._db.append_many(self._tenant, requests, ts)
+
+    def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        return self._db.scan(self._tenant, session_id, since_seq, limit)
+
+    def _head(self, session_id: str) -> int:
+        return self._db.head(self._tenant, session_id)
+
+    def _list(self) -> builtins.list[SessionInfo]:
+        return [SessionInfo(*row) for row in self._db.list_sessions(self._tenant)]
+
+    def _delete(self, session_id: str) -> None:
+        self._db.delete(self._tenant, session_id)
+
+    def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
+        return self._db.truncate(self._tenant, session_id, min(to_seq, MAX_SEQ), ts)
+
+    def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
+        return self._db.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
+
+    def _close(self) -> None:
+        with self._watch_lock:
+            listener, self._listener = self._listener, None
+            self._watchers.clear()
+        if listener is not None:
+            listener.stop()
+        if self._owns_db:
+            self._db.close()
+
+    # -- following -------------------------------------------------------------------------
+
+    def _key(self, session_id: str) -> str:
+        return self._db.notify_key(self._tenant, session_id)
+
+    def watch(self, session_id: str) -> None:
+        """A follower of ``session_id`` starts: listen for notifications.
+
+        The first follower starts the listening connection and its thread;
+        :meth:`unwatch` of the last one stops them, so no thread outlives
+        its followers.
+        """
+        self._check_open()
+        if not self._db.notify:
+            return
+        key = self._key(session_id)
+        with self._watch_lock:
+            self._watchers[key] = self._watchers.get(key, 0) + 1
+            if self._listener is None:
+                self._listener = Listener(self._db, self._on_notify, self._on_listener_state)
+
+    def unwatch(self, session_id: str) -> None:
+        """A follower of ``session_id`` stops (see :meth:`watch`)."""
+        if not self._db.notify:
+            return
+        key = self._key(session_id)
+        listener = None
+        with self._watch_lock:
+            count = self._watchers.get(key, 0) - 1
+            if count > 0:
+                self._watchers[key] = count
+            else:
+                self._watchers.pop(key, None)
+                self._notified.pop(key, None)
+            if not self._watchers:
+                listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+
+    def _on_notify(self, head: int, key: str) -> None:
+        # On the listener's thread.
+        with self._watch_lock:
+            if key not in self._watchers:
+                return
+            self._notified[key] = self._notified.get(key, 0) + 1
+        self.commits.notify()
+
+    def _on_listener_state(self) -> None:
+        # Connected or lost: anything may have been missed, so every follower looks.
+        self.commits.notify()
+
+    def _change_token(self, session_id: str) -> Hashable:
+        listener = self._listener
+        if listener is not None and listener.connected:
+            key = self._key(session_id)
+            with self._watch_lock:
+                if key in self._watchers:
+                    return ("notified", listener.generation, self._notified.get(key, 0))
+        # Nobody listening (not yet, or the connection dropped): poll.
+        return ("polled", *self._db.head_and_mtime(self._tenant, session_id))

@@ -1,0 +1,96 @@
+"""The native async PostgreSQL checkpointer: the loop runs while a call waits
+on the server, a backend killed mid-append is a typed error with the batch
+absent, and the pool goes on."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentlog import StorageUnavailableError
+
+from ..conftest import postgres_schema
+
+EVENT = {"type": "user", "content": "hello"}
+
+
+@pytest.fixture
+def admin(postgres_server: str) -> Any:
+    import psycopg
+
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        yield conn
+
+
+async def _blocked_backend(conninfo: str, holder: int) -> int:
+    """The pid of the backend that waits for a lock ``holder`` holds."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as look:
+        for _ in range(1000):
+            cur = await look.execute(
+                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (holder,),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return int(row[0])
+            await asyncio.sleep(0.01)
+    raise AssertionError("no backend waited for the lock")
+
+
+def test_the_loop_runs_while_an_append_waits_and_a_killed_backend_is_typed(
+    postgres_server: str, tmp_path: Path, admin: Any
+) -> None:
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            await log.append("s", [EVENT])
+            # Another connection holds the session's row: the append waits in the server.
+            admin.execute("BEGIN")
+            admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+            append = asyncio.create_task(log.append("s", [EVENT] * 5))
+            ticks = 0
+            for _ in range(20):  # the loop is free meanwhile
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert ticks == 20 and not append.done()
+            assert await log.head("other") == 0  # and other calls go through
+            victim = await _blocked_backend(postgres_server, admin.info.backend_pid)
+            admin.execute("SELECT pg_terminate_backend(%s)", (victim,))
+            admin.execute("ROLLBACK")
+            with pytest.raises(StorageUnavailableError):
+                await append
+            assert await log.head("s") == 1  # absent, as a whole
+            assert await log.append("s", [EVENT], expected_head=1) == 2  # the pool goes on
+            assert [e.seq async for e in log.read("s")] == [1, 2]
+
+    asyncio.run(main())
+
+
+def test_an_async_pool_passed_in_is_used_and_left_open(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncConnectionPool(
+            postgres_server, kwargs={"autocommit": True}, min_size=1, open=False
+        ) as pool:
+            async with AsyncPostgresCheckpointer(pool, schema=schema) as log:
+                assert await log.append("s", [EVENT]) == 1
+            assert not pool.closed
+            async with AsyncPostgresCheckpointer(pool, schema=schema) as log:
+                assert await log.head("s") == 1
+
+    asyncio.run(main())
