@@ -36,7 +36,6 @@ from agentlog.engine.includes.sqlite3 cimport *
 from agentlog.engine.includes.support cimport agentlog_stored_event
 
 import threading
-from _thread import allocate_lock as _allocate_lock
 from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
@@ -129,7 +128,9 @@ class CEngine(EngineBase):
         self.commits = 0  # write transactions that appends used, for tests and tuning
         self._pending = []  # queued appends, oldest first
         self._pending_lock = threading.Lock()
+        self._committed = threading.Condition(self._pending_lock)
         self._leading = False  # whether some caller is writing (or about to)
+        self._waiting = 0  # callers asleep on _committed
         super().__init__(path, **options)
 
     def _connect(self, query_only):
@@ -145,13 +146,12 @@ class CEngine(EngineBase):
 
         Group commit: the caller queues its append. When no one is writing it
         leads: it takes the write lock and writes every queued append in one
-        transaction. Appends that arrive meanwhile wait, each on a lock of its
-        own, which the leader releases after the commit that holds them — or
-        to make the oldest still queued lead the next group. A caller returns
-        only after the commit that holds its events; a conflict refuses that
+        transaction. Appends that arrive meanwhile wait for that commit; then
+        one of those still queued leads the next group. A caller returns only
+        after the commit that holds its events; a conflict refuses that
         append alone. A caller interrupted while it waits (Ctrl-C, any
-        exception) takes its append back if no group has taken it yet: then it
-        is never written. Once taken, it is written or refused as a whole.
+        exception) takes its append back if no group has taken it yet: then
+        it is never written. Once taken, it is written or refused as a whole.
         """
         cdef int64_t expected = -1 if expected_head is None else expected_head
         cdef _Append mine = _Append()
@@ -161,62 +161,42 @@ class CEngine(EngineBase):
         with self._pending_lock:
             self._pending.append(mine)
             if self._leading:
-                mine.wake = _allocate_lock()
-                mine.wake.acquire()
-            else:
-                self._leading = mine.lead = True
-        if not mine.lead:
+                # Wait for the leader's commit. Followers sleep on a condition,
+                # not on the write lock, so one commit wakes them all; the
+                # uncontended path never touches the (pure-Python) condition.
+                self._waiting += 1
+                try:
+                    while not mine.done and self._leading:
+                        self._committed.wait()
+                except BaseException:
+                    # Interrupted: not yet taken into a group, it never will be.
+                    if not mine.done and mine in self._pending:
+                        self._pending.remove(mine)
+                    raise
+                finally:
+                    self._waiting -= 1
+            lead = not mine.done
+            if lead:
+                self._leading = True
+        if lead:
             try:
-                mine.wake.acquire()  # released by a leader: written, or lead the next group
-            except BaseException:
-                self._withdraw(mine)
-                raise
-        if not mine.done:
-            self._lead()
+                with self._write_lock:
+                    self._commit_pending()
+            finally:
+                with self._pending_lock:
+                    self._leading = False
+                    if self._waiting:
+                        self._committed.notify_all()
         outcome = _outcome(mine)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def _lead(self):
-        """Write everything queued in one transaction, then wake the group's
-        callers and make the oldest append still queued lead the next one."""
-        cdef _Append item, successor = None
-        cdef list group = []
-        try:
-            with self._write_lock:
-                with self._pending_lock:
-                    group, self._pending = self._pending, []
-                self._commit_items(group, True)
-        finally:
-            with self._pending_lock:
-                if self._pending:
-                    successor = <_Append>self._pending[0]
-                    successor.lead = True
-                else:
-                    self._leading = False
-            if successor is not None:
-                successor.wake.release()
-            for item in group:
-                if not item.lead:
-                    item.wake.release()
-
-    def _withdraw(self, _Append mine):
-        """An interrupted follower: take its append back unless a group has it."""
-        cdef _Append successor = None
+    def _commit_pending(self):
+        """Under the write lock: write every queued append in one transaction."""
         with self._pending_lock:
-            try:
-                self._pending.remove(mine)
-            except ValueError:
-                return  # taken into a group: written or refused as a whole
-            if mine.lead:  # it was to lead the next group: the next one in line does
-                if self._pending:
-                    successor = <_Append>self._pending[0]
-                    successor.lead = True
-                else:
-                    self._leading = False
-        if successor is not None:
-            successor.wake.release()
+            pending, self._pending = self._pending, []
+        self._commit_items(pending, True)
 
     def _append_group(self, str tenant, requests, double ts, *, bint wait):
         """``EngineBase._append_group`` through the group-commit loop: non-empty

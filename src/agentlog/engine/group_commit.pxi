@@ -44,8 +44,6 @@ cdef class _Append:
     cdef Request request
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
-    cdef bint lead  # its caller leads (or is to lead) a group
-    cdef object wake  # a follower's lock, held until a leader releases it
     cdef str error
 
     def __cinit__(self):
