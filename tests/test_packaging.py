@@ -54,3 +54,10 @@ def test_the_compiled_engine_is_installed() -> None:
         pytest.skip("this install has the pure-Python engine only")
     assert len(compiled) == 1, compiled
     assert "c" in AVAILABLE_ENGINES
+
+
+def test_the_license_is_an_spdx_expression_and_its_text_is_installed() -> None:
+    metadata = importlib.metadata.metadata("agentlog")
+    assert metadata["License-Expression"] == "MIT"
+    recorded = [str(path) for path in importlib.metadata.files("agentlog") or []]
+    assert any(path.endswith("LICENSE") for path in recorded), recorded
