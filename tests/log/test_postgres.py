@@ -408,3 +408,65 @@ def test_a_group_of_one_append_per_session_is_pipelined_and_refuses_alone(
         results = log.append_prepared(group)
         assert results[0] == 6
         assert [type(r).__name__ for r in results[1:]] == ["CheckpointConflictError"] * 3
+
+
+# -- several hosts -------------------------------------------------------------------
+
+SHARED_SESSIONS = [f"shared-{n}" for n in range(5)]
+
+
+def _host(schema: str, host: int, appends: int) -> list[tuple[str, int, int]]:
+    """One "host": its own pool, appending to the shared sessions with its
+    expected head, retrying on conflict; returns what was acknowledged as
+    ``(session, head, marker)``."""
+    import random
+
+    from agentlog import CheckpointConflictError, PostgresCheckpointer
+
+    rng = random.Random(host)
+    acknowledged = []
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema, pool_max_size=2) as log:
+        for n in range(appends):
+            session = rng.choice(SHARED_SESSIONS)
+            marker = host * 1_000_000 + n
+            batch = [dict(EVENT, marker=marker, part=part) for part in range(rng.randint(1, 3))]
+            head = log.head(session)
+            while True:
+                try:
+                    head = log.append(session, batch, expected_head=head)
+                    break
+                except CheckpointConflictError as exc:
+                    head = exc.actual
+            acknowledged.append((session, head, marker))
+    return acknowledged
+
+
+def test_several_hosts_with_pools_of_their_own_share_sessions_exactly(
+    postgres_server: str, schema: str
+) -> None:
+    """Four processes, each with its own pool, append to five shared sessions,
+    retrying on conflict: every session is gapless and holds exactly the
+    acknowledged batches, each whole and where its append said."""
+    import multiprocessing
+
+    from agentlog import PostgresCheckpointer
+
+    PostgresCheckpointer(postgres_conninfo(), schema=schema).close()
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.starmap(_host, [(schema, host, 60) for host in range(4)])
+    acknowledged = [entry for result in results for entry in result]
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        stored = {s: list(log.read(s)) for s in SHARED_SESSIONS}
+    for session, events in stored.items():
+        assert [e.seq for e in events] == list(range(1, len(events) + 1)), session
+    expected_markers = sorted(marker for _, _, marker in acknowledged)
+    found: dict[int, list[int]] = {}
+    for events in stored.values():
+        for event in events:
+            found.setdefault(event.event["marker"], []).append(event.seq)
+    assert sorted(found) == expected_markers  # nothing lost, nothing extra
+    for session, head, marker in acknowledged:
+        seqs = found[marker]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # whole and contiguous
+        assert seqs[-1] == head  # where the acknowledgement said
+        assert all(stored[session][seq - 1].event["marker"] == marker for seq in seqs)
