@@ -252,3 +252,17 @@ def test_the_commands(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "copy.db") as copy:  # the backup kept them
         assert copy.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
     os.unlink(tmp_path / "copy.db")
+
+
+def test_a_failing_wal_checkpoint_never_fails_the_committed_append(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SqliteCheckpointer(tmp_path / "f.db", engine=engine, wal_size_limit=0) as log:
+
+        def broken() -> bool:
+            raise StorageUnavailableError("checkpoint: disk I/O error")
+
+        monkeypatch.setattr(log._engine, "_truncate_wal", broken)
+        heads = [log.append("s", [EVENT]) for _ in range(40)]  # a look every 16th commit
+        assert heads == list(range(1, 41))
+        assert log.head("s") == 40

@@ -463,7 +463,11 @@ class EngineBase(Generic[ConnectionT]):
             return
         self._commits_unlooked = 0
         if self._wal_size() > self.wal_size_limit:
-            self._truncate_wal()
+            # The commit is done: a checkpoint that fails (a full disk, an I/O
+            # error) must never turn it into an error its caller would retry.
+            # The next look tries again.
+            with contextlib.suppress(Exception):
+                self._truncate_wal()
 
     def _truncate_wal(self) -> bool:
         """Under the write lock: checkpoint and truncate the WAL, trying for up to
