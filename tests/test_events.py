@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import time
 from collections.abc import Iterator, KeysView, Mapping
 from typing import Any
@@ -19,6 +21,9 @@ from agentlog import (
     store_events,
 )
 from agentlog.testing import HOSTILE_SESSION_IDS
+
+from .conftest import PYTHON, child_env
+from .memory_use import fresh_peak_command
 
 
 def test_the_nine_event_types() -> None:
@@ -157,3 +162,33 @@ def test_each_type_needs_its_fields_and_the_message_names_them() -> None:
             ],
         )
     ] == ["user", "tool_result", "file_snapshot", "context_view"]
+
+
+ENCODE_A_BIG_BATCH = """
+import json
+from memory_use import current_rss_bytes, peak_rss_bytes
+events = [{"type": "user", "content": f"m{i}"} for i in range(200_000)]
+before = current_rss_bytes()
+from agentlog.events import encode_events
+encoded = encode_events(events)
+size = sum(len(payload) for _, payload in encoded)
+print(json.dumps([peak_rss_bytes() - before, size, len(encoded)]))
+"""
+
+
+def test_a_big_batch_takes_memory_in_proportion_to_what_it_encodes() -> None:
+    """200,000 small events (~6 MB of JSON): each encoding is kept in bytes of
+    its own size, not in the ~4 KiB buffer orjson encoded it into (that held
+    ~800 MB here)."""
+    run = subprocess.run(
+        fresh_peak_command([PYTHON, "-c", ENCODE_A_BIG_BATCH]),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    grown, size, count = json.loads(run.stdout)
+    assert count == 200_000
+    # The encodings, their tuples and the list: ~160 bytes an event beyond the JSON.
+    assert grown < size + count * 400, (grown, size)

@@ -202,6 +202,14 @@ assert all(len(fields) == 1 for fields in REQUIRED_FIELDS.values())
 _REQUIRED_FIELD_GET = {kind: fields[0] for kind, fields in REQUIRED_FIELDS.items()}.get
 
 
+# orjson's bytes keep the ~4 KiB buffer it encoded into, whatever the event's
+# size: a batch of a million small events held 4 GB until it was written.
+# From the 16th event of a batch on, each encoding is copied into bytes of its
+# own size (~0.1 µs), so a batch's memory follows its encoded size; the first
+# ones, all a one-event append ever has, are left as they are (a few KiB).
+_EXACT_FROM = 16
+
+
 #: A batch of events as backends receive it: validated ``(type, json_bytes)`` pairs.
 EncodedBatch = list[tuple[str, bytes]]
 
@@ -231,9 +239,14 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
                         pass
                     else:
                         if b"null" not in payload:
+                            if index >= _EXACT_FROM:
+                                payload = bytes(memoryview(payload))
                             add((kind, payload))
                             continue
-        add(_encode_one(index, event))
+        kind, payload = _encode_one(index, event)
+        if index >= _EXACT_FROM:
+            payload = bytes(memoryview(payload))
+        add((kind, payload))
     return encoded
 
 
