@@ -34,8 +34,11 @@ from ..engine.postgres import (
     MAX_SEQ,
     Statements,
     check_schema_name,
+    connect_options,
     migrate_schema,
     notify_key,
+    pool_sizes,
+    statement_timeout_sql,
     translate_errors,
 )
 from ..engine.schema import DEFAULT_TENANT
@@ -136,20 +139,18 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             self._owns_pool = False
         elif isinstance(target, str):
             self._conninfo = target
-            self._kwargs = {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+            self._kwargs = connect_options(connect_timeout)
             configure = None
             if statement_timeout_ms is not None:
-                timeout = int(statement_timeout_ms)
+                bound = statement_timeout_sql(statement_timeout_ms)
 
                 async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-                    await conn.execute(f"SET statement_timeout = {timeout}")
+                    await conn.execute(bound)
 
             self._pool = AsyncConnectionPool(
                 target,
                 kwargs=self._kwargs,
-                min_size=pool_min_size,
-                max_size=max(pool_min_size, pool_max_size),
-                timeout=pool_timeout,
+                **pool_sizes(pool_min_size, pool_max_size, pool_timeout),
                 configure=configure,
                 open=False,
                 name=f"agentlog-async-{self._schema}",

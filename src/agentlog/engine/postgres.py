@@ -77,9 +77,12 @@ __all__ = [
     "Rows",
     "Statements",
     "check_schema_name",
+    "connect_options",
     "migrate_schema",
     "notify_key",
+    "pool_sizes",
     "schema_version_of",
+    "statement_timeout_sql",
     "translate_errors",
 ]
 
@@ -273,6 +276,25 @@ def schema_version_of(conn: psycopg.Connection[Any], schema: str) -> int:
     return int(row[1])
 
 
+def connect_options(connect_timeout: float) -> dict[str, Any]:
+    """How every connection of a store is opened (the sync and async twins alike)."""
+    return {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+
+
+def pool_sizes(pool_min_size: int, pool_max_size: int, pool_timeout: float) -> dict[str, Any]:
+    """A store's pool bounds, as ``ConnectionPool`` and ``AsyncConnectionPool`` take them."""
+    return {
+        "min_size": pool_min_size,
+        "max_size": max(pool_min_size, pool_max_size),
+        "timeout": pool_timeout,
+    }
+
+
+def statement_timeout_sql(ms: int) -> str:
+    """What a pool runs on each new connection to bound its statements."""
+    return f"SET statement_timeout = {int(ms)}"
+
+
 def notify_key(tenant: str, name: str) -> str:
     """The text a notification carries after the head: the session's key."""
     return orjson.dumps([tenant, name]).decode()
@@ -394,10 +416,7 @@ class PostgresDatabase:
             )
         elif isinstance(target, str):
             self.conninfo = target
-            self.connect_kwargs = {
-                "autocommit": True,
-                "connect_timeout": max(1, round(connect_timeout)),
-            }
+            self.connect_kwargs = connect_options(connect_timeout)
             # Connect and migrate first: a wrong address fails here at once,
             # not after the pool's timeout.
             with (
@@ -407,17 +426,15 @@ class PostgresDatabase:
                 self._migrate(conn)
             configure = None
             if statement_timeout_ms is not None:
-                timeout = int(statement_timeout_ms)
+                bound = statement_timeout_sql(statement_timeout_ms)
 
                 def configure(conn: psycopg.Connection[Any]) -> None:
-                    conn.execute(f"SET statement_timeout = {timeout}")
+                    conn.execute(bound)
 
             self._pool = ConnectionPool(
                 target,
                 kwargs=self.connect_kwargs,
-                min_size=pool_min_size,
-                max_size=max(pool_min_size, pool_max_size),
-                timeout=pool_timeout,
+                **pool_sizes(pool_min_size, pool_max_size, pool_timeout),
                 configure=configure,
                 open=True,
                 name=f"agentlog-{self.schema}",
