@@ -61,7 +61,7 @@ from ..events import (
     encode_events,
 )
 from ..lifecycle import AsyncClosable
-from ..log import DEFAULT_POLL_INTERVAL
+from ..log import DEFAULT_POLL_INTERVAL, check_fork
 from ..log.postgres import PostgresCheckpointer
 from ..stores.postgres import PostgresStorage
 from .stores import AsyncStorage
@@ -551,11 +551,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """Create ``new_session_id`` holding events 1…``at_seq``; return its head."""
         self._check_open()
-        session_id = check_session_id(session_id)
-        new_session_id = check_session_id(new_session_id)
-        at_seq = check_seq("at_seq", at_seq)
-        if new_session_id == session_id:
-            raise ValueError("a fork needs a new session id")
+        session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
         tenant, ts = self._tenant, time.time()
         async with (
             self._call(),

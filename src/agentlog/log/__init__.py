@@ -19,6 +19,7 @@ from .contract import (
     Checkpointer,
     CommitSignal,
     PreparedAppend,
+    check_fork,
 )
 from .file import FileCheckpointer, is_file_store, read_session_file
 from .legacy import legacy_store_adapter, message_event
@@ -38,6 +39,7 @@ __all__ = [
     "PostgresCheckpointer",
     "PreparedAppend",
     "SqliteCheckpointer",
+    "check_fork",
     "is_file_store",
     "legacy_store_adapter",
     "message_event",

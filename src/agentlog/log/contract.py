@@ -28,7 +28,19 @@ __all__ = [
     "Checkpointer",
     "CommitSignal",
     "PreparedAppend",
+    "check_fork",
 ]
+
+
+def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, int, str]:
+    """A fork's arguments, checked (every backend's ``fork`` refuses the same way)."""
+    session_id = check_session_id(session_id)
+    new_session_id = check_session_id(new_session_id)
+    at_seq = check_seq("at_seq", at_seq)
+    if new_session_id == session_id:
+        raise ValueError("a fork needs a new session id")
+    return session_id, at_seq, new_session_id
+
 
 #: Seconds between a follower's looks for other processes' commits.
 DEFAULT_POLL_INTERVAL = 0.01
@@ -372,11 +384,7 @@ class BaseCheckpointer(Closable, ABC):
         session's head (``at_seq``).
         """
         self._check_open()
-        session_id = check_session_id(session_id)
-        new_session_id = check_session_id(new_session_id)
-        at_seq = check_seq("at_seq", at_seq)
-        if new_session_id == session_id:
-            raise ValueError("a fork needs a new session id")
+        session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
         head = self._fork(session_id, at_seq, new_session_id, time.time())
         self._notify_commit()
         return head
