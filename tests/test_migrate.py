@@ -127,17 +127,17 @@ def test_a_failure_mid_batch_rolls_everything_back(
     target = tmp_path / "target.db"
     SqliteCheckpointer(target).close()
     before = tree_digest(v1_source)
-    real = migrate_module._json_v1_events
+    real = migrate_module._convert
     calls = {"n": 0}
 
-    def fail_on_the_fourth(document: dict[str, Any], key: str) -> Any:
+    def fail_on_the_fourth(*args: Any) -> Any:
         # Two calls in the plan, then the write phase: the second session fails.
         calls["n"] += 1
         if calls["n"] == 4:
             raise OSError("disk error while migrating")
-        return real(document, key)
+        return real(*args)
 
-    monkeypatch.setattr(migrate_module, "_json_v1_events", fail_on_the_fourth)
+    monkeypatch.setattr(migrate_module, "_convert", fail_on_the_fourth)
     with pytest.raises(OSError):
         migrate(v1_source, target, backup_dir=tmp_path / "backup")
     with SqliteCheckpointer(target) as log:
@@ -160,8 +160,8 @@ def test_bad_source_files_are_found_by_the_dry_run(tmp_path: Path) -> None:
     (source / "broken.json").write_text('{"version": 2, "id": "x", "messages": []}')
     with pytest.raises(MigrationError, match="version"):
         migrate(source, tmp_path / "t.db", dry_run=True)
-    (source / "broken.json").write_text('{"version": 1, "id": "../etc", "messages": []}')
-    with pytest.raises(MigrationError):
+    (source / "broken.json").write_text('{"version": 1, "id": 42, "messages": []}')
+    with pytest.raises(MigrationError, match="'id' must be a string"):
         migrate(source, tmp_path / "t.db", dry_run=True)
     assert not (tmp_path / "t.db").exists()
 
@@ -273,9 +273,11 @@ def test_a_version_6_ledger_is_brought_forward(tmp_path: Path, engine: str) -> N
         pass
     db = sqlite3.connect(target)
     assert db.execute("SELECT * FROM migration_ledger").fetchall() == [
-        ("src", "a.json", "abc", "acme", "a", 1.0)
+        ("src", "a.json", "abc", "acme", "a", 1.0, None)  # no format recorded before 8
     ]
-    db.execute("INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'b', 'a', 2.0)")
+    db.execute(
+        "INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'b', 'a', 2.0, 'json-v1')"
+    )
     db.commit()
     db.close()
 
@@ -285,8 +287,8 @@ def test_a_version_6_ledger_is_brought_forward(tmp_path: Path, engine: str) -> N
     [
         '{"version": 1, "id": "nan", "messages": [], "runs": [{"cost": NaN}]}',
         '{"version": 1, "id": "inf", "messages": [], "runs": [Infinity]}',
-        '{"version": 1, "id": "big", "messages": [], "size": 123456789012345678901234567890}',
-        '{"version": 1, "id": "big-run", "messages": [], "runs": [{"n": -99999999999999999999}]}',
+        '{"version": 1, "id": "huge", "messages": [], "runs": [{"cost": 1e400}]}',
+        '{"version": 1, "id": "t", "messages": [{"role": "tool", "content": "no call id"}]}',
     ],
 )
 def test_the_dry_run_finds_every_file_the_apply_would_refuse(tmp_path: Path, document: str) -> None:
@@ -306,16 +308,16 @@ def test_a_failed_apply_into_a_new_target_leaves_no_database(
     v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "new.db"
-    real = migrate_module._json_v1_events
+    real = migrate_module._convert
     calls = {"n": 0}
 
-    def fail_in_the_write(document: dict[str, Any], key: str) -> Any:
+    def fail_in_the_write(*args: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:  # two in the plan, then the first write
             raise OSError("disk error while migrating")
-        return real(document, key)
+        return real(*args)
 
-    monkeypatch.setattr(migrate_module, "_json_v1_events", fail_in_the_write)
+    monkeypatch.setattr(migrate_module, "_convert", fail_in_the_write)
     with pytest.raises(OSError):
         migrate(v1_source, target, backup_dir=tmp_path / "backup")
     assert list(tmp_path.glob("new.db*")) == []

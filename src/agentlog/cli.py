@@ -360,6 +360,8 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
     print(f"{report.source_kind} source, {len(report.sessions)} sessions")
     for planned in report.sessions:
         print(_safe(f"  {planned.action:<8} {planned.session_id}  ({planned.source_key})"))
+        for note in planned.notes:
+            print(_safe(f"           {note}"))
     if report.dry_run:
         verdict = "conflicts: nothing would be migrated" if report.conflicts else "ready"
         print(f"dry run: nothing written; {verdict}")

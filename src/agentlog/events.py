@@ -12,8 +12,10 @@ encoding contains ``null`` (rare, and only then is the slower check paid).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, NoReturn
 
@@ -30,6 +32,7 @@ __all__ = [
     "StoredEvent",
     "check_session_id",
     "store_events",
+    "to_session_id",
 ]
 
 #: The canonical event types; anything else is refused.
@@ -95,17 +98,37 @@ class SessionInfo(NamedTuple):
     """The seq of the last event; 0 for an empty session."""
 
 
+#: The format characters an identifier may hold: the joiners inside emoji and
+#: Indic sequences (ZWNJ, ZWJ) and the tag characters of flag sequences. Every
+#: other format character — bidirectional controls, zero-width spaces, the
+#: byte order mark, the soft hyphen — can hide or reorder what a reader sees.
+_ID_FORMAT_ALLOWED = frozenset(["\u200c", "\u200d"] + [chr(c) for c in range(0xE0020, 0xE0080)])
+#: Never in an identifier: controls, surrogates, line and paragraph separators.
+_ID_REFUSED_CATEGORIES = frozenset(["Cc", "Cs", "Zl", "Zp"])
+
+
+def _id_character_allowed(char: str) -> bool:
+    category = unicodedata.category(char)
+    if category == "Cf":
+        return char in _ID_FORMAT_ALLOWED
+    return category not in _ID_REFUSED_CATEGORIES
+
+
 def check_identifier(
     value: object, what: str = "session id", error: type[Exception] = InvalidSessionIdError
 ) -> str:
     """Return ``value`` if it is a safe identifier, else raise ``error``.
 
     A safe identifier is a ``str`` of 1 to :data:`MAX_SESSION_ID_LENGTH`
-    printable characters, without ``/`` or ``\\``, and not ``.`` or ``..``.
-    "Printable" is Python's ``str.isprintable``: it excludes NUL and every
-    other control, format, surrogate and line/paragraph separator character,
-    so an identifier can neither escape a directory nor break a key or a log
-    line in any backend.
+    characters, without ``/`` or ``\\``, and not ``.`` or ``..``, made of
+    what people write: any letter, digit, symbol or space of any script
+    (``周报　八月`` with its ideographic space), emoji sequences with their
+    joiners (``👩\u200d💻-pairing``). Refused: control characters (NUL, ESC,
+    newline, tab …), surrogates, line and paragraph separators, and format
+    characters other than the joiners and emoji tags (so no bidirectional
+    override, zero-width space or byte order mark), so an identifier can
+    neither escape a directory, nor break a key or a log line in any backend,
+    nor show a reader something other than what it is.
     """
     if type(value) is not str:
         if isinstance(value, str):
@@ -114,12 +137,39 @@ def check_identifier(
             raise error(f"{what} must be a str, not {type(value).__name__}")
     if not 0 < len(value) <= MAX_SESSION_ID_LENGTH:
         raise error(f"{what} must have 1 to {MAX_SESSION_ID_LENGTH} characters, got {len(value)}")
-    if not value.isprintable() or "/" in value or "\\" in value or value in (".", ".."):
+    if (
+        "/" in value
+        or "\\" in value
+        or value in (".", "..")
+        or not (value.isprintable() or all(map(_id_character_allowed, value)))
+    ):
         raise error(
-            f"{what} {value[:60]!r} is not allowed: no control or "
-            "format characters, no '/' or '\\', and not '.' or '..'"
+            f"{what} {value[:60]!r} is not allowed: no control, surrogate, separator or "
+            "bidirectional characters, no '/' or '\\', and not '.' or '..'"
         )
     return value
+
+
+def to_session_id(text: str) -> str:
+    """``text`` itself when it is a valid session id, else a valid id made from
+    it deterministically: each refused character (a control, a surrogate, a
+    separator, a bidirectional or invisible format character, ``/``, ``\\``)
+    becomes ``_``, the result is cut to fit, and ``~`` plus the first 12 hex
+    digits of the sha256 of ``text`` (UTF-8, surrogates as they are) is
+    appended — so two different texts never share an id by accident, and the
+    same text always gets the same one."""
+    if type(text) is not str:
+        raise InvalidSessionIdError(f"session id must be a str, not {type(text).__name__}")
+    try:
+        return check_identifier(text)
+    except InvalidSessionIdError:
+        pass
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    kept = "".join(
+        char if char not in "/\\" and _id_character_allowed(char) else "_"
+        for char in text[: MAX_SESSION_ID_LENGTH - 13]
+    )
+    return f"{kept}~{digest}"
 
 
 def check_session_id(session_id: object) -> str:

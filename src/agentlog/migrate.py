@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +51,21 @@ from .errors import (
     StorageDataError,
     StorageUnavailableError,
 )
-from .events import check_session_id, encode_events
+from .events import encode_events, encode_json, to_session_id
 from .files import remove_created
 from .log import message_event, read_session_file
 from .stores.common import DEFAULT_TENANT, check_name, encode_value
 
-__all__ = ["MigrationError", "MigrationReport", "PlannedSession", "migrate"]
+__all__ = [
+    "SOURCE_FORMATS",
+    "MigrationError",
+    "MigrationReport",
+    "PlannedSession",
+    "epoch_seconds",
+    "keep_exact",
+    "legacy_value",
+    "migrate",
+]
 
 
 class MigrationError(StorageDataError):
@@ -67,11 +79,16 @@ class PlannedSession:
     """What the plan says about one source file."""
 
     source_key: str
-    """The file's path relative to the source directory."""
+    """The file's path relative to the source (``sessions/X.json``)."""
     session_id: str
+    """The id the session has in the target."""
     sha256: str
     action: str
     """``migrate``, ``skip``, ``changed`` or ``exists``."""
+    original_id: str | None = None
+    """The file's own id when agentlog cannot take it as it is (see :func:`target_id`)."""
+    notes: tuple[str, ...] = ()
+    """What the conversion had to do to keep the file exactly (ids, exact JSON text)."""
 
 
 @dataclass
@@ -116,14 +133,28 @@ def _source_files(source: Path) -> tuple[str, Path, list[Path]]:
     )
 
 
+#: The provenance recorded for each kind of source (``metadata["source"]["format"]``).
+SOURCE_FORMATS = {"json-v1": "json-v1", "file": "agentlog-file"}
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
+
+
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is beyond the range of a JSON number")
+    return value
 
 
 def _json_v1(data: bytes, key: str) -> dict[str, Any]:
     try:
         # NaN and Infinity are not JSON: refused here, as the apply's encoder would.
-        document = json.loads(data, parse_constant=_not_json)
+        document = json.loads(data, parse_constant=_not_json, parse_float=_finite)
     except ValueError as exc:
         raise MigrationError(f"{key}: not valid JSON ({exc})") from None
     if not isinstance(document, dict) or document.get("version") != 1:
@@ -132,54 +163,194 @@ def _json_v1(data: bytes, key: str) -> dict[str, Any]:
         raise MigrationError(f"{key}: 'messages' must be a list")
     if not isinstance(document.get("runs", []), list):
         raise MigrationError(f"{key}: 'runs' must be a list")
-    try:
-        check_session_id(document.get("id"))
-    except ValueError as exc:
-        raise MigrationError(f"{key}: {exc}") from None
+    if not isinstance(document.get("id"), str):
+        raise MigrationError(f"{key}: 'id' must be a string")
     return document
 
 
-#: What a source file becomes: ``(session id, events as (ts, type, json, item id), metadata)``.
-Converted = tuple[str, list[tuple[float, str, bytes, "str | None"]], "bytes | None"]
+def _readable(value: Any) -> Any:
+    """``value`` with what agentlog's JSON cannot hold replaced: a lone
+    surrogate by U+FFFD, an integer beyond 64 bits by the float JavaScript
+    read it as (its digits as a string if even a float cannot hold it)."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_readable(item) for item in value]
+    if isinstance(value, dict):
+        return {_readable(k): _readable(v) for k, v in value.items()}
+    if type(value) is int and not _INT64_MIN <= value <= _UINT64_MAX:
+        try:
+            return float(value)
+        except OverflowError:
+            return str(value)
+    return value
 
 
-def _convert(kind: str, data: bytes, key: str, now: float) -> Converted | None:
+def keep_exact(value: Any) -> tuple[Any, str | None]:
+    """``(value, None)`` when agentlog's JSON holds ``value`` exactly; else
+    ``(a readable stand-in, the exact JSON text of value)``.
+
+    What JSON v1 files may hold and agentlog's JSON cannot: lone surrogates
+    (JavaScript strings may carry them; ``JSON.stringify`` writes ``\\ud800``)
+    and integers beyond 64 bits. The text is ASCII, with those written as
+    JSON escapes and digits, so ``json.loads`` (or ``JSON.parse``) gives the
+    original back exactly.
+    """
+    try:
+        encode_json(value)
+    except TypeError:
+        return _readable(value), json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return value, None
+
+
+def legacy_value(record: Mapping[str, Any]) -> Any:
+    """The original JSON v1 value a migrated record keeps: ``legacy_json``
+    parsed when the record has it (the exact text of a value agentlog's JSON
+    cannot hold), else ``legacy``. ``record`` is a migrated event or a
+    migrated session's metadata."""
+    text = record.get("legacy_json")
+    return json.loads(text) if isinstance(text, str) else record.get("legacy")
+
+
+def epoch_seconds(value: object) -> float | None:
+    """A JSON v1 time as seconds since the epoch: an ISO 8601 string (``Z`` or
+    an offset; none means UTC) or a number (milliseconds, as JavaScript's
+    ``Date.now()``, when above 1e11, else seconds); ``None`` for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if not math.isfinite(number) or number <= 0:
+            return None
+        return number / 1000 if number > 1e11 else number
+    if isinstance(value, str):
+        text = value.strip()
+        if text[-1:] in ("Z", "z"):
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return moment.timestamp()
+    return None
+
+
+def _time_of(value: object, fields: tuple[str, ...]) -> float | None:
+    if isinstance(value, dict):
+        for name in fields:
+            moment = epoch_seconds(value.get(name))
+            if moment is not None:
+                return moment
+    return None
+
+
+#: Where a JSON v1 message, a run and the header keep their times.
+_MESSAGE_TIMES = ("createdAt", "timestamp", "ts", "time")
+_RUN_TIMES = ("createdAt", "startedAt", "updatedAt", "completedAt")
+_CREATED = ("createdAt",)
+_LAST_ACTIVE = ("lastActiveAt", "updatedAt")
+
+
+#: ``(ts, type, payload, item id)``: one event as the apply writes it.
+_Event = tuple[float, str, bytes, "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Converted:
+    """A source file converted exactly as the apply writes it."""
+
+    session_id: str
+    original_id: str | None
+    """The file's own id, when agentlog stores it under another."""
+    events: list[_Event]
+    metadata: bytes
+    created: float
+    active: float
+    notes: tuple[str, ...]
+
+
+def _convert(kind: str, data: bytes, key: str, file_time: float) -> _Converted | None:
     """A source file converted exactly as the apply writes it — so the plan (and
     a dry run) refuses every file the apply would; ``None`` for an unfinished
-    or foreign file in a FileCheckpointer directory."""
+    or foreign file in a FileCheckpointer directory. ``file_time`` (the
+    file's modification time) stands in where the file holds no time at all."""
     if kind == "json-v1":
-        document = _json_v1(data, key)
-        events = [(now, k, p, i) for k, p, i in _json_v1_events(document, key)]
-        header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
-        try:
-            metadata = encode_value(
-                {"legacy": {"header": header, "runs": document.get("runs", [])}}
-            )
-        except StorageDataError as exc:
-            raise MigrationError(f"{key}: {exc}") from None
-        return str(document["id"]), list(events), metadata
+        return _convert_json_v1(data, key, file_time)
     parsed = read_session_file(data, key)
     if parsed is None:
         return None
     session_id, stored = parsed
-    return session_id, [(ts, k, p, None) for ts, k, p in stored], None
+    created = stored[0][0] if stored else file_time
+    active = stored[-1][0] if stored else file_time
+    events: list[_Event] = [(ts, type_, payload, None) for ts, type_, payload in stored]
+    source = {"format": SOURCE_FORMATS[kind], "key": key}
+    metadata = encode_value({"source": source})
+    return _Converted(session_id, None, events, metadata, created, active, ())
 
 
-def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes, str]]:
-    """(type, payload, item id) for each message of a JSON v1 document."""
-    events = []
-    for index, message in enumerate(document["messages"]):
-        event = message_event(message)
-        if event is None:
-            role = message.get("role") if isinstance(message, dict) else None
-            raise MigrationError(f"{key}: message {index} has no known role ({role!r})")
-        event.update({"id": f"v1-{index}", "legacy": message})
-        try:
-            ((kind, payload),) = encode_events([event])
-        except ValueError as exc:
-            raise MigrationError(f"{key}: message {index}: {exc}") from None
-        events.append((kind, payload, f"v1-{index}"))
-    return events
+def _convert_json_v1(data: bytes, key: str, file_time: float) -> _Converted:
+    document = _json_v1(data, key)
+    original_id: str = document["id"]
+    session_id = to_session_id(original_id)
+    source = {"format": SOURCE_FORMATS["json-v1"], "key": key}
+    notes = []
+    if session_id != original_id:
+        source["id"] = original_id
+        notes.append(f"id {_LONE_SURROGATE.sub('?', original_id)!r} is stored as {session_id!r}")
+    messages: list[Any] = document["messages"]
+    runs: list[Any] = document.get("runs", [])
+    header = {k: v for k, v in document.items() if k not in ("messages", "runs")}
+
+    own_times = [_time_of(message, _MESSAGE_TIMES) for message in messages]
+    known = [t for t in own_times if t is not None]
+    known += [t for run in runs if (t := _time_of(run, _RUN_TIMES)) is not None]
+    active = _time_of(header, _LAST_ACTIVE)
+    created = _time_of(header, _CREATED)
+    if created is None:
+        created = min(known, default=active if active is not None else file_time)
+    if active is None:
+        active = max([created, *known])
+
+    events: list[_Event] = []
+    exact = 0
+    moment = created
+    for index, (message, own_time) in enumerate(zip(messages, own_times, strict=True)):
+        moment = own_time if own_time is not None else moment
+        type_, payload, needed_text = _json_v1_event(message, index, key)
+        exact += needed_text
+        events.append((moment, type_, payload, f"v1-{index}"))
+    legacy, legacy_json = keep_exact({"header": header, "runs": runs})
+    metadata: dict[str, Any] = {"legacy": legacy, "source": source}
+    if legacy_json is not None:
+        metadata["legacy_json"] = legacy_json
+        exact += 1
+    if exact:
+        notes.append(f"{exact} value(s) kept as exact JSON text (legacy_json)")
+    try:
+        encoded = encode_value(metadata)
+    except StorageDataError as exc:
+        raise MigrationError(f"{key}: {exc}") from None
+    renamed = original_id if session_id != original_id else None
+    return _Converted(session_id, renamed, events, encoded, created, active, tuple(notes))
+
+
+def _json_v1_event(message: Any, index: int, key: str) -> tuple[str, bytes, bool]:
+    """(type, payload, whether it needed legacy_json) for message ``index``."""
+    readable, exact = keep_exact(message)
+    event = message_event(readable)
+    if event is None:
+        role = message.get("role") if isinstance(message, dict) else None
+        raise MigrationError(f"{key}: message {index} has no known role ({role!r})")
+    event.update({"id": f"v1-{index}", "legacy": readable})
+    if exact is not None:
+        event["legacy_json"] = exact
+    try:
+        ((kind, payload),) = encode_events([event])
+    except ValueError as exc:
+        raise MigrationError(f"{key}: message {index}: {exc}") from None
+    return kind, payload, exact is not None
 
 
 def _read_target(
@@ -248,9 +419,22 @@ def _backup(source: Path, target: Path, backup: Path, engine: str | None) -> Non
             live.close()
 
 
-def _files(directory: Path, files: list[Path]) -> Iterator[tuple[str, bytes]]:
+def _files(
+    source: Path, directory: Path, files: list[Path]
+) -> Iterator[tuple[str, str, bytes, float]]:
+    """(key, the key as earlier releases recorded it, content, mtime) per file.
+
+    The key is the file's path from the source's root (``sessions/X.json``,
+    the key the JSON v1 producer itself records); earlier releases recorded
+    it from the directory holding the files (``X.json``), so a ledger row of
+    theirs is found under that form too."""
     for path in files:
-        yield str(path.relative_to(directory)), path.read_bytes()
+        yield (
+            path.relative_to(source).as_posix(),
+            path.relative_to(directory).as_posix(),
+            path.read_bytes(),
+            path.stat().st_mtime,
+        )
 
 
 def migrate(
@@ -280,22 +464,24 @@ def migrate(
     existing, ledger = _read_target(target_path, tenant, source_name, engine)
     report = MigrationReport(kind, source_name, dry_run)
     seen: dict[str, str] = {}
-    now = time.time()
-    for key, data in _files(directory, files):
-        converted = _convert(kind, data, key, now)
+    for key, old_key, data, mtime in _files(source_path, directory, files):
+        converted = _convert(kind, data, key, mtime)
         if converted is None:
             continue  # an unfinished or foreign file in a FileCheckpointer directory
-        session_id = converted[0]
-        del converted  # one file at a time
+        session_id = converted.session_id
         if session_id in seen:
             raise MigrationError(f"{key} and {seen[session_id]} both hold session {session_id!r}")
         seen[session_id] = key
         sha = hashlib.sha256(data).hexdigest()
-        if key in ledger:
-            action = "skip" if ledger[key] == sha else "changed"
+        recorded = ledger.get(key, ledger.get(old_key))
+        if recorded is not None:
+            action = "skip" if recorded == sha else "changed"
         else:
             action = "exists" if session_id in existing else "migrate"
-        report.sessions.append(PlannedSession(key, session_id, sha, action))
+        report.sessions.append(
+            PlannedSession(key, session_id, sha, action, converted.original_id, converted.notes)
+        )
+        del converted  # one file at a time
     report.skipped = sum(1 for s in report.sessions if s.action == "skip")
     if dry_run:
         return report
@@ -313,7 +499,7 @@ def migrate(
     )
     _backup(source_path, target_path, backup, engine)
     report.backup = backup
-    copied = backup / "source" / directory.relative_to(source_path)
+    copied = backup / "source"
     show = (
         _progress_bar(len(pending))
         if (sys.stderr.isatty() if progress is None else progress)
@@ -352,21 +538,37 @@ def _write_session(
     source_name: str,
 ) -> None:
     """In the migration's transaction: one session from the verified copy, and its ledger row."""
-    data = (copied / planned.source_key).read_bytes()
+    path = copied / planned.source_key
+    data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != planned.sha256:
         raise MigrationError(f"{planned.source_key} changed while migrating")
-    now = time.time()
-    converted = _convert(kind, data, planned.source_key, now)
-    if converted is None:
+    # The copy keeps the source's modification time (shutil.copy2).
+    converted = _convert(kind, data, planned.source_key, path.stat().st_mtime)
+    if converted is None or converted.session_id != planned.session_id:
         raise MigrationError(f"{planned.source_key} changed while migrating")
-    _, events, metadata = converted
     if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
         raise MigrationError(f"session {planned.session_id!r} appeared in the target")
+    events = converted.events
     sid = db.create_session(
-        conn, tenant, planned.session_id, head=len(events), ts=now, revision=1, metadata=metadata
+        conn,
+        tenant,
+        planned.session_id,
+        head=len(events),
+        ts=converted.created,
+        mtime=converted.active,
+        revision=1 if events else 0,
+        metadata=converted.metadata,
     )
     db.insert_events(conn, sid, 0, events)
     conn.rows(
         Q.LEDGER_INSERT,
-        (source_name, planned.source_key, planned.sha256, tenant, planned.session_id, now),
+        (
+            source_name,
+            planned.source_key,
+            planned.sha256,
+            tenant,
+            planned.session_id,
+            time.time(),
+            SOURCE_FORMATS[kind],
+        ),
     )

@@ -511,8 +511,10 @@ class EngineBase(Generic[ConnectionT]):
         ts: float,
         revision: int,
         metadata: bytes | None = None,
+        mtime: float | None = None,
     ) -> int:
-        """Inside a write: insert a new session row; return its sid.
+        """Inside a write: insert a new session row created at ``ts`` and last
+        changed at ``mtime`` (default: ``ts``); return its sid.
 
         The sid is one past the largest (the C engine's hot path allocates the
         same way, in C); past the bound nothing is inserted.
@@ -520,7 +522,8 @@ class EngineBase(Generic[ConnectionT]):
         sid = int(conn.rows(Q.NEXT_SID)[0][0])
         if sid > S.MAX_SID:
             raise StorageUnavailableError("the database holds too many sessions")
-        conn.rows(Q.INSERT_SESSION, (sid, tenant, name, head, ts, ts, revision, metadata))
+        changed = ts if mtime is None else mtime
+        conn.rows(Q.INSERT_SESSION, (sid, tenant, name, head, ts, changed, revision, metadata))
         return sid
 
     def insert_events(

@@ -142,8 +142,10 @@ class Engine(Protocol):
         ts: float,
         revision: int,
         metadata: bytes | None = None,
+        mtime: float | None = None,
     ) -> int:
-        """Inside a write: insert a new session row; return its sid."""
+        """Inside a write: insert a new session row created at ``ts`` and last
+        changed at ``mtime`` (default: ``ts``); return its sid."""
         ...
 
     def insert_events(

@@ -18,7 +18,7 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -157,6 +157,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " FROM migration_ledger",
         "DROP TABLE migration_ledger",
         "ALTER TABLE migration_ledger_7 RENAME TO migration_ledger",
+    ),
+    8: (
+        # Provenance: the format each migrated source file had ("json-v1",
+        # "agentlog-file"); NULL for the rows of earlier releases.
+        "ALTER TABLE migration_ledger ADD COLUMN source_format TEXT",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -160,8 +160,9 @@ CHUNKS_DELETE = "DELETE FROM blob_chunks WHERE sha256 = ?"
 
 LEDGER_SELECT = "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ? AND tenant = ?"
 LEDGER_INSERT = (
-    "INSERT INTO migration_ledger (source_id, source_key, sha256, tenant, session_id, migrated)"
-    " VALUES (?, ?, ?, ?, ?, ?)"
+    "INSERT INTO migration_ledger"
+    " (source_id, source_key, sha256, tenant, session_id, migrated, source_format)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 # -- the file ----------------------------------------------------------------------

@@ -430,6 +430,8 @@ class CheckpointerConformance:
             "Case",
             "会话-1",
             "with space",
+            "周报\u3000八月",
+            "\U0001f469\u200d\U0001f4bb-pairing",
             "a.b",
             "a:b*c?",
             "CON",
