@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import agentlog.migrate as migrate_module
+import agentlog.migrate.sources as migrate_sources
 from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage, fold_events
 from agentlog.cli import main
 from agentlog.errors import SchemaVersionError
@@ -127,7 +127,7 @@ def test_a_failure_mid_batch_rolls_everything_back(
     target = tmp_path / "target.db"
     SqliteCheckpointer(target).close()
     before = tree_digest(v1_source)
-    real = migrate_module._convert
+    real = migrate_sources.convert
     calls = {"n": 0}
 
     def fail_on_the_fourth(*args: Any) -> Any:
@@ -137,7 +137,7 @@ def test_a_failure_mid_batch_rolls_everything_back(
             raise OSError("disk error while migrating")
         return real(*args)
 
-    monkeypatch.setattr(migrate_module, "_convert", fail_on_the_fourth)
+    monkeypatch.setattr(migrate_sources, "convert", fail_on_the_fourth)
     with pytest.raises(OSError):
         migrate(v1_source, target, backup_dir=tmp_path / "backup")
     with SqliteCheckpointer(target) as log:
@@ -308,7 +308,7 @@ def test_a_failed_apply_into_a_new_target_leaves_no_database(
     v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "new.db"
-    real = migrate_module._convert
+    real = migrate_sources.convert
     calls = {"n": 0}
 
     def fail_in_the_write(*args: Any) -> Any:
@@ -317,7 +317,7 @@ def test_a_failed_apply_into_a_new_target_leaves_no_database(
             raise OSError("disk error while migrating")
         return real(*args)
 
-    monkeypatch.setattr(migrate_module, "_convert", fail_in_the_write)
+    monkeypatch.setattr(migrate_sources, "convert", fail_in_the_write)
     with pytest.raises(OSError):
         migrate(v1_source, target, backup_dir=tmp_path / "backup")
     assert list(tmp_path.glob("new.db*")) == []

@@ -356,6 +356,7 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
         tenant=args.tenant,
         source_id=args.source_id,
         backup_dir=args.backup,
+        schema=args.schema,
     )
     print(f"{report.source_kind} source, {len(report.sessions)} sessions")
     for planned in report.sessions:
@@ -615,12 +616,21 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print every detail as JSON")
 
     migrate = command(
-        "migrate", "copy JSON v1 sessions or a file store into SQLite, backup first", _cmd_migrate
+        "migrate",
+        "copy sessions into SQLite or PostgreSQL, backup first",
+        _cmd_migrate,
     )
     migrate.add_argument(
-        "source", metavar="SRC", help="a JSON v1 sessions directory or a file store"
+        "source",
+        metavar="SRC",
+        help="a JSON v1 sessions directory, a file store, or a SQLite file (its --tenant)",
     )
-    migrate.add_argument("target", metavar="DST", help="the SQLite file to write")
+    migrate.add_argument(
+        "target",
+        metavar="DST",
+        help="the SQLite file, or PostgreSQL URL (postgresql://…), to write",
+    )
+    migrate.add_argument("--schema", help="the PostgreSQL schema to write into (default: agentlog)")
     migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
     tenant(migrate)
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")

@@ -92,7 +92,7 @@ _T = TypeVar("_T")
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Seqs are ``bigint``.
 MAX_SEQ = (1 << 63) - 1
@@ -189,6 +189,20 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             created double precision NOT NULL,
             updated double precision NOT NULL,
             PRIMARY KEY (tenant, artifact_id)
+        )""",
+    ),
+    3: (
+        # ``agentlog migrate`` into PostgreSQL: one row per migrated source
+        # unit (a file, or a session of a SQLite source) and tenant, as in SQLite.
+        """CREATE TABLE {s}.migration_ledger (
+            source_id text COLLATE "C" NOT NULL,
+            source_key text COLLATE "C" NOT NULL,
+            sha256 text NOT NULL,
+            tenant text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL,
+            migrated double precision NOT NULL,
+            source_format text,
+            PRIMARY KEY (source_id, tenant, source_key)
         )""",
     ),
 }

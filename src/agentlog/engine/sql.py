@@ -159,6 +159,23 @@ CHUNKS_DELETE = "DELETE FROM blob_chunks WHERE sha256 = ?"
 # -- migration ledger --------------------------------------------------------------
 
 LEDGER_SELECT = "SELECT source_key, sha256 FROM migration_ledger WHERE source_id = ? AND tenant = ?"
+#: A tenant's sessions as ``agentlog migrate`` reads a SQLite source.
+MIGRATE_SESSIONS = (
+    "SELECT sid, name, head, revision, created, mtime, metadata FROM sessions"
+    " WHERE tenant = ? ORDER BY name"
+)
+MIGRATE_SESSION = (
+    "SELECT sid, name, head, revision, created, mtime, metadata FROM sessions"
+    " WHERE tenant = ? AND name = ?"
+)
+#: ``(first key, last key)``: a session's events with their seqs.
+MIGRATE_EVENTS = (
+    "SELECT id & 4294967295, ts, type, data, item_id FROM events"
+    " WHERE id BETWEEN ? AND ? ORDER BY id"
+)
+MIGRATE_SNAPSHOTS = (
+    "SELECT through_seq, state, created FROM snapshots WHERE sid = ? ORDER BY through_seq"
+)
 LEDGER_INSERT = (
     "INSERT INTO migration_ledger"
     " (source_id, source_key, sha256, tenant, session_id, migrated, source_format)"

@@ -1,0 +1,147 @@
+"""Backup-first migration of sessions: ``agentlog migrate SRC DST``.
+
+Sources (:mod:`.sources`): a directory of JSON v1 session files
+(``sessions/*.json``, each ``{"version": 1, "id", "messages": [...], "runs":
+[...]}``; converted by :mod:`.json_v1`), a :class:`FileCheckpointer`
+directory, or one tenant of an agentlog SQLite file. Targets
+(:mod:`.targets`): an agentlog SQLite file or a PostgreSQL store
+(``postgresql://…``).
+
+The rules, in order:
+
+1. **Plan** (``dry_run=True`` stops here): read every source unit and the
+   target read-only, and classify each session: ``migrate``, ``skip`` (the
+   ledger holds this file with the same sha256), ``changed`` (the ledger holds
+   it with another sha256: an error) or ``exists`` (the target already has a
+   session by that id: a conflict). A dry run writes nothing at all, not even
+   the target's schema.
+2. **Back up**: copy the whole source outside itself (and a SQLite target,
+   when it exists) into a backup directory, and verify the copy (every
+   file's sha256; each SQLite session's digest when it is read back).
+3. **Write**, from the verified copy: every pending session and a ledger row
+   each, in one transaction. Any failure rolls the whole batch back.
+
+The source is only ever read: never renamed, changed or deleted. Units are
+read one at a time, so a large source is never held in memory at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..stores.common import DEFAULT_TENANT, check_name
+from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
+from .json_v1 import epoch_seconds, keep_exact, legacy_value
+from .sources import open_source
+from .targets import SqliteTarget, is_postgres_url, open_target
+
+__all__ = [
+    "SOURCE_FORMATS",
+    "MigrationError",
+    "MigrationReport",
+    "PlannedSession",
+    "epoch_seconds",
+    "is_postgres_url",
+    "keep_exact",
+    "legacy_value",
+    "migrate",
+]
+
+
+def _progress_bar(total: int) -> Callable[[int], None]:
+    def show(done: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r  [{'#' * filled}{' ' * (width - filled)}] {done}/{total} sessions")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def migrate(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    dry_run: bool = False,
+    tenant: str = DEFAULT_TENANT,
+    source_id: str | None = None,
+    backup_dir: str | os.PathLike[str] | None = None,
+    engine: str | None = None,
+    progress: bool | None = None,
+    schema: str | None = None,
+) -> MigrationReport:
+    """Migrate the sessions of ``source`` into ``target``.
+
+    ``source`` is a directory (JSON v1 files or a file store) or an agentlog
+    SQLite file (its ``tenant`` is read); ``target`` is a SQLite file's path
+    or a PostgreSQL URL (``postgresql://…``, into ``schema``, default
+    ``agentlog``; needs the ``postgres`` extra). Sessions land in ``tenant``.
+    ``source_id`` names the source in the ledger (default: its resolved
+    path), so a re-run recognises it. ``backup_dir`` defaults to
+    ``<target>.migration-<UTC time>`` beside a SQLite target (in the current
+    directory for PostgreSQL). ``progress`` shows a progress bar on standard
+    error (default: when it is a terminal). Raises :class:`MigrationError`
+    when the plan has conflicts; nothing is written then.
+    """
+    source_path = Path(source)
+    tenant = check_name("tenant", tenant)
+    src = open_source(source_path, tenant, engine)
+    dst = open_target(target, engine, schema)
+    if isinstance(dst, SqliteTarget) and source_path.resolve() == dst.path.resolve():
+        raise MigrationError("the source and the target are the same file")
+    source_name = source_id or str(source_path.resolve())
+    existing, ledger = dst.read(tenant, source_name)
+    report = MigrationReport(src.kind, source_name, dry_run)
+    seen: dict[str, str] = {}
+    for key, old_key, sha, converted in src.units():
+        if converted is None:
+            continue  # an unfinished or foreign file in a FileCheckpointer directory
+        session_id = converted.session_id
+        if session_id in seen:
+            raise MigrationError(f"{key} and {seen[session_id]} both hold session {session_id!r}")
+        seen[session_id] = key
+        recorded = ledger.get(key, ledger.get(old_key))
+        if recorded is not None:
+            action = "skip" if recorded == sha else "changed"
+        else:
+            action = "exists" if session_id in existing else "migrate"
+        report.sessions.append(
+            PlannedSession(key, session_id, sha, action, converted.original_id, converted.notes)
+        )
+        del converted  # one unit at a time
+    report.skipped = sum(1 for s in report.sessions if s.action == "skip")
+    if dry_run:
+        return report
+    if report.conflicts:
+        details = ", ".join(f"{s.source_key} ({s.action})" for s in report.conflicts)
+        raise MigrationError(f"nothing migrated: {details}")
+    pending = [s for s in report.sessions if s.action == "migrate"]
+    if not pending:
+        return report
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    if backup_dir:
+        backup = Path(backup_dir)
+    elif isinstance(dst, SqliteTarget):
+        backup = dst.path.with_name(f"{dst.path.name}.migration-{stamp}")
+    else:
+        backup = Path(f"agentlog-migration-{stamp}")
+    if backup.exists():
+        raise MigrationError(f"backup directory {backup} already exists")
+    backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
+    copy = src.backup(backup / "source")
+    dst.backup(backup)
+    report.backup = backup
+    show = (
+        _progress_bar(len(pending))
+        if (sys.stderr.isatty() if progress is None else progress)
+        else None
+    )
+    dst.write(pending, copy.load, tenant, source_name, SOURCE_FORMATS[src.kind], show)
+    report.migrated = len(pending)
+    return report

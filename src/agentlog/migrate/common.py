@@ -1,0 +1,88 @@
+"""What every part of a migration shares: its errors, its plan and report, and
+a source unit converted exactly as the apply writes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import StorageDataError
+
+__all__ = [
+    "SOURCE_FORMATS",
+    "Converted",
+    "Event",
+    "MigrationError",
+    "MigrationReport",
+    "PlannedSession",
+]
+
+#: The provenance recorded for each kind of source (the ledger's
+#: ``source_format``; for JSON v1 and file stores also the session's
+#: ``metadata["source"]["format"]``).
+SOURCE_FORMATS = {"json-v1": "json-v1", "file": "agentlog-file", "sqlite": "agentlog-sqlite"}
+
+#: ``(ts, type, payload, item id)``: one event as the apply writes it.
+Event = tuple[float, str, bytes, "str | None"]
+
+
+class MigrationError(StorageDataError):
+    """The migration cannot go ahead (conflicts, changed sources, bad files).
+
+    Nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSession:
+    """What the plan says about one source unit (a file, or a SQLite session)."""
+
+    source_key: str
+    """The file's path relative to the source (``sessions/X.json``), or the
+    session id for a SQLite source."""
+    session_id: str
+    """The id the session has in the target."""
+    sha256: str
+    action: str
+    """``migrate``, ``skip``, ``changed`` or ``exists``."""
+    original_id: str | None = None
+    """The file's own id when agentlog cannot take it as it is (see
+    :func:`agentlog.events.to_session_id`)."""
+    notes: tuple[str, ...] = ()
+    """What the conversion had to do to keep the file exactly (ids, exact JSON text)."""
+
+
+@dataclass
+class MigrationReport:
+    """The outcome of :func:`agentlog.migrate.migrate` (or its plan, for a dry run)."""
+
+    source_kind: str
+    source_id: str
+    dry_run: bool
+    sessions: list[PlannedSession] = field(default_factory=list)
+    backup: Path | None = None
+    migrated: int = 0
+    skipped: int = 0
+
+    @property
+    def conflicts(self) -> list[PlannedSession]:
+        """Sessions that stop the migration: changed sources and existing targets."""
+        return [s for s in self.sessions if s.action in ("changed", "exists")]
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    """A source unit converted exactly as the apply writes it."""
+
+    session_id: str
+    original_id: str | None
+    """The source's own id, when agentlog stores the session under another."""
+    events: list[Event]
+    metadata: bytes | None
+    created: float
+    active: float
+    revision: int
+    notes: tuple[str, ...] = ()
+    first_seq: int = 1
+    """The seq of ``events[0]``."""
+    snapshots: tuple[tuple[int, bytes, float], ...] = ()
+    """``(through seq, state, created)`` of a SQLite source's snapshots."""

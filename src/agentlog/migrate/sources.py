@@ -1,0 +1,221 @@
+"""Where a migration reads: a directory of JSON v1 files, a FileCheckpointer
+directory, or a tenant of an agentlog SQLite file.
+
+Each source plans unit by unit (a file, or a session), never holding the
+whole source in memory, and makes a verified copy of itself that the apply
+then reads from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from ..engine import Connection, Engine, open_engine
+from ..engine import schema as S
+from ..engine import sql as Q
+from ..errors import CorruptDatabaseError, StorageUnavailableError
+from ..log import read_session_file
+from ..stores.common import encode_value
+from .common import SOURCE_FORMATS, Converted, Event, MigrationError, PlannedSession
+from .json_v1 import convert_json_v1
+
+__all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
+
+#: ``(key, the key as earlier releases recorded it, sha256, converted)``;
+#: converted is ``None`` for an unfinished or foreign file in a file store.
+Unit = tuple[str, str, str, "Converted | None"]
+
+
+class Source(Protocol):
+    """A migration's source."""
+
+    kind: str
+    """``json-v1``, ``file`` or ``sqlite``."""
+
+    def units(self) -> Iterator[Unit]:
+        """Every unit, converted as the apply would convert it, one at a time."""
+        ...
+
+    def backup(self, into: Path) -> Source:
+        """Copy the source into the new directory ``into``, verify the copy,
+        and return the copy as a source."""
+        ...
+
+    def load(self, planned: PlannedSession) -> Converted:
+        """One planned unit, converted again; :class:`MigrationError` if it
+        is not what the plan saw."""
+        ...
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert(kind: str, data: bytes, key: str, file_time: float) -> Converted | None:
+    """A source file converted exactly as the apply writes it — so the plan (and
+    a dry run) refuses every file the apply would; ``None`` for an unfinished
+    or foreign file in a FileCheckpointer directory. ``file_time`` (the
+    file's modification time) stands in where the file holds no time at all."""
+    if kind == "json-v1":
+        return convert_json_v1(data, key, file_time)
+    parsed = read_session_file(data, key)
+    if parsed is None:
+        return None
+    session_id, stored = parsed
+    created = stored[0][0] if stored else file_time
+    active = stored[-1][0] if stored else file_time
+    metadata = encode_value({"source": {"format": SOURCE_FORMATS[kind], "key": key}})
+    events: list[Event] = [(ts, type_, payload, None) for ts, type_, payload in stored]
+    return Converted(session_id, None, events, metadata, created, active, 1 if events else 0)
+
+
+class FileSource:
+    """JSON v1 session files (``sessions/*.json``) or a FileCheckpointer directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        json_dir = root / "sessions" if (root / "sessions").is_dir() else root
+        json_files = sorted(json_dir.glob("*.json"))
+        if json_files:
+            self.kind, self.directory, self.files = "json-v1", json_dir, json_files
+        elif (jsonl := sorted(root.glob("*.jsonl"))) or (root / ".agentlog.lock").exists():
+            self.kind, self.directory, self.files = "file", root, jsonl
+        else:
+            raise MigrationError(
+                f"{root} holds neither JSON v1 session files nor a FileCheckpointer store"
+            )
+
+    def units(self) -> Iterator[Unit]:
+        # The key is the file's path from the source's root (``sessions/X.json``,
+        # the key the JSON v1 producer itself records); earlier releases
+        # recorded it from the directory holding the files (``X.json``).
+        for path in self.files:
+            data = path.read_bytes()
+            key = path.relative_to(self.root).as_posix()
+            converted = convert(self.kind, data, key, path.stat().st_mtime)
+            sha = hashlib.sha256(data).hexdigest()
+            yield key, path.relative_to(self.directory).as_posix(), sha, converted
+
+    def backup(self, into: Path) -> FileSource:
+        resolved = into.resolve()
+        if resolved == self.root.resolve() or self.root.resolve() in resolved.parents:
+            raise MigrationError("the backup must be outside the source")
+        shutil.copytree(self.root, into)  # copy2: modification times kept
+        for original in sorted(p for p in self.root.rglob("*") if p.is_file()):
+            if _sha256_file(original) != _sha256_file(into / original.relative_to(self.root)):
+                raise MigrationError(f"backup of {original.name} does not match the source")
+        return FileSource(into)
+
+    def load(self, planned: PlannedSession) -> Converted:
+        path = self.root / planned.source_key
+        data = path.read_bytes()
+        converted = None
+        if hashlib.sha256(data).hexdigest() == planned.sha256:
+            converted = convert(self.kind, data, planned.source_key, path.stat().st_mtime)
+        if converted is None or converted.session_id != planned.session_id:
+            raise MigrationError(f"{planned.source_key} changed while migrating")
+        return converted
+
+
+class SqliteSource:
+    """One tenant's sessions in an agentlog SQLite file, with their metadata,
+    revisions, item ids and snapshots, exactly as stored. Read-only: the file
+    is never changed, and a file no process has open gets no ``-wal`` or
+    ``-shm`` beside it."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: Path, tenant: str, engine: str | None) -> None:
+        self.path, self.tenant, self.engine = path, tenant, engine
+
+    def _open(self) -> Engine:
+        idle = not any(Path(f"{self.path}{end}").exists() for end in ("-wal", "-shm"))
+        try:
+            db = open_engine(self.path, engine=self.engine, read_only=True, immutable=idle)
+        except (CorruptDatabaseError, StorageUnavailableError) as exc:
+            raise MigrationError(f"{self.path} is not a readable SQLite database ({exc})") from None
+        if db.schema_version == 0:
+            db.close()
+            raise MigrationError(f"{self.path} holds no agentlog store")
+        return db
+
+    def _read(self, db: Engine, name: str) -> tuple[str, Converted] | None:
+        def work(conn: Connection) -> tuple[str, Converted] | None:
+            rows = conn.rows(Q.MIGRATE_SESSION, (self.tenant, name))
+            if not rows:
+                return None
+            sid, name_, head, revision, created, mtime, metadata = rows[0]
+            first, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
+            stored = conn.rows(Q.MIGRATE_EVENTS, (first, last))
+            snapshots = tuple(
+                (int(t), bytes(state), float(c))
+                for t, state, c in conn.rows(Q.MIGRATE_SNAPSHOTS, (sid,))
+            )
+            digest = hashlib.sha256(repr((head, revision, created, mtime)).encode())
+            digest.update(bytes(metadata or b""))
+            for seq, ts, type_, data, item_id in stored:
+                digest.update(repr((seq, ts, type_, item_id, len(data))).encode())
+                digest.update(data)
+            for through, state, taken in snapshots:
+                digest.update(repr((through, taken, len(state))).encode())
+                digest.update(state)
+            first_seq = int(stored[0][0]) if stored else 1
+            events = [(float(ts), str(t), bytes(d), i) for _, ts, t, d, i in stored]
+            meta = bytes(metadata) if metadata is not None else None
+            converted = Converted(
+                name_, None, events, meta, created, mtime, revision, (), first_seq, snapshots
+            )
+            return digest.hexdigest(), converted
+
+        return db.read("read source session", work, snapshot=True)
+
+    def units(self) -> Iterator[Unit]:
+        db = self._open()
+        try:
+            names = db.read(
+                "list source sessions",
+                lambda conn: [row[1] for row in conn.rows(Q.MIGRATE_SESSIONS, (self.tenant,))],
+            )
+            for name in names:
+                read = self._read(db, name)
+                if read is not None:  # deleted since the list: nothing to move
+                    yield name, name, read[0], read[1]
+        finally:
+            db.close()
+
+    def backup(self, into: Path) -> SqliteSource:
+        into.mkdir(mode=0o700)
+        copy = into / self.path.name
+        db = self._open()
+        try:
+            db.backup_to(str(copy))
+        finally:
+            db.close()
+        return SqliteSource(copy, self.tenant, self.engine)
+
+    def load(self, planned: PlannedSession) -> Converted:
+        db = self._open()
+        try:
+            read = self._read(db, planned.source_key)
+        finally:
+            db.close()
+        if read is None or read[0] != planned.sha256:
+            raise MigrationError(f"session {planned.source_key!r} changed while migrating")
+        return read[1]
+
+
+def open_source(source: Path, tenant: str, engine: str | None) -> Source:
+    """The source at ``source``: a directory of files, or an agentlog SQLite file."""
+    if source.is_dir():
+        return FileSource(source)
+    if source.is_file():
+        return SqliteSource(source, tenant, engine)
+    raise MigrationError(f"{source} is neither a directory nor an agentlog SQLite file")

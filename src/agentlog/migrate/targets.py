@@ -1,0 +1,288 @@
+"""Where a migration writes: an agentlog SQLite file or a PostgreSQL store.
+
+Each target reads its sessions and ledger for the plan without creating
+anything, backs itself up where it can, and writes every pending session and
+its ledger row in one transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..engine import Connection, open_engine
+from ..engine import sql as Q
+from ..errors import CorruptDatabaseError, SchemaVersionError, StorageUnavailableError
+from ..files import remove_created
+from .common import Converted, MigrationError, PlannedSession
+
+__all__ = ["PostgresTarget", "SqliteTarget", "Target", "is_postgres_url", "open_target"]
+
+#: Reads one planned unit from the (backed-up) source, for the write.
+Load = Callable[[PlannedSession], Converted]
+#: Told how many units are written so far.
+Progress = Callable[[int], None]
+
+
+class Target(Protocol):
+    """A migration's target."""
+
+    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+        """(the tenant's session ids, ``{source key: sha256}`` from its ledger
+        for ``source_id``), read-only: nothing is created, not even a schema."""
+        ...
+
+    def backup(self, into: Path) -> None:
+        """Copy the target as it is into the directory ``into``, where it can."""
+        ...
+
+    def write(
+        self,
+        pending: Sequence[PlannedSession],
+        load: Load,
+        tenant: str,
+        source_id: str,
+        source_format: str,
+        progress: Progress | None,
+    ) -> None:
+        """Every pending unit and a ledger row each, in one transaction."""
+        ...
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database (``postgresql://…``)."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+class SqliteTarget:
+    """An agentlog SQLite file (created by the apply if it does not exist)."""
+
+    def __init__(self, path: Path, engine: str | None) -> None:
+        self.path, self.engine = path, engine
+
+    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+        # A target no process has open is read without creating its -wal and -shm.
+        if not self.path.exists():
+            return set(), {}
+        idle = not any(os.path.lexists(f"{self.path}{end}") for end in ("-wal", "-shm", "-journal"))
+        try:
+            db = open_engine(self.path, engine=self.engine, read_only=True, immutable=idle)
+        except (CorruptDatabaseError, StorageUnavailableError) as exc:
+            raise SchemaVersionError(
+                f"{self.path} is not a readable SQLite database ({exc})"
+            ) from None
+        try:
+            version = db.schema_version
+            if version == 0:
+                return set(), {}
+
+            def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
+                sessions = {row[0] for row in conn.rows(Q.SESSION_NAMES, (tenant,))}
+                ledger = {}
+                if version >= 6:
+                    ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id, tenant)))
+                return sessions, ledger
+
+            return db.read("read target", work, snapshot=True)
+        finally:
+            db.close()
+
+    def backup(self, into: Path) -> None:
+        if self.path.exists():
+            # A consistent copy even with the WAL in use, through the engine
+            # that may already hold the file in this process.
+            live = open_engine(self.path, engine=self.engine, read_only=True)
+            try:
+                live.backup_to(str(into / "target-before.db"))
+            finally:
+                live.close()
+
+    def write(
+        self,
+        pending: Sequence[PlannedSession],
+        load: Load,
+        tenant: str,
+        source_id: str,
+        source_format: str,
+        progress: Progress | None,
+    ) -> None:
+        created = not os.path.lexists(self.path)
+        db = open_engine(self.path, engine=self.engine)
+
+        def work(conn: Connection) -> None:
+            for done, planned in enumerate(pending, 1):
+                unit = load(planned)
+                if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
+                    raise MigrationError(f"session {planned.session_id!r} appeared in the target")
+                sid = db.create_session(
+                    conn,
+                    tenant,
+                    planned.session_id,
+                    head=unit.first_seq - 1 + len(unit.events),
+                    ts=unit.created,
+                    mtime=unit.active,
+                    revision=unit.revision,
+                    metadata=unit.metadata,
+                )
+                db.insert_events(conn, sid, unit.first_seq - 1, unit.events)
+                for through, state, taken in unit.snapshots:
+                    conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
+                conn.rows(
+                    Q.LEDGER_INSERT,
+                    (
+                        source_id,
+                        planned.source_key,
+                        planned.sha256,
+                        tenant,
+                        planned.session_id,
+                        time.time(),
+                        source_format,
+                    ),
+                )
+                if progress:
+                    progress(done)
+
+        try:
+            db.write("migrate", work)
+        except BaseException:
+            db.close()
+            if created:
+                remove_created(self.path)  # it holds nothing: the batch rolled back
+            raise
+        finally:
+            db.close()
+
+
+class PostgresTarget:
+    """An agentlog store in a PostgreSQL schema (created by the apply, in its
+    transaction, if it does not exist). Needs the ``postgres`` extra."""
+
+    def __init__(self, url: str, schema: str | None) -> None:
+        try:
+            from ..engine import postgres
+        except ImportError:
+            raise MigrationError(
+                "a PostgreSQL target needs psycopg: pip install 'agentlog[postgres]'"
+            ) from None
+        self._pg = postgres
+        self.url = url
+        self.schema = postgres.check_schema_name(schema or postgres.DEFAULT_SCHEMA)
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.url, **self._pg.connect_options(10.0))
+
+    def _quoted(self) -> str:
+        from psycopg import sql
+
+        return sql.Identifier(self.schema).as_string()
+
+    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+        s = self._quoted()
+        with self._pg.translate_errors("read the migration target"), self._connect() as conn:
+            version = self._pg.schema_version_of(conn, self.schema)
+            if version > self._pg.SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} was written by a newer agentlog (version {version})"
+                )
+            if version == 0:
+                return set(), {}
+            names = conn.execute(f"SELECT name FROM {s}.sessions WHERE tenant = %s", (tenant,))
+            sessions = {row[0] for row in names}
+            ledger: dict[str, str] = {}
+            if version >= 3:
+                rows = conn.execute(
+                    f"SELECT source_key, sha256 FROM {s}.migration_ledger"
+                    " WHERE source_id = %s AND tenant = %s",
+                    (source_id, tenant),
+                )
+                ledger = {key: sha for key, sha in rows}
+            return sessions, ledger
+
+    def backup(self, into: Path) -> None:
+        """Nothing: a PostgreSQL database is backed up with ``pg_dump`` (see the README)."""
+
+    def write(
+        self,
+        pending: Sequence[PlannedSession],
+        load: Load,
+        tenant: str,
+        source_id: str,
+        source_format: str,
+        progress: Progress | None,
+    ) -> None:
+        s = self._quoted()
+        with (
+            self._pg.translate_errors("migrate into PostgreSQL"),
+            self._connect() as conn,
+            conn.transaction(),
+        ):
+            # The schema is created (or brought forward) in this transaction:
+            # a failed migration leaves no empty store behind.
+            self._pg.migrate_schema(conn, self.schema)
+            with conn.cursor() as cur:
+                for done, planned in enumerate(pending, 1):
+                    unit = load(planned)
+                    cur.execute(
+                        f"INSERT INTO {s}.sessions"
+                        " (tenant, name, head, revision, created, mtime, metadata)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        (
+                            tenant,
+                            planned.session_id,
+                            unit.first_seq - 1 + len(unit.events),
+                            unit.revision,
+                            unit.created,
+                            unit.active,
+                            unit.metadata,
+                        ),
+                    )
+                    if cur.rowcount != 1:
+                        raise MigrationError(
+                            f"session {planned.session_id!r} appeared in the target"
+                        )
+                    with cur.copy(
+                        f"COPY {s}.events (tenant, session, seq, ts, type, payload, item_id)"
+                        " FROM STDIN"
+                    ) as copy:
+                        for seq, (ts, type_, payload, item_id) in enumerate(
+                            unit.events, unit.first_seq
+                        ):
+                            copy.write_row(
+                                (tenant, planned.session_id, seq, ts, type_, payload, item_id)
+                            )
+                    cur.executemany(
+                        f"INSERT INTO {s}.snapshots (tenant, session, through_seq, state, created)"
+                        " VALUES (%s, %s, %s, %s, %s)",
+                        [(tenant, planned.session_id, *snap) for snap in unit.snapshots],
+                    )
+                    cur.execute(
+                        f"INSERT INTO {s}.migration_ledger (source_id, source_key, sha256,"
+                        " tenant, session_id, migrated, source_format)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                        (
+                            source_id,
+                            planned.source_key,
+                            planned.sha256,
+                            tenant,
+                            planned.session_id,
+                            time.time(),
+                            source_format,
+                        ),
+                    )
+                    if progress:
+                        progress(done)
+
+
+def open_target(target: str | os.PathLike[str], engine: str | None, schema: str | None) -> Target:
+    """The target ``target`` names: a PostgreSQL URL or a SQLite file's path."""
+    if is_postgres_url(target):
+        assert isinstance(target, str)
+        return PostgresTarget(target, schema)
+    if schema is not None:
+        raise MigrationError("schema applies to a PostgreSQL target only")
+    return SqliteTarget(Path(target), engine)

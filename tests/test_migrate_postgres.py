@@ -1,0 +1,219 @@
+"""agentlog migrate into PostgreSQL (JSON v1, a file store, a SQLite tenant),
+and from one SQLite file to another: the same plan, dry run, backup, ledger
+and all-or-nothing rules as into SQLite."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentlog.migrate.sources as migrate_sources
+from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage
+from agentlog.cli import main
+from agentlog.migrate import MigrationError, legacy_value, migrate
+from tests.conftest import postgres_schema
+from tests.test_migrate_fidelity import FIXTURES
+
+
+def as_url(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(conninfo)
+    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
+@pytest.fixture
+def url(postgres_server: str) -> str:
+    return as_url(postgres_server)
+
+
+@pytest.fixture
+def schema(tmp_path: Path) -> str:
+    return postgres_schema(tmp_path)
+
+
+@pytest.fixture
+def admin(postgres_server: str) -> Iterator[Any]:
+    import psycopg
+
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        yield conn
+
+
+def schema_exists(admin: Any, schema: str) -> bool:
+    row = admin.execute(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+    ).fetchone()
+    return bool(row[0])
+
+
+@pytest.fixture
+def sqlite_source(tmp_path: Path) -> Path:
+    """A SQLite store holding what a host writes through both faces of the log."""
+    path = tmp_path / "source.db"
+    with SqliteStorage.open(path) as storage:
+        sessions = storage.sessions
+        sessions.create("acme", "chat-1", {"title": "周报", "tags": ["a"]})
+        items = [{"type": "user", "content": f"turn {n}", "id": f"item-{n}"} for n in range(5)]
+        record = sessions.append("acme", "chat-1", 0, items)
+        sessions.compact("acme", "chat-1", record.revision, 3, {"summary": "first three"})
+        sessions.create("acme", "empty", None)
+        sessions.create("globex", "other", None)  # another tenant: not migrated
+    with SqliteCheckpointer(path, tenant="acme") as log:
+        log.append(
+            "plain", [{"type": "user", "content": "hi"}, {"type": "assistant", "content": "yo"}]
+        )
+    return path
+
+
+def test_a_sqlite_tenant_moves_to_postgresql_exactly(
+    sqlite_source: Path, tmp_path: Path, url: str, schema: str, admin: Any
+) -> None:
+    from agentlog import PostgresCheckpointer, PostgresStorage
+
+    plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
+    assert [(s.session_id, s.action) for s in plan.sessions] == [
+        ("chat-1", "migrate"),
+        ("empty", "migrate"),
+        ("plain", "migrate"),
+    ]
+    assert not schema_exists(admin, schema)  # a dry run creates nothing, not even the schema
+    report = migrate(
+        sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "backup"
+    )
+    assert report.migrated == 3 and report.source_kind == "sqlite"
+    assert (tmp_path / "backup" / "source" / "source.db").exists()  # the verified copy
+    with (
+        SqliteStorage.open(sqlite_source) as before,
+        PostgresStorage.open(url, schema=schema) as after,
+    ):
+        for name in ("chat-1", "empty", "plain"):
+            old, new = before.sessions.load("acme", name), after.sessions.load("acme", name)
+            assert new.session == old.session  # metadata, revision, head, snapshot, times
+            assert new.snapshot == old.snapshot
+            assert new.items == old.items  # seqs, times, types, payloads
+        assert after.sessions.list("globex") == []
+    with SqliteCheckpointer(sqlite_source, tenant="acme") as old_log:
+        expected = list(old_log.read("chat-1"))
+    with PostgresCheckpointer(url, schema=schema, tenant="acme") as log:
+        assert list(log.read("chat-1")) == expected  # seqs, times, types, payloads
+    rows = admin.execute(
+        f"SELECT source_key, source_format FROM {schema}.migration_ledger ORDER BY 1"
+    ).fetchall()
+    assert rows == [
+        ("chat-1", "agentlog-sqlite"),
+        ("empty", "agentlog-sqlite"),
+        ("plain", "agentlog-sqlite"),
+    ]
+    again = migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b2")
+    assert again.migrated == 0 and again.skipped == 3
+    with SqliteCheckpointer(sqlite_source, tenant="acme") as log:
+        log.append("plain", [{"type": "user", "content": "later"}], expected_head=2)
+    changed = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
+    assert [s.action for s in changed.sessions if s.session_id == "plain"] == ["changed"]
+
+
+def test_json_v1_files_move_to_postgresql_with_everything_kept(
+    tmp_path: Path, url: str, schema: str
+) -> None:
+    from agentlog import PostgresStorage
+
+    sessions = tmp_path / "legacy" / "sessions"
+    sessions.mkdir(parents=True)
+    for name, text in FIXTURES.items():
+        (sessions / name).write_text(text, encoding="utf-8")
+    report = migrate(tmp_path / "legacy", url, schema=schema, backup_dir=tmp_path / "backup")
+    assert report.migrated == len(FIXTURES)
+    ids = {s.source_key: s.session_id for s in report.sessions}
+    with PostgresStorage.open(url, schema=schema) as storage:
+        for name, text in FIXTURES.items():
+            loaded = storage.sessions.load("default", ids[f"sessions/{name}"])
+            rebuilt = dict(legacy_value(loaded.session.metadata)["header"])
+            rebuilt["messages"] = [legacy_value(item.event) for item in loaded.items]
+            original = json.loads(text)
+            assert [json.dumps(m) for m in rebuilt["messages"]] == [
+                json.dumps(m) for m in original["messages"]
+            ]
+        assert storage.sessions.get("default", "empty").revision == 0
+
+
+def test_a_file_store_moves_to_postgresql_with_its_times(
+    tmp_path: Path, url: str, schema: str
+) -> None:
+    from agentlog import PostgresCheckpointer
+
+    with FileCheckpointer(tmp_path / "files") as files:
+        files.append(
+            "s1", [{"type": "user", "content": "a"}, {"type": "assistant", "content": "b"}]
+        )
+        expected = list(files.read("s1"))
+    migrate(tmp_path / "files", url, schema=schema, backup_dir=tmp_path / "backup")
+    with PostgresCheckpointer(url, schema=schema) as log:
+        assert list(log.read("s1")) == expected
+        assert log.list()[0].mtime == expected[-1].ts
+
+
+def test_conflicts_and_failures_leave_postgresql_untouched(
+    sqlite_source: Path,
+    tmp_path: Path,
+    url: str,
+    schema: str,
+    admin: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentlog import PostgresCheckpointer
+
+    real = migrate_sources.SqliteSource.load
+    calls = {"n": 0}
+
+    def fail_on_the_second(self: Any, planned: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk error while migrating")
+        return real(self, planned)
+
+    monkeypatch.setattr(migrate_sources.SqliteSource, "load", fail_on_the_second)
+    with pytest.raises(OSError):
+        migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b1")
+    assert not schema_exists(admin, schema)  # created in the failed transaction, rolled back
+    monkeypatch.undo()
+    with PostgresCheckpointer(url, schema=schema, tenant="acme") as log:
+        log.append("plain", [{"type": "user", "content": "already here"}])
+    with pytest.raises(MigrationError, match=r"plain \(exists\)"):
+        migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b2")
+    with PostgresCheckpointer(url, schema=schema, tenant="acme") as log:
+        assert [info.id for info in log.list()] == ["plain"]
+        assert log.head("plain") == 1
+
+
+def test_the_cli_migrates_into_postgresql(
+    sqlite_source: Path,
+    tmp_path: Path,
+    url: str,
+    schema: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["migrate", str(sqlite_source), url, "--schema", schema, "--tenant", "acme"]
+    assert main([*args, "--dry-run"]) is None
+    assert "dry run: nothing written; ready" in capsys.readouterr().out
+    assert main([*args, "--backup", str(tmp_path / "backup")]) is None
+    assert "migrated 3, skipped 0" in capsys.readouterr().out
+
+
+def test_a_sqlite_tenant_moves_to_another_sqlite_file(
+    sqlite_source: Path, tmp_path: Path, engine: str
+) -> None:
+    target = tmp_path / "target.db"
+    report = migrate(sqlite_source, target, tenant="acme", engine=engine, backup_dir=tmp_path / "b")
+    assert report.migrated == 3
+    with SqliteStorage.open(sqlite_source) as before, SqliteStorage.open(target) as after:
+        for name in ("chat-1", "empty", "plain"):
+            assert after.sessions.load("acme", name) == before.sessions.load("acme", name)
+    with pytest.raises(MigrationError, match="same file"):
+        migrate(sqlite_source, sqlite_source, tenant="acme")
+    with pytest.raises(MigrationError, match="PostgreSQL"):
+        migrate(sqlite_source, target, schema="x")
