@@ -29,6 +29,7 @@ from .events import SessionInfo, StoredEvent
 from .fold import fold_events
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
 from .stores import DEFAULT_TENANT
+from .terminal import inert, screen_for
 
 __all__ = ["main"]
 
@@ -99,43 +100,19 @@ def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
 
 # -- printing ------------------------------------------------------------------------
 
-# What a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, …), DEL,
-# C1 controls (a one-code-point CSI or OSC), the line and paragraph separators
-# and the bidirectional marks and overrides. Stored content and ids come from
-# models, tools and whoever wrote the store: they are shown, never obeyed.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-# In JSON text, C0 is escaped by the encoder already.
+# Stored content and ids come from models, tools and whoever wrote the store:
+# they are shown, never obeyed (terminal.inert escapes what a terminal acts on).
+_safe = inert
+# In JSON text, C0 is escaped by the encoder already; the rest is escaped as \uXXXX.
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    code = ord(char)
-    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-
-
-def _safe(text: str) -> str:
-    """``text`` with every control and bidirectional character written as a
-    visible escape (``\\x1b``, ``\\u202e``, ``\\n``): one inert line."""
-    return _UNSAFE.sub(_escape, text)
-
-
-def _short(value: Any, width: int = 90) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = _safe(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _print_transcript(messages: list[dict[str, Any]], indent: str = "  ") -> None:
-    for message in messages:
-        print(f"{indent}{_safe(str(message['role'])):>9}: {_short(message['content'])}")
+    screen_for(sys.stdout).transcript(messages, indent)
 
 
 def _print_event(event: StoredEvent) -> None:
-    stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
-    body = {k: v for k, v in event.event.items() if k != "type"}
-    print(f"{event.seq:>6}  {stamp}  {_safe(event.type):<19} {_short(body)}")
+    screen_for(sys.stdout).events([event])
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
@@ -276,13 +253,17 @@ def _cmd_list(args: argparse.Namespace) -> None:
             rows = log.list_all_tenants()
         else:
             rows = [(args.tenant, info) for info in log.list()]
-    for tenant, info in rows:
-        if args.json:
+    if args.json:
+        for tenant, info in rows:
             _print_json({"tenant": tenant, "id": info.id, "head": info.head, "mtime": info.mtime})
-            continue
+        return
+    headers = ["tenant"] if args.all_tenants else []
+    table = []
+    for tenant, info in rows:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.mtime))
         columns = [tenant] if args.all_tenants else []
-        print("\t".join(_safe(column) for column in [*columns, info.id, str(info.head), stamp]))
+        table.append([*columns, info.id, str(info.head), stamp])
+    screen_for(sys.stdout).table([*headers, "session", "head", "last active"], table)
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
@@ -290,8 +271,7 @@ def _cmd_show(args: argparse.Namespace) -> None:
         _require_session(log, args)
         events = log.read(args.session, since_seq=args.since)
         if args.raw:
-            for event in events:
-                _print_event(event)
+            screen_for(sys.stdout).events(events)
         elif args.json:
             for event in events:
                 _print_json(_event_json(event))

@@ -30,10 +30,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ..stores.common import DEFAULT_TENANT, check_name
+from ..terminal import screen_for
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import open_source
@@ -50,18 +50,6 @@ __all__ = [
     "legacy_value",
     "migrate",
 ]
-
-
-def _progress_bar(total: int) -> Callable[[int], None]:
-    def show(done: int) -> None:
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r  [{'#' * filled}{' ' * (width - filled)}] {done}/{total} sessions")
-        if done == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return show
 
 
 def migrate(
@@ -138,7 +126,7 @@ def migrate(
     dst.backup(backup)
     report.backup = backup
     show = (
-        _progress_bar(len(pending))
+        screen_for(sys.stderr).progress(len(pending), "sessions")
         if (sys.stderr.isatty() if progress is None else progress)
         else None
     )
