@@ -7,6 +7,11 @@ time, see agentlog/engine/__init__.py):
 * ``AGENTLOG_REQUIRE_EXTENSIONS=1`` (implied by ``CIBUILDWHEEL=1``) — a C engine
   that fails to build fails the install, so a wheel never ships pure by accident.
 * ``AGENTLOG_ASAN=1`` — compile the C engine with AddressSanitizer.
+* ``AGENTLOG_NO_TTY_NOTICES=1`` — say the build's notices (pure fallback,
+  system SQLite) in the build's log only, not also on the terminal.
+
+When no C compiler (or no Python headers) is found, the pure-Python engine is
+installed and nothing is fetched for the C one.
 
 The C engine is one extension module, ``agentlog.engine.cengine``: Cython
 compiles ``src/agentlog/engine/cengine.pyx`` (which includes the ``.pxi`` parts
@@ -25,7 +30,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
+import shutil
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +56,44 @@ if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
 
 
 def notice(text: str) -> None:
-    sys.stderr.write(f"\n*** agentlog: {text}\n\n")
+    """Say ``text`` where the person installing sees it.
+
+    pip shows a build's output only under ``pip -v`` (or when it fails), so a
+    notice also goes to the controlling terminal when standard error is not
+    one — the way to be seen at pip's default verbosity. Without a terminal
+    (CI, a container build) it is in the build's log only.
+    """
+    message = f"\n*** agentlog: {text}\n\n"
+    sys.stderr.write(message)
+    sys.stderr.flush()
+    if sys.stderr.isatty() or flag("AGENTLOG_NO_TTY_NOTICES"):
+        return
+    try:
+        tty = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+    except OSError:
+        return  # no controlling terminal
+    try:
+        os.write(tty, message.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(tty)
+
+
+def compiler_problem() -> str | None:
+    """Why the C engine cannot be compiled here (no C compiler, no Python
+    headers), or ``None`` when it can be tried — found before anything is
+    fetched for it. (On Windows, setuptools finds MSVC itself: tried.)"""
+    if os.name == "nt":
+        return None
+    command = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    compiler = shlex.split(command)[0] if command.strip() else "cc"
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}) was found"
+    include = sysconfig.get_paths().get("include", "")
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return f"Python's headers (Python.h) are not installed in {include}"
+    return None
 
 
 def fetcher() -> Any:
@@ -119,6 +164,13 @@ class Sdist(sdist):
 
 def extensions() -> list[Extension]:
     if NO_EXTENSIONS:
+        return []
+    problem = compiler_problem()
+    if problem is not None:
+        if REQUIRE_EXTENSIONS:
+            sys.exit(f"agentlog: the C engine cannot be built: {problem}")
+        # Nothing is fetched for a C engine that cannot be compiled.
+        notice(f"{problem}; installing the pure-Python engine (slower, same API)")
         return []
     try:
         from Cython.Build import cythonize

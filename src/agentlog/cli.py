@@ -134,7 +134,11 @@ DEMO_SESSIONS = (SESSION, SESSION + "-alt")
 
 def _demo(db: str, kept: bool) -> None:
     where = db if kept else f"{db} (temporary, removed at the end; --db FILE keeps one)"
-    print(f"agentlog demo — engine: {engine_info()['engine']}, store: {where}\n")
+    info = engine_info()
+    print(f"agentlog demo — engine: {info['engine']}, store: {where}")
+    if info["extension_error"]:  # say why, on the first thing a new user runs
+        print(_safe(f"(the C engine is not available: {info['extension_error']})"))
+    print()
     with SqliteCheckpointer(db) as log:
         for name in DEMO_SESSIONS:
             log.delete(name)
