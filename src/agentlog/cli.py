@@ -134,10 +134,10 @@ DEMO_SESSIONS = (SESSION, SESSION + "-alt")
 
 def _demo(db: str, kept: bool) -> None:
     where = db if kept else f"{db} (temporary, removed at the end; --db FILE keeps one)"
-    info = engine_info()
-    print(f"agentlog demo — engine: {info['engine']}, store: {where}")
-    if info["extension_error"]:  # say why, on the first thing a new user runs
-        print(_safe(f"(the C engine is not available: {info['extension_error']})"))
+    running = engine_info()
+    print(f"agentlog demo — engine: {running['engine']}, store: {where}")
+    if running["extension_error"]:  # say why, on the first thing a new user runs
+        print(_safe(f"(the C engine is not available: {running['extension_error']})"))
     print()
     with SqliteCheckpointer(db) as log:
         for name in DEMO_SESSIONS:
