@@ -28,6 +28,7 @@ from .checkpointer import (
     AsyncSqliteCheckpointer,
 )
 from .contract import AsyncCheckpointer
+from .handle import AsyncSession
 from .stores import (
     AsyncArtifactStore,
     AsyncCheckpointStore,
@@ -52,6 +53,7 @@ __all__ = [
     "AsyncMemoryStore",
     "AsyncPostgresCheckpointer",
     "AsyncPostgresStorage",
+    "AsyncSession",
     "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
-from ..events import SessionEvent, SessionInfo, StoredEvent
+from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 
 __all__ = ["AsyncCheckpointer"]
 
@@ -41,12 +41,32 @@ class AsyncCheckpointer(Protocol):
         """The seq of the last event; 0 for an empty or unknown session."""
         ...
 
-    async def list(self) -> builtins.list[SessionInfo]:
-        """Every session, most recently active first."""
+    @overload
+    async def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    async def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`~agentlog.SessionListing` rows)."""
         ...
 
     async def delete(self, session_id: str) -> None:
         """Remove the session and its events; idempotent."""
+        ...
+
+    async def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
+        ...
+
+    async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Compare-and-set the metadata on the session's revision; return the new one."""
         ...
 
     async def truncate(self, session_id: str, to_seq: int) -> int:

@@ -20,8 +20,12 @@ from .contract import (
     CommitSignal,
     PreparedAppend,
     check_fork,
+    check_revision,
+    decode_metadata,
+    metadata_conflict,
 )
 from .file import FileCheckpointer, is_file_store, read_session_file
+from .handle import Session, SessionView
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
@@ -38,11 +42,16 @@ __all__ = [
     "MemoryCheckpointer",
     "PostgresCheckpointer",
     "PreparedAppend",
+    "Session",
+    "SessionView",
     "SqliteCheckpointer",
     "check_fork",
+    "check_revision",
+    "decode_metadata",
     "is_file_store",
     "legacy_store_adapter",
     "message_event",
+    "metadata_conflict",
     "read_session_file",
 ]
 
