@@ -24,7 +24,9 @@ read one at a time, so a large source is never held in memory at once.
 JSON v1 messages become events (``user`` / ``assistant``; ``tool`` →
 ``tool_result``) with item ids ``v1-<n>``, each keeping the original message
 under ``legacy``; the file's header and ``runs`` are kept in the session's
-metadata. FileCheckpointer events keep their timestamps and payloads.
+metadata. FileCheckpointer events keep their timestamps and payloads, and a
+session's metadata (its ``.jsonl.meta`` file) becomes its metadata in the
+target.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from .errors import (
 )
 from .events import check_session_id, encode_events
 from .files import remove_created
-from .log import message_event, read_session_file
+from .log import METADATA_SUFFIX, message_event, read_metadata_file, read_session_file
 from .stores.common import DEFAULT_TENANT, check_name, encode_value
 
 __all__ = ["MigrationError", "MigrationReport", "PlannedSession", "migrate"]
@@ -143,10 +145,13 @@ def _json_v1(data: bytes, key: str) -> dict[str, Any]:
 Converted = tuple[str, list[tuple[float, str, bytes, "str | None"]], "bytes | None"]
 
 
-def _convert(kind: str, data: bytes, key: str, now: float) -> Converted | None:
+def _convert(
+    kind: str, data: bytes, key: str, now: float, meta: bytes | None = None
+) -> Converted | None:
     """A source file converted exactly as the apply writes it — so the plan (and
     a dry run) refuses every file the apply would; ``None`` for an unfinished
-    or foreign file in a FileCheckpointer directory."""
+    or foreign file in a FileCheckpointer directory. ``meta`` is the bytes of
+    a FileCheckpointer session's metadata file, if it has one."""
     if kind == "json-v1":
         document = _json_v1(data, key)
         events = [(now, k, p, i) for k, p, i in _json_v1_events(document, key)]
@@ -162,7 +167,21 @@ def _convert(kind: str, data: bytes, key: str, now: float) -> Converted | None:
     if parsed is None:
         return None
     session_id, stored = parsed
-    return session_id, [(ts, k, p, None) for ts, k, p in stored], None
+    kept: bytes | None = None
+    if meta is not None:
+        try:
+            kept = read_metadata_file(meta, key + METADATA_SUFFIX, session_id)[1]
+        except CorruptDatabaseError as exc:
+            raise MigrationError(str(exc)) from None
+    return session_id, [(ts, k, p, None) for ts, k, p in stored], kept
+
+
+def _metadata_file(kind: str, directory: Path, key: str) -> bytes | None:
+    """The bytes of a FileCheckpointer session's metadata file, if it has one."""
+    path = directory / (key + METADATA_SUFFIX)
+    if kind != "file" or not path.is_file():
+        return None
+    return path.read_bytes()
 
 
 def _json_v1_events(document: dict[str, Any], key: str) -> list[tuple[str, bytes, str]]:
@@ -282,7 +301,7 @@ def migrate(
     seen: dict[str, str] = {}
     now = time.time()
     for key, data in _files(directory, files):
-        converted = _convert(kind, data, key, now)
+        converted = _convert(kind, data, key, now, _metadata_file(kind, directory, key))
         if converted is None:
             continue  # an unfinished or foreign file in a FileCheckpointer directory
         session_id = converted[0]
@@ -356,7 +375,8 @@ def _write_session(
     if hashlib.sha256(data).hexdigest() != planned.sha256:
         raise MigrationError(f"{planned.source_key} changed while migrating")
     now = time.time()
-    converted = _convert(kind, data, planned.source_key, now)
+    meta = _metadata_file(kind, copied, planned.source_key)
+    converted = _convert(kind, data, planned.source_key, now, meta)
     if converted is None:
         raise MigrationError(f"{planned.source_key} changed while migrating")
     _, events, metadata = converted

@@ -24,7 +24,13 @@ from .contract import (
     decode_metadata,
     metadata_conflict,
 )
-from .file import FileCheckpointer, is_file_store, read_session_file
+from .file import (
+    METADATA_SUFFIX,
+    FileCheckpointer,
+    is_file_store,
+    read_metadata_file,
+    read_session_file,
+)
 from .handle import Session, SessionView
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
+    "METADATA_SUFFIX",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
@@ -52,6 +59,7 @@ __all__ = [
     "legacy_store_adapter",
     "message_event",
     "metadata_conflict",
+    "read_metadata_file",
     "read_session_file",
 ]
 

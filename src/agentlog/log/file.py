@@ -69,11 +69,12 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["FileCheckpointer", "is_file_store"]
+__all__ = ["METADATA_SUFFIX", "FileCheckpointer", "is_file_store", "read_metadata_file"]
 
 _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
-_META_SUFFIX = ".meta"
+#: What a session file's name takes to name its metadata file.
+METADATA_SUFFIX = ".meta"
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9_-]+")
 _new_stored = tuple.__new__
 # Session files are opened by their own name only: never through a symbolic
@@ -321,6 +322,47 @@ def _check_session_file(path: Path) -> str | None:
     except orjson.JSONDecodeError:
         return f"{path}: unreadable event line {seq}"
     return None
+
+
+def _check_metadata_file(path: Path) -> str | None:
+    """What is wrong with a metadata file, or None."""
+    try:
+        data, _ = _read_regular(path)
+    except (FileNotFoundError, CorruptDatabaseError):
+        return None  # deleted meanwhile, or not ours
+    except OSError as exc:
+        return f"cannot read {path}: {exc}"
+    try:
+        header = orjson.loads(data.partition(b"\n")[0])
+        session_id = header.get("session") if isinstance(header, dict) else None
+    except orjson.JSONDecodeError:
+        session_id = None
+    try:
+        read_metadata_file(data, str(path), session_id if isinstance(session_id, str) else "")
+    except CorruptDatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def read_metadata_file(data: bytes, name: str, session_id: str) -> tuple[int, bytes]:
+    """A session's metadata file (``<session file>`` + :data:`METADATA_SUFFIX`):
+    ``(base, metadata json)``; :class:`CorruptDatabaseError` when it is not the
+    metadata of ``session_id``. Read-only."""
+    header, _, meta = data.partition(b"\n")
+    try:
+        record = orjson.loads(header)
+        valid = (
+            isinstance(record, dict)
+            and record.get("agentlog") == 1
+            and record.get("session") == session_id
+            and type(record.get("base")) is int
+        )
+        orjson.loads(meta)
+    except orjson.JSONDecodeError:
+        valid = False
+    if not valid:
+        raise CorruptDatabaseError(f"{name}: not the metadata of session {session_id!r}")
+    return record["base"], meta
 
 
 def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, str, bytes]]] | None:
@@ -573,7 +615,7 @@ class FileCheckpointer(BaseCheckpointer):
 
     @staticmethod
     def _meta_path(path: Path) -> Path:
-        return path.with_name(path.name + _META_SUFFIX)
+        return path.with_name(path.name + METADATA_SUFFIX)
 
     def _load_meta(self, session: _Session) -> None:
         """Read the session's metadata file (owner: once; read-only: every time)."""
@@ -587,20 +629,7 @@ class FileCheckpointer(BaseCheckpointer):
         except OSError as exc:
             raise StorageUnavailableError(f"cannot read {path}: {exc}") from exc
         else:
-            header, _, meta = data.partition(b"\n")
-            try:
-                record = orjson.loads(header)
-                valid = (
-                    record.get("agentlog") == 1
-                    and record.get("session") == session.session_id
-                    and type(record.get("base")) is int
-                )
-                orjson.loads(meta)
-            except (orjson.JSONDecodeError, AttributeError):
-                valid = False
-            if not valid:
-                raise CorruptDatabaseError(f"{path}: not the metadata of {session.session_id!r}")
-            session.meta, session.base = meta, record["base"]
+            session.base, session.meta = read_metadata_file(data, str(path), session.session_id)
         session.meta_loaded = True
 
     def _write_meta(self, session: _Session, meta: bytes | None, base: int) -> None:
@@ -905,6 +934,7 @@ class FileCheckpointer(BaseCheckpointer):
 
         A torn tail (what a crash leaves) is not damage; files that are not
         agentlog session files are left out, as :meth:`list` leaves them out.
+        Metadata files are checked too (each must be whole, valid JSON).
         Changes nothing.
         """
         with self._lock:
@@ -913,6 +943,11 @@ class FileCheckpointer(BaseCheckpointer):
                 problem
                 for path in sorted(self.directory.glob(f"*{_SUFFIX}"))
                 if (problem := _check_session_file(path)) is not None
+            ]
+            problems += [
+                problem
+                for path in sorted(self.directory.glob(f"*{_SUFFIX}{METADATA_SUFFIX}"))
+                if (problem := _check_metadata_file(path)) is not None
             ]
         return (not problems, "\n".join(problems) or "ok")
 
