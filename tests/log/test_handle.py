@@ -66,7 +66,7 @@ def test_the_handle_folds_incrementally_never_rereading_the_log() -> None:
     log.append("s", [{"type": "assistant", "content": "from elsewhere"}])
     before = log.events_read
     assert handle.reload() == 1
-    assert log.events_read - before == 1  # only what is new
+    assert log.events_read - before == 2  # the event at its head (a check), and what is new
     assert handle.messages[-1] == {"role": "assistant", "content": "from elsewhere"}
 
 
@@ -170,6 +170,18 @@ def test_handle_metadata_is_compare_and_set_on_what_it_saw() -> None:
     assert theirs.metadata == {"title": "b"}
     theirs.set_metadata({"title": "c"})
     assert log.metadata("s").value == {"title": "c"}
+
+
+def test_a_truncate_then_appends_past_the_handle_is_noticed() -> None:
+    log = MemoryCheckpointer()
+    handle = log.session("s")
+    handle.append([{"type": "user", "content": "1"}, {"type": "user", "content": "2"}])
+    log.truncate("s", 1)
+    log.append("s", [{"type": "assistant", "content": "x"}, {"type": "assistant", "content": "y"}])
+    assert log.head("s") == 3  # past the handle's head of 2: the head alone shows nothing
+    handle.reload()
+    assert (handle.head, handle.turn) == (3, 1)
+    assert handle.messages == fold_events(log.read("s"))
 
 
 def test_truncate_under_the_handle_rebuilds_it() -> None:

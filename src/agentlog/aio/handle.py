@@ -56,10 +56,13 @@ class AsyncSession(SessionView):
 
     async def reload(self) -> int:
         """Fold what was appended since the handle's head (everything again after
-        a truncate under it) and re-read the metadata; return how many events."""
+        a truncate under it: see :meth:`agentlog.Session.reload`) and re-read the
+        metadata; return how many events."""
         log, session_id = self._log, self.session_id
-        if await log.head(session_id) < self.head:
-            self.reset()
+        if self.head:
+            at_head = [event async for event in log.read(session_id, self.head - 1, 1)]
+            if not self.still_at_head(at_head):
+                self.reset()
         count = 0
         async for event in log.read(session_id, since_seq=self.head):
             count += self.fold((event,))

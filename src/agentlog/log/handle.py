@@ -32,6 +32,9 @@ class SessionView:
         self._session_id = check_session_id(session_id)
         self._folder = Folder(shape)
         self._metadata = SessionMetadata(None, 0)
+        # The type and content of the event at the head: how a reload tells
+        # that the log it folded is still the log (not truncated under it).
+        self._last: tuple[str, dict[str, Any]] | None = None
 
     @property
     def session_id(self) -> str:
@@ -89,12 +92,23 @@ class SessionView:
                     f"event {event.seq} does not follow the handle's head {self._folder.seq}"
                 )
             self._folder.add(event)
+            self._last = (event.type, event.event)
             count += 1
         return count
 
     def reset(self) -> None:
         """Forget everything folded (the head goes back to 0)."""
         self._folder = Folder(self._folder.shape)
+        self._last = None
+
+    def still_at_head(self, at_head: list[StoredEvent]) -> bool:
+        """Whether ``at_head`` — what the log now holds at :attr:`head` (a read
+        of at most one event after ``head - 1``) — is the event this handle
+        folded there: False after a truncate under it (the event is gone, or
+        another one took its seq)."""
+        if self.head == 0:
+            return True
+        return len(at_head) == 1 and (at_head[0].type, at_head[0].event) == self._last
 
     def seen_metadata(self, metadata: SessionMetadata) -> None:
         """Record the metadata and revision just read or written."""
@@ -139,10 +153,11 @@ class Session(SessionView):
       someone else wrote: the handle does not retry and changes nothing.
       :meth:`reload` reads only the events after its head and folds them in;
       the caller then decides what to append.
-    * :meth:`reload` also notices a truncate under the handle (the log's head
-      below its own) and then rebuilds from the start. (A truncate followed by
-      appends past the handle's head before it looks is not noticed, as with
-      :meth:`~agentlog.BaseCheckpointer.follow`.)
+    * :meth:`reload` also notices a truncate under the handle — the event it
+      folded at its head is gone, or another one holds that seq (a truncate
+      followed by other appends) — and then rebuilds from the start. It looks
+      at that one event only: a truncate whose re-appended events end with
+      an identical event at the handle's head is not noticed.
     * :attr:`messages`, :attr:`pending_tool_calls` and :attr:`turn` answer
       from the folded state; :attr:`metadata` is read when the handle opens
       and on each :meth:`reload` (it stays ``None`` on a store with no place
@@ -179,11 +194,12 @@ class Session(SessionView):
         """Read what others appended since the handle's head and fold it in;
         re-read the metadata. Returns how many events were folded.
 
-        When the log's head is below the handle's (a truncate), the handle
-        starts over and folds the whole log again.
+        When the log no longer holds, at the handle's head, the event the
+        handle folded there (a truncate under it), the handle starts over and
+        folds the whole log again.
         """
         log, session_id = self._log, self.session_id
-        if log.head(session_id) < self.head:
+        if self.head and not self.still_at_head(list(log.read(session_id, self.head - 1, 1))):
             self.reset()
         count = self.fold(log.read(session_id, since_seq=self.head))
         # A store with no place for metadata (the legacy adapter) has none.
