@@ -14,17 +14,21 @@ import pytest
 
 from agentlog import (
     CheckpointConflictError,
+    Checkpointer,
     FileCheckpointer,
     MemoryCheckpointer,
     Session,
+    SessionInfo,
     SessionMetadata,
     SqliteCheckpointer,
     SqliteStorage,
     StorageConflictError,
+    StorageDataError,
     StoredEvent,
     fold_events,
 )
 from agentlog.aio import AsyncMemoryCheckpointer, AsyncSession, AsyncSqliteCheckpointer
+from agentlog.log import MetadataCheckpointer
 
 from ..conftest import PYTHON
 
@@ -268,3 +272,70 @@ def test_file_metadata_lives_in_a_file_beside_the_log(tmp_path: Path) -> None:
         meta_file.write_bytes(b'{"agentlog":1,"session":"s","base":7}\nnull')
         log.append("s", [{"type": "user", "content": "new"}])
         assert log.metadata("s") == SessionMetadata(None, 1)
+
+
+class ContractOnly:
+    """A user's checkpointer written to the contract alone: no metadata."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryCheckpointer()
+
+    def append(self, session_id: str, events: Any, expected_head: int | None = None) -> int:
+        return self.inner.append(session_id, events, expected_head)
+
+    def read(self, session_id: str, since_seq: int = 0, limit: int | None = None) -> Any:
+        return self.inner.read(session_id, since_seq, limit)
+
+    def head(self, session_id: str) -> int:
+        return self.inner.head(session_id)
+
+    def list(self) -> list[SessionInfo]:
+        return self.inner.list()
+
+    def delete(self, session_id: str) -> None:
+        self.inner.delete(session_id)
+
+    def truncate(self, session_id: str, to_seq: int) -> int:
+        return self.inner.truncate(session_id, to_seq)
+
+    def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
+        return self.inner.fork(session_id, at_seq, new_session_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> ContractOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def test_a_checkpointer_without_metadata_is_still_one_and_gets_a_handle() -> None:
+    log = ContractOnly()
+    assert isinstance(log, Checkpointer)
+    assert not isinstance(log, MetadataCheckpointer)
+    assert isinstance(MemoryCheckpointer(), MetadataCheckpointer)
+    handle = Session(log, "s")
+    handle.append([{"type": "user", "content": "hi"}])
+    handle.reload()
+    assert (handle.turn, handle.metadata) == (1, None)
+    with pytest.raises(NotImplementedError):
+        handle.set_metadata({"title": "t"})
+
+
+def test_metadata_that_is_not_json_is_a_typed_error(tmp_path: Path) -> None:
+    import sqlite3
+
+    with SqliteCheckpointer(tmp_path / "m.db") as log:
+        log.set_metadata("s", {"title": "t"}, 0)
+    conn = sqlite3.connect(tmp_path / "m.db")
+    conn.execute("UPDATE sessions SET metadata = x'7b6e6f' WHERE name = 's'")  # "{no"
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(tmp_path / "m.db") as log:
+        with pytest.raises(StorageDataError, match="not valid JSON"):
+            log.metadata("s")
+        with pytest.raises(StorageDataError):
+            log.list(with_metadata=True)
+        assert log.head("s") == 0

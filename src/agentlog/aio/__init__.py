@@ -27,7 +27,7 @@ from .checkpointer import (
     AsyncMemoryCheckpointer,
     AsyncSqliteCheckpointer,
 )
-from .contract import AsyncCheckpointer
+from .contract import AsyncCheckpointer, AsyncMetadataCheckpointer
 from .handle import AsyncSession
 from .stores import (
     AsyncArtifactStore,
@@ -51,6 +51,7 @@ __all__ = [
     "AsyncInMemoryStorage",
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
+    "AsyncMetadataCheckpointer",
     "AsyncPostgresCheckpointer",
     "AsyncPostgresStorage",
     "AsyncSession",

@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol, overload, runtime_checkable
 
 from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 
-__all__ = ["AsyncCheckpointer"]
+__all__ = ["AsyncCheckpointer", "AsyncMetadataCheckpointer"]
 
 
 @runtime_checkable
@@ -41,6 +41,33 @@ class AsyncCheckpointer(Protocol):
         """The seq of the last event; 0 for an empty or unknown session."""
         ...
 
+    async def list(self) -> builtins.list[SessionInfo]:
+        """Every session, most recently active first."""
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session and its events; idempotent."""
+        ...
+
+    async def truncate(self, session_id: str, to_seq: int) -> int:
+        """Remove events after ``to_seq``; return the new head."""
+        ...
+
+    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
+        """Create ``new_session_id`` holding events 1..``at_seq``; return its head."""
+        ...
+
+    async def aclose(self) -> None:
+        """Finish queued writes and release resources; later calls raise."""
+        ...
+
+
+@runtime_checkable
+class AsyncMetadataCheckpointer(AsyncCheckpointer, Protocol):
+    """An :class:`AsyncCheckpointer` that also keeps session metadata, as every
+    built-in async backend does (the twin of
+    :class:`agentlog.log.MetadataCheckpointer`)."""
+
     @overload
     async def list(self) -> builtins.list[SessionInfo]: ...
 
@@ -57,26 +84,10 @@ class AsyncCheckpointer(Protocol):
         :class:`~agentlog.SessionListing` rows)."""
         ...
 
-    async def delete(self, session_id: str) -> None:
-        """Remove the session and its events; idempotent."""
-        ...
-
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
         ...
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new one."""
-        ...
-
-    async def truncate(self, session_id: str, to_seq: int) -> int:
-        """Remove events after ``to_seq``; return the new head."""
-        ...
-
-    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
-        """Create ``new_session_id`` holding events 1..``at_seq``; return its head."""
-        ...
-
-    async def aclose(self) -> None:
-        """Finish queued writes and release resources; later calls raise."""
         ...

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..events import SessionEvent
 from ..log import SessionView
-from .contract import AsyncCheckpointer
+from .contract import AsyncCheckpointer, AsyncMetadataCheckpointer
 
 __all__ = ["AsyncSession"]
 
@@ -66,15 +66,19 @@ class AsyncSession(SessionView):
         count = 0
         async for event in log.read(session_id, since_seq=self.head):
             count += self.fold((event,))
-        with contextlib.suppress(NotImplementedError):  # a store with no place for metadata: none
-            self.seen_metadata(await log.metadata(session_id))
+        if isinstance(log, AsyncMetadataCheckpointer):
+            with contextlib.suppress(NotImplementedError):  # a store with no place for it
+                self.seen_metadata(await log.metadata(session_id))
         return count
 
     async def set_metadata(self, value: Any) -> int:
         """Compare-and-set the metadata on what this handle saw; return the new
         revision (see :meth:`agentlog.Session.set_metadata`)."""
-        current = await self._log.metadata(self.session_id)
+        log = self._log
+        if not isinstance(log, AsyncMetadataCheckpointer):
+            raise NotImplementedError(f"{type(log).__name__} does not store session metadata")
+        current = await log.metadata(self.session_id)
         self.check_metadata_unchanged(current)
-        revision = await self._log.set_metadata(self.session_id, value, current.revision)
-        self.seen_metadata(await self._log.metadata(self.session_id))
+        revision = await log.set_metadata(self.session_id, value, current.revision)
+        self.seen_metadata(await log.metadata(self.session_id))
         return revision

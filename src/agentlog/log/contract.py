@@ -8,7 +8,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Protocol, overload, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload, runtime_checkable
 
 from ..errors import (
     CheckpointConflictError,
@@ -31,13 +31,16 @@ from ..events import (
     encode_metadata,
 )
 from ..lifecycle import Closable
-from .handle import Session
+
+if TYPE_CHECKING:
+    from .handle import Session
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
+    "MetadataCheckpointer",
     "PreparedAppend",
     "check_fork",
     "check_revision",
@@ -60,8 +63,14 @@ def metadata_conflict(session_id: str, expected: int, actual: int) -> StorageCon
 
 
 def decode_metadata(data: bytes | None) -> Any:
-    """A stored metadata value (``None`` when none was ever set)."""
-    return None if data is None else decode_json(data)
+    """A stored metadata value (``None`` when none was ever set);
+    :class:`StorageDataError` when what is stored is not JSON."""
+    if data is None:
+        return None
+    try:
+        return decode_json(data)
+    except ValueError as exc:
+        raise StorageDataError(f"stored session metadata is not valid JSON ({exc})") from None
 
 
 def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, int, str]:
@@ -108,33 +117,12 @@ class Checkpointer(Protocol):
         """The seq of the last event; 0 for an empty or unknown session."""
         ...
 
-    @overload
-    def list(self) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
-
-    def list(
-        self, *, with_metadata: bool = False
-    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
-        """Every session, most recently active first (with ``with_metadata=True``,
-        :class:`SessionListing` rows that add each one's metadata and revision)."""
+    def list(self) -> builtins.list[SessionInfo]:
+        """Every session, most recently active first."""
         ...
 
     def delete(self, session_id: str) -> None:
         """Remove the session and its events; idempotent."""
-        ...
-
-    def metadata(self, session_id: str) -> SessionMetadata:
-        """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
-        ...
-
-    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
-        """Replace the metadata if the session is at ``expected_revision``; return
-        the new revision (a stale revision raises :class:`StorageConflictError`)."""
         ...
 
     def truncate(self, session_id: str, to_seq: int) -> int:
@@ -160,6 +148,41 @@ class Checkpointer(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Close the checkpointer."""
+        ...
+
+
+@runtime_checkable
+class MetadataCheckpointer(Checkpointer, Protocol):
+    """A :class:`Checkpointer` that also keeps session metadata, as every
+    built-in backend does (:class:`BaseCheckpointer` declares it).
+
+    A separate protocol, so that a checkpointer written to the contract
+    without it is still a :class:`Checkpointer` everywhere one is taken.
+    """
+
+    @overload
+    def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`SessionListing` rows that add each one's metadata and revision)."""
+        ...
+
+    def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
+        ...
+
+    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Replace the metadata if the session is at ``expected_revision``; return
+        the new revision (a stale revision raises :class:`StorageConflictError`)."""
         ...
 
 
@@ -482,6 +505,8 @@ class BaseCheckpointer(Closable, ABC):
     def session(self, session_id: str, *, shape: str = "anthropic") -> Session:
         """A :class:`~agentlog.Session` handle on ``session_id`` for an agent loop,
         resumed by reading the log (see :class:`agentlog.Session`)."""
+        from .handle import Session  # the handle is built on this module's contract
+
         return Session(self, session_id, shape=shape)
 
     def delete(self, session_id: str) -> None:

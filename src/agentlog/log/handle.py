@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import StorageConflictError
 from ..events import SessionEvent, SessionMetadata, StoredEvent, check_session_id, store_events
 from ..fold import Folder
-
-if TYPE_CHECKING:
-    from .contract import Checkpointer
+from .contract import Checkpointer, MetadataCheckpointer
 
 __all__ = ["Session", "SessionView"]
 
@@ -160,8 +158,9 @@ class Session(SessionView):
       an identical event at the handle's head is not noticed.
     * :attr:`messages`, :attr:`pending_tool_calls` and :attr:`turn` answer
       from the folded state; :attr:`metadata` is read when the handle opens
-      and on each :meth:`reload` (it stays ``None`` on a store with no place
-      for metadata, such as the legacy adapter).
+      and on each :meth:`reload` (it stays ``None`` on a checkpointer that
+      keeps none: one that is not a :class:`~agentlog.log.MetadataCheckpointer`,
+      or the legacy adapter).
 
     Not safe to share between threads: one handle per loop.
     """
@@ -202,9 +201,10 @@ class Session(SessionView):
         if self.head and not self.still_at_head(list(log.read(session_id, self.head - 1, 1))):
             self.reset()
         count = self.fold(log.read(session_id, since_seq=self.head))
-        # A store with no place for metadata (the legacy adapter) has none.
-        with contextlib.suppress(NotImplementedError):
-            self.seen_metadata(log.metadata(session_id))
+        if isinstance(log, MetadataCheckpointer):
+            # A store with no place for metadata (the legacy adapter) has none.
+            with contextlib.suppress(NotImplementedError):
+                self.seen_metadata(log.metadata(session_id))
         return count
 
     def set_metadata(self, value: Any) -> int:
@@ -215,10 +215,15 @@ class Session(SessionView):
         it last read it (or changes between this call's read and its write),
         :class:`~agentlog.StorageConflictError` is raised and nothing changes;
         :meth:`reload` reads it again. Appends — the handle's own or others' —
-        do not make it fail.
+        do not make it fail. ``NotImplementedError`` on a checkpointer that
+        keeps no metadata (not a :class:`~agentlog.log.MetadataCheckpointer`,
+        or the legacy adapter).
         """
-        current = self._log.metadata(self.session_id)
+        log = self._log
+        if not isinstance(log, MetadataCheckpointer):
+            raise NotImplementedError(f"{type(log).__name__} does not store session metadata")
+        current = log.metadata(self.session_id)
         self.check_metadata_unchanged(current)
-        revision = self._log.set_metadata(self.session_id, value, current.revision)
-        self.seen_metadata(self._log.metadata(self.session_id))
+        revision = log.set_metadata(self.session_id, value, current.revision)
+        self.seen_metadata(log.metadata(self.session_id))
         return revision

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
-from ..aio import AsyncCheckpointer
+from ..aio import AsyncCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 from ..lifecycle import Closable
@@ -111,16 +111,23 @@ class BlockingFacade(Closable):
     ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
         """See :meth:`agentlog.BaseCheckpointer.list`."""
         if with_metadata:
-            return self._run(self.target.list(with_metadata=True))
+            return self._run(self._with_metadata().list(with_metadata=True))
         return self._run(self.target.list())
 
+    def _with_metadata(self) -> AsyncMetadataCheckpointer:
+        target = self.target
+        if not isinstance(target, AsyncMetadataCheckpointer):
+            raise NotImplementedError(f"{type(target).__name__} does not store session metadata")
+        return target
+
     def metadata(self, session_id: str) -> SessionMetadata:
-        """See :meth:`agentlog.Checkpointer.metadata`."""
-        return self._run(self.target.metadata(session_id))
+        """See :meth:`agentlog.log.MetadataCheckpointer.metadata`."""
+        return self._run(self._with_metadata().metadata(session_id))
 
     def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
-        """See :meth:`agentlog.Checkpointer.set_metadata`."""
-        return self._run(self.target.set_metadata(session_id, value, expected_revision))
+        """See :meth:`agentlog.log.MetadataCheckpointer.set_metadata`."""
+        target = self._with_metadata()
+        return self._run(target.set_metadata(session_id, value, expected_revision))
 
     def delete(self, session_id: str) -> None:
         """See :meth:`agentlog.Checkpointer.delete`."""

@@ -37,7 +37,7 @@ from ..events import (
     StoredEvent,
 )
 from ..fold import fold_events
-from ..log.contract import Checkpointer
+from ..log.contract import Checkpointer, MetadataCheckpointer
 from ..log.handle import Session
 from .harness import HOSTILE_SESSION_IDS, make_event
 from .races import Race, run_race
@@ -545,125 +545,129 @@ class CheckpointerConformance:
 
     # -- metadata ---------------------------------------------------------------------
 
-    def _needs_metadata(self) -> None:
+    def with_metadata(self, cp: Checkpointer) -> MetadataCheckpointer:
+        """``cp`` as a :class:`MetadataCheckpointer` (skips the test when this
+        backend keeps no metadata: :attr:`stores_metadata` is False)."""
         if not self.stores_metadata:
+            cp.close()
             pytest.skip("this backend has no place for session metadata")
+        assert isinstance(cp, MetadataCheckpointer), f"{type(cp).__name__} keeps no metadata"
+        return cp
 
     def test_metadata_compare_and_set(self, cp: Checkpointer) -> None:
-        self._needs_metadata()
-        assert cp.metadata("s") == SessionMetadata(None, 0)
+        log = self.with_metadata(cp)
+        assert log.metadata("s") == SessionMetadata(None, 0)
         value = {"title": "Fix the build", "tags": ["ci", "urgent"], "n": 1, "ok": True}
-        first = cp.set_metadata("s", value, 0)
+        first = log.set_metadata("s", value, 0)
         assert first > 0
-        assert cp.metadata("s") == SessionMetadata(value, first)
+        assert log.metadata("s") == SessionMetadata(value, first)
         # Created, empty and listed; list() rows still unpack into three names.
-        assert cp.head("s") == 0
-        [(session_id, mtime, head)] = cp.list()
+        assert log.head("s") == 0
+        [(session_id, mtime, head)] = log.list()
         assert (session_id, head) == ("s", 0)
-        assert cp.list(with_metadata=True) == [SessionListing("s", mtime, 0, value, first)]
-        second = cp.set_metadata("s", ["any", "json"], first)
+        assert log.list(with_metadata=True) == [SessionListing("s", mtime, 0, value, first)]
+        second = log.set_metadata("s", ["any", "json"], first)
         assert second > first
         for stale in (0, first, second + 1):
             with pytest.raises(StorageConflictError) as caught:
-                cp.set_metadata("s", "lost", stale)
+                log.set_metadata("s", "lost", stale)
             assert (caught.value.expected_revision, caught.value.actual_revision) == (
                 stale,
                 second,
             )
-        assert cp.metadata("s") == SessionMetadata(["any", "json"], second)
-        assert cp.set_metadata("s", None, second) > second
-        assert cp.metadata("s").value is None
+        assert log.metadata("s") == SessionMetadata(["any", "json"], second)
+        assert log.set_metadata("s", None, second) > second
+        assert log.metadata("s").value is None
         with pytest.raises(StorageConflictError):
-            cp.set_metadata("other", 1, 1)  # an unknown session is at revision 0
-        assert cp.metadata("other") == SessionMetadata(None, 0)
-        assert [info.id for info in cp.list()] == ["s"]
+            log.set_metadata("other", 1, 1)  # an unknown session is at revision 0
+        assert log.metadata("other") == SessionMetadata(None, 0)
+        assert [info.id for info in log.list()] == ["s"]
 
     def test_every_write_advances_the_revision(self, cp: Checkpointer) -> None:
-        self._needs_metadata()
-        cp.append("s", _conversation(3))
-        seen = [cp.metadata("s").revision]
-        cp.append("s", _conversation(1))
-        seen.append(cp.metadata("s").revision)
-        revision = cp.set_metadata("s", {"title": "t"}, seen[-1])
+        log = self.with_metadata(cp)
+        log.append("s", _conversation(3))
+        seen = [log.metadata("s").revision]
+        log.append("s", _conversation(1))
+        seen.append(log.metadata("s").revision)
+        revision = log.set_metadata("s", {"title": "t"}, seen[-1])
         seen.append(revision)
-        cp.truncate("s", 1)
-        seen.append(cp.metadata("s").revision)
-        cp.append("s", _conversation(3))  # back to the head it had: still a new revision
-        seen.append(cp.metadata("s").revision)
+        log.truncate("s", 1)
+        seen.append(log.metadata("s").revision)
+        log.append("s", _conversation(3))  # back to the head it had: still a new revision
+        seen.append(log.metadata("s").revision)
         assert seen == sorted(set(seen)), seen
         with pytest.raises(StorageConflictError):
-            cp.set_metadata("s", "stale", revision)
-        assert cp.metadata("s").value == {"title": "t"}  # appends and truncates keep it
-        assert cp.head("s") == 4
+            log.set_metadata("s", "stale", revision)
+        assert log.metadata("s").value == {"title": "t"}  # appends and truncates keep it
+        assert log.head("s") == 4
 
     def test_metadata_across_fork_delete_and_reopen(self, cp: Checkpointer, location: Path) -> None:
-        self._needs_metadata()
-        cp.append("s", _conversation(2))
-        revision = cp.set_metadata("s", {"title": "kept"}, cp.metadata("s").revision)
-        cp.fork("s", 1, "fork")
-        assert cp.metadata("fork").value is None  # a fork starts without metadata
-        cp.set_metadata("gone", "x", 0)
-        cp.delete("gone")
-        assert cp.metadata("gone") == SessionMetadata(None, 0)
+        log = self.with_metadata(cp)
+        log.append("s", _conversation(2))
+        revision = log.set_metadata("s", {"title": "kept"}, log.metadata("s").revision)
+        log.fork("s", 1, "fork")
+        assert log.metadata("fork").value is None  # a fork starts without metadata
+        log.set_metadata("gone", "x", 0)
+        log.delete("gone")
+        assert log.metadata("gone") == SessionMetadata(None, 0)
         if self.durable:
-            cp = self.reopen(cp, location)
+            log = self.with_metadata(self.reopen(log, location))
         try:
-            assert cp.metadata("s") == SessionMetadata({"title": "kept"}, revision)
-            assert cp.metadata("gone") == SessionMetadata(None, 0)
-            assert cp.set_metadata("s", {"title": "new"}, revision) > revision
-            assert cp.append("s", _conversation(1), expected_head=2) == 3
-            listed = {row.id: row for row in cp.list(with_metadata=True)}
+            assert log.metadata("s") == SessionMetadata({"title": "kept"}, revision)
+            assert log.metadata("gone") == SessionMetadata(None, 0)
+            assert log.set_metadata("s", {"title": "new"}, revision) > revision
+            assert log.append("s", _conversation(1), expected_head=2) == 3
+            listed = {row.id: row for row in log.list(with_metadata=True)}
             assert listed["s"].metadata == {"title": "new"}
             assert listed["s"].head == 3
             assert listed["fork"].metadata is None
         finally:
-            cp.close()
+            log.close()
 
     @pytest.mark.parametrize("bad", [float("nan"), {1, 2}, b"bytes", {"k": object()}])
     def test_bad_metadata_is_refused_and_nothing_changes(self, cp: Checkpointer, bad: Any) -> None:
-        self._needs_metadata()
-        revision = cp.set_metadata("s", {"title": "t"}, 0)
+        log = self.with_metadata(cp)
+        revision = log.set_metadata("s", {"title": "t"}, 0)
         with pytest.raises(StorageDataError):
-            cp.set_metadata("s", bad, revision)
+            log.set_metadata("s", bad, revision)
         bad_revisions: list[Any] = [-1, "1", 1.5, True, None]
         for revision_bad in bad_revisions:
             with pytest.raises(StorageDataError):
-                cp.set_metadata("s", "x", revision_bad)
+                log.set_metadata("s", "x", revision_bad)
         with pytest.raises(InvalidSessionIdError):
-            cp.set_metadata("../x", "x", 0)
+            log.set_metadata("../x", "x", 0)
         with pytest.raises(InvalidSessionIdError):
-            cp.metadata("a/b")
-        assert cp.metadata("s") == SessionMetadata({"title": "t"}, revision)
-        cp.close()
+            log.metadata("a/b")
+        assert log.metadata("s") == SessionMetadata({"title": "t"}, revision)
+        log.close()
         with pytest.raises(CheckpointerClosedError):
-            cp.metadata("s")
+            log.metadata("s")
         with pytest.raises(CheckpointerClosedError):
-            cp.set_metadata("s", "x", revision)
+            log.set_metadata("s", "x", revision)
 
     def test_two_threads_race_metadata_exactly_one_winner_per_round(self, cp: Checkpointer) -> None:
-        self._needs_metadata()
+        log = self.with_metadata(cp)
         rounds = self.race_rounds
-        tallies = run_race(MetadataRace(), rounds, store=cp)
+        tallies = run_race(MetadataRace(), rounds, store=log)
         assert sum(wins for _, wins, _ in tallies) == rounds
-        assert cp.metadata("race").revision == rounds
-        assert cp.metadata("race").value["round"] == rounds - 1
+        assert log.metadata("race").revision == rounds
+        assert log.metadata("race").value["round"] == rounds - 1
 
     def test_two_processes_race_metadata_exactly_one_winner_per_round(self, location: Path) -> None:
-        self._needs_metadata()
+        self.with_metadata(self.open_checkpointer(location)).close()
         if not self.multiprocess:
             pytest.skip("this backend is for one process")
         rounds = self.race_rounds
-        self.open_checkpointer(location).close()
         outcomes = run_race(MetadataRace(), rounds, opener=self.process_opener(), location=location)
         assert sum(wins for _, wins, _ in outcomes) == rounds
-        cp = self.open_checkpointer(location)
+        log = self.with_metadata(self.open_checkpointer(location))
         try:
-            value, revision = cp.metadata("race")
+            value, revision = log.metadata("race")
             assert revision == rounds
             assert value["round"] == rounds - 1
             assert value["worker"] in (0, 1)
         finally:
-            cp.close()
+            log.close()
 
     # -- the session handle -------------------------------------------------------------
 
