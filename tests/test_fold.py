@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentlog import StoredEvent, fold_events, store_events
+from agentlog import Folder, StoredEvent, fold_events, store_events
 
 
 def stored(*events: dict[str, Any]) -> list[StoredEvent]:
@@ -129,3 +129,32 @@ def test_the_openai_shape_resets_at_a_summary_and_refuses_unknown_types() -> Non
         fold_events([{"type": "nope"}], shape="openai")
     with pytest.raises(ValueError, match="shape"):
         fold_events(TURN, shape="gemini")
+
+
+def test_a_folder_folds_one_event_at_a_time_as_fold_events_does() -> None:
+    events = stored(
+        {"type": "user", "content": "q"},
+        {"type": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "ls"}]},
+        {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+        {"type": "tool_started", "tool_use_id": "b"},
+        {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+        {"type": "summary", "content": "s"},
+        {"type": "user", "content": "q2"},
+    )
+    for shape in ("anthropic", "openai"):
+        folder = Folder(shape)
+        handed_out = []
+        for event in events:
+            folder.add(event)
+            handed_out.append(folder.messages)
+            assert folder.messages == fold_events(events[: event.seq], shape=shape)
+            assert folder.seq == event.seq
+        # What was handed out before the second result merged is as it was then.
+        assert handed_out[2] == fold_events(events[:3], shape=shape)
+        assert (folder.turn, folder.pending_tool_calls) == (2, [])
+    with pytest.raises(ValueError):
+        Folder("gemini")
+    folder = Folder()
+    with pytest.raises(ValueError):
+        folder.add({"type": "mystery"})
+    assert (folder.seq, folder.messages) == (0, [])

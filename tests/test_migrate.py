@@ -190,6 +190,34 @@ def test_a_file_store_migrates_with_its_timestamps_and_is_left_untouched(
         assert log.head("s2") == 1
 
 
+def test_a_file_store_migrates_its_session_metadata(tmp_path: Path, engine: str) -> None:
+    store = tmp_path / "files"
+    with FileCheckpointer(store) as cp:
+        cp.append("s1", [{"type": "user", "content": "a"}])
+        cp.set_metadata("s1", {"title": "kept", "tags": ["x"]}, cp.metadata("s1").revision)
+        cp.append("s2", [{"type": "user", "content": "b"}])
+    report = migrate(store, tmp_path / "t.db", backup_dir=tmp_path / "backup", engine=engine)
+    assert report.migrated == 2
+    with SqliteCheckpointer(tmp_path / "t.db", engine=engine) as log:
+        assert log.metadata("s1").value == {"title": "kept", "tags": ["x"]}
+        assert log.metadata("s2").value is None
+
+
+def test_a_damaged_metadata_file_is_found_by_the_dry_run(tmp_path: Path) -> None:
+    store = tmp_path / "files"
+    with FileCheckpointer(store) as cp:
+        cp.append("s1", [{"type": "user", "content": "a"}])
+        cp.set_metadata("s1", {"title": "t"}, cp.metadata("s1").revision)
+    (meta,) = store.glob("*.jsonl.meta")
+    meta.write_bytes(meta.read_bytes()[:-3])  # torn by hand: never by agentlog
+    with FileCheckpointer(store) as cp:
+        ok, detail = cp.check_integrity()
+    assert not ok and meta.name in detail
+    with pytest.raises(MigrationError, match="not the metadata"):
+        migrate(store, tmp_path / "t.db", dry_run=True)
+    assert not (tmp_path / "t.db").exists()
+
+
 def test_a_newer_target_is_refused_even_for_a_dry_run(v1_source: Path, tmp_path: Path) -> None:
     import sqlite3
 

@@ -37,16 +37,19 @@ from .events import (
     REQUIRED_FIELDS,
     SessionEvent,
     SessionInfo,
+    SessionListing,
+    SessionMetadata,
     StoredEvent,
     check_session_id,
     store_events,
 )
-from .fold import fold_events
+from .fold import Folder, fold_events
 from .log import (
     BaseCheckpointer,
     Checkpointer,
     FileCheckpointer,
     MemoryCheckpointer,
+    Session,
     SqliteCheckpointer,
     legacy_store_adapter,
 )
@@ -91,6 +94,7 @@ __all__ = [
     "CorruptDatabaseError",
     "DirectoryLockedError",
     "FileCheckpointer",
+    "Folder",
     "InMemoryStorage",
     "InvalidEventError",
     "InvalidSessionIdError",
@@ -100,10 +104,13 @@ __all__ = [
     "PostgresCheckpointer",
     "PostgresStorage",
     "SchemaVersionError",
+    "Session",
     "SessionEvent",
     "SessionExistsError",
     "SessionInfo",
+    "SessionListing",
     "SessionLoad",
+    "SessionMetadata",
     "SessionNotFoundError",
     "SessionRecord",
     "SessionStore",

@@ -21,7 +21,12 @@ from typing import Any, NamedTuple, NoReturn
 
 import orjson
 
-from .errors import InvalidEventError, InvalidSessionIdError, UnserializableEventError
+from .errors import (
+    InvalidEventError,
+    InvalidSessionIdError,
+    StorageDataError,
+    UnserializableEventError,
+)
 
 __all__ = [
     "EVENT_TYPES",
@@ -29,6 +34,8 @@ __all__ = [
     "REQUIRED_FIELDS",
     "SessionEvent",
     "SessionInfo",
+    "SessionListing",
+    "SessionMetadata",
     "StoredEvent",
     "check_session_id",
     "store_events",
@@ -96,6 +103,31 @@ class SessionInfo(NamedTuple):
     """When the session last changed (append, truncate, fork), epoch seconds."""
     head: int
     """The seq of the last event; 0 for an empty session."""
+
+
+class SessionMetadata(NamedTuple):
+    """A session's metadata and its revision, as :meth:`Checkpointer.metadata` reads them."""
+
+    value: Any
+    """The JSON value set last (``None`` until one is set)."""
+    revision: int
+    """The session's revision: 0 for a session that does not exist; every write
+    to the session (an append, a truncate, a metadata change) advances it."""
+
+
+class SessionListing(NamedTuple):
+    """One row of ``list(with_metadata=True)``: :class:`SessionInfo` plus metadata."""
+
+    id: str
+    """The session id."""
+    mtime: float
+    """When the session last changed, epoch seconds."""
+    head: int
+    """The seq of the last event; 0 for an empty session."""
+    metadata: Any
+    """The session's metadata value (``None`` until one is set)."""
+    revision: int
+    """The session's revision (see :class:`SessionMetadata`)."""
 
 
 #: The format characters an identifier may hold: the joiners inside emoji and
@@ -306,6 +338,14 @@ def decode_payload(payload: bytes | str) -> dict[str, Any]:
     if type(value) is not dict:
         raise ValueError("stored event payload is not a JSON object")
     return value
+
+
+def encode_metadata(value: object) -> bytes:
+    """A metadata value as JSON bytes; :class:`StorageDataError` when JSON cannot hold it."""
+    try:
+        return encode_json(value)
+    except (TypeError, ValueError) as exc:
+        raise StorageDataError(f"metadata {exc}") from None
 
 
 def check_seq(name: str, value: object) -> int:

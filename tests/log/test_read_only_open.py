@@ -21,7 +21,7 @@ from agentlog import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from agentlog.log import is_file_store
+from agentlog.log import METADATA_SUFFIX, is_file_store
 from agentlog.log.file import session_file_name
 
 EVENTS = [{"type": "user", "content": f"m{i}"} for i in range(6)]
@@ -206,6 +206,11 @@ def test_file_read_only_runs_beside_the_owner_and_writes_nothing(tmp_path: Path)
             assert [e.seq for e in reader.read("s", since_seq=3)] == [4, 5, 6]
             owner.truncate("s", 3)  # inside a batch: the file is rewritten
             assert reader.head("s") == 3
+            # The truncate wrote the revision it keeps into the metadata file.
+            # (base = the old head 6 - 3 + 1, plus the head 3: above the 6 it had).
+            assert reader.metadata("s") == owner.metadata("s") == (None, 7)
+            owner.set_metadata("s", {"title": "t"}, owner.metadata("s").revision)
+            assert reader.metadata("s") == owner.metadata("s")
             assert [e.event for e in reader.read("s")] == EVENTS[:3]
             owner.delete("gone")
             assert [info.id for info in reader.list()] == ["s"]
@@ -222,7 +227,9 @@ def test_file_read_only_runs_beside_the_owner_and_writes_nothing(tmp_path: Path)
                     write()
             assert reader.check_integrity() == (True, "ok")
             after = _tree(tmp_path)
-        expected = (set(before) | {session_file_name("new")}) - {session_file_name("gone")}
+        expected = (
+            set(before) | {session_file_name("new"), session_file_name("s") + METADATA_SUFFIX}
+        ) - {session_file_name("gone")}
         assert set(after) == expected
 
 

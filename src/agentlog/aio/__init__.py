@@ -27,7 +27,8 @@ from .checkpointer import (
     AsyncMemoryCheckpointer,
     AsyncSqliteCheckpointer,
 )
-from .contract import AsyncCheckpointer
+from .contract import AsyncCheckpointer, AsyncMetadataCheckpointer
+from .handle import AsyncSession
 from .stores import (
     AsyncArtifactStore,
     AsyncCheckpointStore,
@@ -50,8 +51,10 @@ __all__ = [
     "AsyncInMemoryStorage",
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
+    "AsyncMetadataCheckpointer",
     "AsyncPostgresCheckpointer",
     "AsyncPostgresStorage",
+    "AsyncSession",
     "AsyncSessionStore",
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",

@@ -19,10 +19,18 @@ import contextlib
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from ..errors import CheckpointerClosedError
-from ..events import SessionEvent, SessionInfo, StoredEvent, check_seq, check_session_id
+from ..events import (
+    SessionEvent,
+    SessionInfo,
+    SessionListing,
+    SessionMetadata,
+    StoredEvent,
+    check_seq,
+    check_session_id,
+)
 from ..lifecycle import AsyncClosable
 from ..log import (
     DEFAULT_POLL_INTERVAL,
@@ -33,6 +41,7 @@ from ..log import (
     PreparedAppend,
     SqliteCheckpointer,
 )
+from .handle import AsyncSession
 from .writer import Job, Writer, off_loop
 
 __all__ = [
@@ -296,10 +305,40 @@ class AsyncBaseCheckpointer(AsyncClosable):
                 del self._wakers[waker.loop]
                 waker.signal.unsubscribe(waker.on_commit)
 
-    async def list(self) -> builtins.list[SessionInfo]:
-        """Every session, most recently active first."""
+    @overload
+    async def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    async def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`~agentlog.SessionListing` rows: see :meth:`agentlog.BaseCheckpointer.list`)."""
         self._check_open()
+        if with_metadata:
+            return self._backend.list(with_metadata=True)
         return self._backend.list()
+
+    async def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""
+        self._check_open()
+        return self._backend.metadata(session_id)
+
+    async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Compare-and-set the metadata on the session's revision; return the new
+        one (see :meth:`agentlog.BaseCheckpointer.set_metadata`)."""
+        return await self._write(
+            lambda: self._backend.set_metadata(session_id, value, expected_revision)
+        )
+
+    async def session(self, session_id: str, *, shape: str = "anthropic") -> AsyncSession:
+        """An :class:`~agentlog.aio.AsyncSession` on ``session_id``, resumed by replay."""
+        return await AsyncSession.open(self, session_id, shape=shape)
 
     async def delete(self, session_id: str) -> None:
         """Remove the session and its events; idempotent."""

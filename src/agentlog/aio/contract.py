@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, overload, runtime_checkable
 
-from ..events import SessionEvent, SessionInfo, StoredEvent
+from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 
-__all__ = ["AsyncCheckpointer"]
+__all__ = ["AsyncCheckpointer", "AsyncMetadataCheckpointer"]
 
 
 @runtime_checkable
@@ -59,4 +59,35 @@ class AsyncCheckpointer(Protocol):
 
     async def aclose(self) -> None:
         """Finish queued writes and release resources; later calls raise."""
+        ...
+
+
+@runtime_checkable
+class AsyncMetadataCheckpointer(AsyncCheckpointer, Protocol):
+    """An :class:`AsyncCheckpointer` that also keeps session metadata, as every
+    built-in async backend does (the twin of
+    :class:`agentlog.log.MetadataCheckpointer`)."""
+
+    @overload
+    async def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    async def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`~agentlog.SessionListing` rows)."""
+        ...
+
+    async def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
+        ...
+
+    async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Compare-and-set the metadata on the session's revision; return the new one."""
         ...

@@ -22,7 +22,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import orjson
 import psycopg
@@ -54,16 +54,26 @@ from ..events import (
     EncodedBatch,
     SessionEvent,
     SessionInfo,
+    SessionListing,
+    SessionMetadata,
     StoredEvent,
     check_identifier,
     check_seq,
     check_session_id,
     encode_events,
+    encode_metadata,
 )
 from ..lifecycle import AsyncClosable
-from ..log import DEFAULT_POLL_INTERVAL, check_fork
+from ..log import (
+    DEFAULT_POLL_INTERVAL,
+    check_fork,
+    check_revision,
+    decode_metadata,
+    metadata_conflict,
+)
 from ..log.postgres import PostgresCheckpointer
 from ..stores.postgres import PostgresStorage
+from .handle import AsyncSession
 from .stores import AsyncStorage
 from .writer import off_loop
 
@@ -490,15 +500,88 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 "reading the head", lambda conn: self._head_on(conn, session_id)
             )
 
-    async def list(self) -> builtins.list[SessionInfo]:
-        """Every session of the tenant, most recently active first."""
+    @overload
+    async def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    async def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session of the tenant, most recently active first (with
+        ``with_metadata=True``, :class:`~agentlog.SessionListing` rows)."""
+        query = self._q.list_metadata if with_metadata else self._q.list
 
         async def rows(conn: psycopg.AsyncConnection[Any]) -> builtins.list[Any]:
-            return await (await conn.execute(self._q.list, (self._tenant,))).fetchall()
+            return await (await conn.execute(query, (self._tenant,))).fetchall()
 
         async with self._call():
             found = await self._read("listing", rows)
+        if with_metadata:
+            return [
+                SessionListing(str(n), float(m), int(h), decode_metadata(d), int(r))
+                for n, m, h, d, r in found
+            ]
         return [SessionInfo(str(n), float(m), int(h)) for n, m, h in found]
+
+    async def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""
+        session_id = check_session_id(session_id) if not self._closed else session_id
+
+        async def row(conn: psycopg.AsyncConnection[Any]) -> Any:
+            return await (
+                await conn.execute(self._q.metadata, (self._tenant, session_id))
+            ).fetchone()
+
+        async with self._call():
+            found = await self._read("reading metadata", row)
+        if found is None:
+            return SessionMetadata(None, 0)
+        return SessionMetadata(decode_metadata(found[0]), int(found[1]))
+
+    async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Compare-and-set the metadata on the session's revision; return the new
+        one (see :meth:`agentlog.BaseCheckpointer.set_metadata`)."""
+        self._check_open()
+        session_id = check_session_id(session_id)
+        expected = check_revision(expected_revision)
+        data = encode_metadata(value)
+        tenant, ts, q = self._tenant, time.time(), self._q
+        async with (
+            self._call(),
+            self._connection("setting metadata") as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            row = await (await cur.execute(q.revision_for_update, (tenant, session_id))).fetchone()
+            if row is None:
+                if expected == 0:
+                    created = await (
+                        await cur.execute(
+                            q.create_with_metadata, (tenant, session_id, ts, ts, data)
+                        )
+                    ).fetchone()
+                    if created is not None:
+                        return int(created[0])
+                row = await (await cur.execute(q.metadata, (tenant, session_id))).fetchone()
+            actual = 0 if row is None else int(row[-1])
+            if actual == expected:
+                done = await (
+                    await cur.execute(q.set_metadata, (data, ts, tenant, session_id, expected))
+                ).fetchone()
+                if done is not None:
+                    return int(done[0])
+                row = await (await cur.execute(q.metadata, (tenant, session_id))).fetchone()
+                actual = 0 if row is None else int(row[-1])
+            raise metadata_conflict(session_id, expected, actual)
+
+    async def session(self, session_id: str, *, shape: str = "anthropic") -> AsyncSession:
+        """An :class:`~agentlog.aio.AsyncSession` on ``session_id``, resumed by replay."""
+        return await AsyncSession.open(self, session_id, shape=shape)
 
     async def _notify_on(self, cur: psycopg.AsyncCursor[Any], name: str, head: int) -> None:
         if self._notify:

@@ -37,6 +37,7 @@ from ..errors import (
     SchemaVersionError,
     SessionExistsError,
     SessionNotFoundError,
+    StorageConflictError,
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent
@@ -687,6 +688,44 @@ class EngineBase(Generic[ConnectionT]):
         """``(name, mtime, head)`` of every session, most recently active first."""
         rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS, (tenant,)))
         return [(name, mtime, head) for name, mtime, head in rows]
+
+    def list_sessions_metadata(
+        self, tenant: str
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """``(name, mtime, head, metadata json | None, revision)`` of every session,
+        most recently active first (one read)."""
+        rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS_METADATA, (tenant,)))
+        return [(n, mtime, head, meta, rev) for n, mtime, head, meta, rev in rows]
+
+    def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:
+        """``(metadata json | None, revision)``; ``(None, 0)`` for an unknown session."""
+        rows = self.read("metadata", lambda conn: conn.rows(Q.SELECT_METADATA, (tenant, name)))
+        if not rows:
+            return None, 0
+        meta, revision = rows[0]
+        return (None if meta is None else bytes(meta)), int(revision)
+
+    def set_session_metadata(
+        self, tenant: str, name: str, data: bytes, expected_revision: int, ts: float
+    ) -> int:
+        """Replace the metadata if the session is at ``expected_revision`` (an
+        unknown session is at 0: it is created, empty); return the new revision.
+
+        A stale revision raises :class:`StorageConflictError`, nothing written.
+        """
+
+        def work(conn: DriverConnection) -> int:
+            rows = conn.rows(Q.SELECT_REVISION, (tenant, name))
+            revision = int(rows[0][1]) if rows else 0
+            if revision != expected_revision:
+                raise StorageConflictError(f"session {name!r}", expected_revision, revision)
+            if not rows:
+                self.create_session(conn, tenant, name, head=0, ts=ts, revision=1, metadata=data)
+                return 1
+            conn.rows(Q.SET_METADATA, (data, ts, rows[0][0]))
+            return revision + 1
+
+        return self.write("metadata", work)
 
     def list_all_sessions(self) -> list[tuple[str, str, float, int]]:
         """``(tenant, name, mtime, head)`` of every session of every tenant, most

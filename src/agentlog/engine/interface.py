@@ -102,6 +102,23 @@ class Engine(Protocol):
         """``(name, mtime, head)`` of every session, most recently active first."""
         ...
 
+    def list_sessions_metadata(
+        self, tenant: str
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """``(name, mtime, head, metadata json | None, revision)`` of every session,
+        most recently active first."""
+        ...
+
+    def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:
+        """``(metadata json | None, revision)``; ``(None, 0)`` for an unknown session."""
+        ...
+
+    def set_session_metadata(
+        self, tenant: str, name: str, data: bytes, expected_revision: int, ts: float
+    ) -> int:
+        """Compare-and-set the metadata on the session's revision; return the new one."""
+        ...
+
     def list_all_sessions(self) -> list[tuple[str, str, float, int]]:
         """``(tenant, name, mtime, head)`` of every session of every tenant, most
         recently active first."""

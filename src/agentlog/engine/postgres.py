@@ -62,6 +62,7 @@ from ..errors import (
     SchemaVersionError,
     SessionExistsError,
     SessionNotFoundError,
+    StorageConflictError,
     StorageDataError,
     StorageUnavailableError,
 )
@@ -387,6 +388,52 @@ class Statements:
             " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
         self.notify = "SELECT pg_notify(%s, %s)"
+        # Metadata: the column the SessionStore face reads; CAS on the revision.
+        self.metadata = (
+            f"SELECT metadata, revision FROM {s}.sessions WHERE tenant = %s AND name = %s"
+        )
+        self.revision_for_update = (
+            f"SELECT revision FROM {s}.sessions WHERE tenant = %s AND name = %s FOR UPDATE"
+        )
+        self.create_with_metadata = (
+            f"INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime, metadata)"
+            " VALUES (%s, %s, 0, 1, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING revision"
+        )
+        self.set_metadata = (
+            f"UPDATE {s}.sessions SET metadata = %s, revision = revision + 1, mtime = %s"
+            " WHERE tenant = %s AND name = %s AND revision = %s RETURNING revision"
+        )
+        self.list_metadata = (
+            f"SELECT name, mtime, head, metadata, revision FROM {s}.sessions WHERE tenant = %s"
+            " ORDER BY mtime DESC, name"
+        )
+
+
+def set_metadata_in(
+    execute: Callable[..., Any],
+    q: Statements,
+    tenant: str,
+    name: str,
+    data: bytes,
+    expected_revision: int,
+    ts: float,
+) -> int:
+    """Inside a transaction (sync): the metadata's compare-and-set."""
+    row = execute(q.revision_for_update, (tenant, name)).fetchone()
+    if row is None:
+        if expected_revision == 0:
+            created = execute(q.create_with_metadata, (tenant, name, ts, ts, data)).fetchone()
+            if created is not None:
+                return int(created[0])
+        # Created by another writer meanwhile: its revision now.
+        row = execute(q.metadata, (tenant, name)).fetchone()
+    actual = 0 if row is None else int(row[-1])
+    if actual == expected_revision:
+        done = execute(q.set_metadata, (data, ts, tenant, name, expected_revision)).fetchone()
+        if done is not None:
+            return int(done[0])
+        actual = int(execute(q.metadata, (tenant, name)).fetchone()[1])
+    raise StorageConflictError(f"session {name!r}", expected_revision, actual)
 
 
 class PostgresDatabase:
@@ -730,6 +777,37 @@ class PostgresDatabase:
         """``(tenant, name, mtime, head)`` of every session, most recently active first."""
         rows = self.read("listing", lambda conn: conn.execute(self.q.list_all).fetchall())
         return [(str(t), str(n), float(m), int(h)) for t, n, m, h in rows]
+
+    def list_sessions_metadata(
+        self, tenant: str
+    ) -> builtins.list[tuple[str, float, int, bytes | None, int]]:
+        """``(name, mtime, head, metadata json | None, revision)`` of the tenant's
+        sessions, most recently active first."""
+        rows = self.read(
+            "listing", lambda conn: conn.execute(self.q.list_metadata, (tenant,)).fetchall()
+        )
+        return [
+            (str(n), float(m), int(h), None if d is None else bytes(d), int(r))
+            for n, m, h, d, r in rows
+        ]
+
+    def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:
+        """``(metadata json | None, revision)``; ``(None, 0)`` for an unknown session."""
+        row = self.read(
+            "reading metadata",
+            lambda conn: conn.execute(self.q.metadata, (tenant, name)).fetchone(),
+        )
+        if row is None:
+            return None, 0
+        return (None if row[0] is None else bytes(row[0])), int(row[1])
+
+    def set_session_metadata(
+        self, tenant: str, name: str, data: bytes, expected_revision: int, ts: float
+    ) -> int:
+        """Compare-and-set the metadata on the session's revision (an unknown
+        session is at 0 and is created, empty); return the new revision."""
+        with self.transaction("setting metadata") as cur:
+            return set_metadata_in(cur.execute, self.q, tenant, name, data, expected_revision, ts)
 
     def _notify_on(self, cur: psycopg.Cursor[Any], tenant: str, name: str, head: int) -> None:
         if self.notify:

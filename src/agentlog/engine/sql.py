@@ -37,6 +37,15 @@ DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
 LIST_SESSIONS = (
     "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 )
+#: The Checkpointer face's metadata: the same column the SessionStore reads.
+SELECT_METADATA = "SELECT metadata, revision FROM sessions WHERE tenant = ? AND name = ?"
+SELECT_REVISION = "SELECT sid, revision FROM sessions WHERE tenant = ? AND name = ?"
+#: Setting metadata is a write like any other: one revision, and activity.
+SET_METADATA = "UPDATE sessions SET metadata = ?, revision = revision + 1, mtime = ? WHERE sid = ?"
+LIST_SESSIONS_METADATA = (
+    "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
+    " ORDER BY mtime DESC, sid DESC"
+)
 #: Every session of every tenant, most recently active first.
 LIST_ALL_SESSIONS = "SELECT tenant, name, mtime, head FROM sessions ORDER BY mtime DESC, sid DESC"
 _SESSION_RECORD = (

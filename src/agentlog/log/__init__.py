@@ -18,10 +18,21 @@ from .contract import (
     BaseCheckpointer,
     Checkpointer,
     CommitSignal,
+    MetadataCheckpointer,
     PreparedAppend,
     check_fork,
+    check_revision,
+    decode_metadata,
+    metadata_conflict,
 )
-from .file import FileCheckpointer, is_file_store, read_session_file
+from .file import (
+    METADATA_SUFFIX,
+    FileCheckpointer,
+    is_file_store,
+    read_metadata_file,
+    read_session_file,
+)
+from .handle import Session, SessionView
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
 from .sqlite import SqliteCheckpointer
@@ -31,18 +42,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
+    "METADATA_SUFFIX",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
     "FileCheckpointer",
     "MemoryCheckpointer",
+    "MetadataCheckpointer",
     "PostgresCheckpointer",
     "PreparedAppend",
+    "Session",
+    "SessionView",
     "SqliteCheckpointer",
     "check_fork",
+    "check_revision",
+    "decode_metadata",
     "is_file_store",
     "legacy_store_adapter",
     "message_event",
+    "metadata_conflict",
+    "read_metadata_file",
     "read_session_file",
 ]
 

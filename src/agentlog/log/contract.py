@@ -8,28 +8,69 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload, runtime_checkable
 
-from ..errors import CheckpointConflictError, CheckpointerClosedError, SessionTruncatedError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    SessionTruncatedError,
+    StorageConflictError,
+    StorageDataError,
+)
 from ..events import (
     EncodedBatch,
     SessionEvent,
     SessionInfo,
+    SessionListing,
+    SessionMetadata,
     StoredEvent,
     check_seq,
     check_session_id,
+    decode_json,
     encode_events,
+    encode_metadata,
 )
 from ..lifecycle import Closable
+
+if TYPE_CHECKING:
+    from .handle import Session
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
+    "MetadataCheckpointer",
     "PreparedAppend",
     "check_fork",
+    "check_revision",
+    "decode_metadata",
+    "metadata_conflict",
 ]
+
+
+def check_revision(value: object) -> int:
+    """An expected revision: an int >= 0, else :class:`StorageDataError`."""
+    try:
+        return check_seq("expected_revision", value)
+    except (TypeError, ValueError) as exc:
+        raise StorageDataError(str(exc)) from None
+
+
+def metadata_conflict(session_id: str, expected: int, actual: int) -> StorageConflictError:
+    """The error every backend raises when ``set_metadata`` names a stale revision."""
+    return StorageConflictError(f"session {session_id!r}", expected, actual)
+
+
+def decode_metadata(data: bytes | None) -> Any:
+    """A stored metadata value (``None`` when none was ever set);
+    :class:`StorageDataError` when what is stored is not JSON."""
+    if data is None:
+        return None
+    try:
+        return decode_json(data)
+    except ValueError as exc:
+        raise StorageDataError(f"stored session metadata is not valid JSON ({exc})") from None
 
 
 def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, int, str]:
@@ -107,6 +148,41 @@ class Checkpointer(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Close the checkpointer."""
+        ...
+
+
+@runtime_checkable
+class MetadataCheckpointer(Checkpointer, Protocol):
+    """A :class:`Checkpointer` that also keeps session metadata, as every
+    built-in backend does (:class:`BaseCheckpointer` declares it).
+
+    A separate protocol, so that a checkpointer written to the contract
+    without it is still a :class:`Checkpointer` everywhere one is taken.
+    """
+
+    @overload
+    def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`SessionListing` rows that add each one's metadata and revision)."""
+        ...
+
+    def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision; ``(None, 0)`` for an unknown session."""
+        ...
+
+    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Replace the metadata if the session is at ``expected_revision``; return
+        the new revision (a stale revision raises :class:`StorageConflictError`)."""
         ...
 
 
@@ -222,6 +298,24 @@ class BaseCheckpointer(Closable, ABC):
     def _change_token(self, session_id: str) -> Hashable:
         """What changes when another process writes ``session_id`` (None: none can)."""
         return None
+
+    def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
+        """``(metadata json or None, revision)``; ``(None, 0)`` for an unknown session."""
+        raise NotImplementedError(f"{type(self).__name__} does not store session metadata")
+
+    def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
+        """Replace the metadata at ``expected_revision`` (creating an empty session
+        when it is 0 and there is none); return the new revision, or raise
+        :func:`metadata_conflict`."""
+        raise NotImplementedError(f"{type(self).__name__} does not store session metadata")
+
+    def _list_metadata(self) -> builtins.list[SessionListing]:
+        """:meth:`_list` with each session's metadata (a backend may do it in one read)."""
+        listing = []
+        for info in self._list():
+            data, revision = self._metadata(info.id)
+            listing.append(SessionListing(*info, decode_metadata(data), revision))
+        return listing
 
     # -- the contract -----------------------------------------------------------
 
@@ -351,10 +445,69 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         return self._head(check_session_id(session_id))
 
-    def list(self) -> builtins.list[SessionInfo]:
-        """Every session as :class:`SessionInfo`, most recently active first."""
+    @overload
+    def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session as :class:`SessionInfo`, most recently active first.
+
+        With ``with_metadata=True``, each row is a :class:`SessionListing`
+        (``id, mtime, head, metadata, revision``) instead: opt-in, so code
+        that unpacks a :class:`SessionInfo` into three names keeps working.
+        """
         self._check_open()
+        if with_metadata:
+            return self._list_metadata()
         return self._list()
+
+    def metadata(self, session_id: str) -> SessionMetadata:
+        """The session's metadata and revision: ``SessionMetadata(value, revision)``.
+
+        ``value`` is the JSON value last set (``None`` until one is); an
+        unknown session reads ``(None, 0)``. The revision is the session's:
+        every write to the session — an append, a truncate, a metadata change
+        — advances it, so a :meth:`set_metadata` with it succeeds only if
+        nothing changed the session in between.
+        """
+        self._check_open()
+        data, revision = self._metadata(check_session_id(session_id))
+        return SessionMetadata(decode_metadata(data), revision)
+
+    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """Replace the session's metadata with ``value`` (any JSON value); return
+        the new revision.
+
+        Compare-and-set: if the session's revision is not
+        ``expected_revision``, raise :class:`StorageConflictError` (with
+        ``expected_revision`` and ``actual_revision``) and change nothing.
+        With ``expected_revision=0`` on an unknown session it creates the
+        session, empty (head 0), holding the metadata. A value JSON cannot
+        hold (NaN, a set, bytes …) or a revision that is not an int >= 0
+        raises :class:`StorageDataError`, and nothing changes. A fork starts
+        without metadata; a delete removes it with the session.
+        """
+        self._check_open()
+        session_id = check_session_id(session_id)
+        expected = check_revision(expected_revision)
+        data = encode_metadata(value)
+        revision = self._set_metadata(session_id, data, expected, time.time())
+        self._notify_commit()
+        return revision
+
+    def session(self, session_id: str, *, shape: str = "anthropic") -> Session:
+        """A :class:`~agentlog.Session` handle on ``session_id`` for an agent loop,
+        resumed by reading the log (see :class:`agentlog.Session`)."""
+        from .handle import Session  # the handle is built on this module's contract
+
+        return Session(self, session_id, shape=shape)
 
     def delete(self, session_id: str) -> None:
         """Remove every event and the session itself; deleting twice is fine."""

@@ -19,6 +19,18 @@ File names are ``<slug>.<hash>.jsonl``: a lower-case, readable slug of the id
 plus 96 bits of its SHA-256, so no id can escape the directory and ids that
 differ only by case never share a file, even on case-insensitive file systems.
 The header holds the exact id.
+
+A session's metadata lives beside its log, in ``<slug>.<hash>.jsonl.meta``::
+
+    {"agentlog":1,"session":"<id>","base":<int>}            <- header
+    <the metadata's JSON>
+
+written whole through a temporary file and an atomic rename, so a crash
+leaves the old metadata or the new, never a mix. The session's revision is
+``base + head``: an append raises it with the head, and a truncate or a
+metadata change writes a new ``base`` that raises it past what it was (a
+truncate writes it before it cuts the log). A session without the file (as
+every file written before metadata existed) has no metadata and ``base`` 0.
 """
 
 from __future__ import annotations
@@ -50,17 +62,19 @@ from ..errors import (
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
 from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
-from .contract import BaseCheckpointer
+from .contract import BaseCheckpointer, metadata_conflict
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["FileCheckpointer", "is_file_store"]
+__all__ = ["METADATA_SUFFIX", "FileCheckpointer", "is_file_store", "read_metadata_file"]
 
 _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
+#: What a session file's name takes to name its metadata file.
+METADATA_SUFFIX = ".meta"
 _SLUG_UNSAFE = re.compile(r"[^a-z0-9_-]+")
 _new_stored = tuple.__new__
 # Session files are opened by their own name only: never through a symbolic
@@ -150,7 +164,8 @@ def _is_regular(path: Path) -> bool:
 class _Session:
     """What the owning process knows about one session file."""
 
-    __slots__ = ("activity", "mtime", "offsets", "path", "session_id", "stamp")
+    __slots__ = ("activity", "base", "meta", "meta_loaded", "mtime", "offsets", "path",
+                 "session_id", "stamp")  # fmt: skip
 
     def __init__(
         self,
@@ -171,6 +186,11 @@ class _Session:
         self.activity = 0
         # The file as it was read (a read-only checkpointer reloads on change).
         self.stamp = stamp
+        # From the metadata file, read on first use: the metadata's JSON and
+        # the base of the revision (revision = base + head).
+        self.meta: bytes | None = None
+        self.base = 0
+        self.meta_loaded = False
 
     @property
     def head(self) -> int:
@@ -302,6 +322,47 @@ def _check_session_file(path: Path) -> str | None:
     except orjson.JSONDecodeError:
         return f"{path}: unreadable event line {seq}"
     return None
+
+
+def _check_metadata_file(path: Path) -> str | None:
+    """What is wrong with a metadata file, or None."""
+    try:
+        data, _ = _read_regular(path)
+    except (FileNotFoundError, CorruptDatabaseError):
+        return None  # deleted meanwhile, or not ours
+    except OSError as exc:
+        return f"cannot read {path}: {exc}"
+    try:
+        header = orjson.loads(data.partition(b"\n")[0])
+        session_id = header.get("session") if isinstance(header, dict) else None
+    except orjson.JSONDecodeError:
+        session_id = None
+    try:
+        read_metadata_file(data, str(path), session_id if isinstance(session_id, str) else "")
+    except CorruptDatabaseError as exc:
+        return str(exc)
+    return None
+
+
+def read_metadata_file(data: bytes, name: str, session_id: str) -> tuple[int, bytes]:
+    """A session's metadata file (``<session file>`` + :data:`METADATA_SUFFIX`):
+    ``(base, metadata json)``; :class:`CorruptDatabaseError` when it is not the
+    metadata of ``session_id``. Read-only."""
+    header, _, meta = data.partition(b"\n")
+    try:
+        record = orjson.loads(header)
+        valid = (
+            isinstance(record, dict)
+            and record.get("agentlog") == 1
+            and record.get("session") == session_id
+            and type(record.get("base")) is int
+        )
+        orjson.loads(meta)
+    except orjson.JSONDecodeError:
+        valid = False
+    if not valid:
+        raise CorruptDatabaseError(f"{name}: not the metadata of session {session_id!r}")
+    return record["base"], meta
 
 
 def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, str, bytes]]] | None:
@@ -550,6 +611,76 @@ class FileCheckpointer(BaseCheckpointer):
         self._activity += 1
         session.activity = self._activity
 
+    # -- metadata ----------------------------------------------------------------
+
+    @staticmethod
+    def _meta_path(path: Path) -> Path:
+        return path.with_name(path.name + METADATA_SUFFIX)
+
+    def _load_meta(self, session: _Session) -> None:
+        """Read the session's metadata file (owner: once; read-only: every time)."""
+        if session.meta_loaded and not self.read_only:
+            return
+        path = self._meta_path(session.path)
+        try:
+            data, _ = _read_regular(path)
+        except FileNotFoundError:
+            session.meta, session.base = None, 0
+        except OSError as exc:
+            raise StorageUnavailableError(f"cannot read {path}: {exc}") from exc
+        else:
+            session.base, session.meta = read_metadata_file(data, str(path), session.session_id)
+        session.meta_loaded = True
+
+    def _write_meta(self, session: _Session, meta: bytes | None, base: int) -> None:
+        """Replace the session's metadata file atomically (temporary file + rename)."""
+        header = orjson.dumps({"agentlog": 1, "session": session.session_id, "base": base})
+        body = b"null" if meta is None else meta
+        self._write_new(self._meta_path(session.path), header + b"\n" + body)
+        session.meta, session.base, session.meta_loaded = meta, base, True
+
+    def _forget_meta(self, path: Path) -> None:
+        """Remove a metadata file left without its session (the session is new)."""
+        with contextlib.suppress(FileNotFoundError):
+            self._meta_path(path).unlink()
+
+    def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            if session is None:
+                return None, 0
+            self._load_meta(session)
+            return session.meta, session.base + session.head
+
+    def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            self._check_writable()
+            session = self._session(session_id)
+            revision = 0
+            if session is not None:
+                self._load_meta(session)
+                revision = session.base + session.head
+            if revision != expected_revision:
+                raise metadata_conflict(session_id, expected_revision, revision)
+            try:
+                if session is None:
+                    path = self.directory / session_file_name(session_id)
+                    self._forget_meta(path)
+                    self._write_new(path, _header(session_id, ts))
+                    self._sessions.pop(session_id, None)
+                    session = self._session(session_id)
+                    assert session is not None
+                self._write_meta(session, data, revision + 1 - session.head)
+            except OSError as exc:
+                self._sessions.pop(session_id, None)  # read it again as it is on disk
+                raise StorageUnavailableError(
+                    f"setting the metadata of {session_id!r} failed: {exc}"
+                ) from exc
+            self._touch(session, ts)
+            return revision + 1
+
     def _append(
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
@@ -570,6 +701,7 @@ class FileCheckpointer(BaseCheckpointer):
             try:
                 if session is None:
                     path = self.directory / session_file_name(session_id)
+                    self._forget_meta(path)
                     header = _header(session_id, ts)
                     # Empty, or a header that never completed (nothing of it returned).
                     fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.file_mode)
@@ -643,6 +775,11 @@ class FileCheckpointer(BaseCheckpointer):
             if to_seq >= session.head:
                 return session.head
             try:
+                # The revision (base + head) must rise though the head falls:
+                # the new base is written first, so a crash can only leave it higher.
+                self._load_meta(session)
+                self._write_meta(session, session.meta, session.base + session.head - to_seq + 1)
+                base = session.base
                 data, st = _read_regular(session.path, 0, session.offsets[to_seq])
                 header = data[: session.offsets[0]]
                 body, rewritten = self._events_through(session, to_seq, data)
@@ -658,9 +795,11 @@ class FileCheckpointer(BaseCheckpointer):
                     del session.offsets[to_seq + 1 :]
                 else:
                     self._write_new(session.path, header + body, stat.S_IMODE(st.st_mode))
+                    meta = session.meta
                     self._sessions.pop(session_id)
                     session = self._session(session_id)
                     assert session is not None
+                    session.meta, session.base, session.meta_loaded = meta, base, True
                 self._touch(session)
             except OSError as exc:
                 self._sessions.pop(session_id, None)  # read it again as it is on disk
@@ -686,6 +825,7 @@ class FileCheckpointer(BaseCheckpointer):
                 data, _ = _read_regular(source.path, 0, source.offsets[at_seq])
                 body, _ = self._events_through(source, at_seq, data)
                 path = self.directory / session_file_name(new_session_id)
+                self._forget_meta(path)
                 self._write_new(path, _header(new_session_id, ts) + body)
                 self._sessions.pop(new_session_id, None)
                 forked = self._session(new_session_id)
@@ -707,6 +847,9 @@ class FileCheckpointer(BaseCheckpointer):
                 return
             with contextlib.suppress(FileNotFoundError):
                 session.path.unlink()
+            # After the log: a crash in between leaves a metadata file that the
+            # next session of this id removes before it starts.
+            self._forget_meta(session.path)
             self._sync_directory()
             self._sessions[session_id] = None
 
@@ -791,6 +934,7 @@ class FileCheckpointer(BaseCheckpointer):
 
         A torn tail (what a crash leaves) is not damage; files that are not
         agentlog session files are left out, as :meth:`list` leaves them out.
+        Metadata files are checked too (each must be whole, valid JSON).
         Changes nothing.
         """
         with self._lock:
@@ -799,6 +943,11 @@ class FileCheckpointer(BaseCheckpointer):
                 problem
                 for path in sorted(self.directory.glob(f"*{_SUFFIX}"))
                 if (problem := _check_session_file(path)) is not None
+            ]
+            problems += [
+                problem
+                for path in sorted(self.directory.glob(f"*{_SUFFIX}{METADATA_SUFFIX}"))
+                if (problem := _check_metadata_file(path)) is not None
             ]
         return (not problems, "\n".join(problems) or "ok")
 

@@ -7,17 +7,19 @@ import threading
 
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
 from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
-from .contract import BaseCheckpointer
+from .contract import BaseCheckpointer, metadata_conflict
 
 __all__ = ["MemoryCheckpointer"]
 
 
 class _MemorySession:
-    __slots__ = ("events", "mtime")
+    __slots__ = ("events", "meta", "mtime", "revision")
 
     def __init__(self, mtime: float) -> None:
         self.events: list[tuple[float, str, bytes]] = []
         self.mtime = mtime
+        self.meta: bytes | None = None
+        self.revision = 0
 
 
 class MemoryCheckpointer(BaseCheckpointer):
@@ -39,6 +41,7 @@ class MemoryCheckpointer(BaseCheckpointer):
         if session is None:
             session = _MemorySession(ts)
         session.mtime = ts
+        session.revision += 1  # every write to a session is one revision
         self._sessions[session_id] = session
         return session
 
@@ -111,6 +114,23 @@ class MemoryCheckpointer(BaseCheckpointer):
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
             self._touch(new_session_id, ts).events.extend(source.events[:at_seq])
             return at_seq
+
+    def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            return (None, 0) if session is None else (session.meta, session.revision)
+
+    def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
+        with self._lock:
+            self._check_open()
+            session = self._sessions.get(session_id)
+            revision = 0 if session is None else session.revision
+            if revision != expected_revision:
+                raise metadata_conflict(session_id, expected_revision, revision)
+            session = self._touch(session_id, ts)
+            session.meta = data
+            return session.revision
 
     def _close(self) -> None:
         with self._lock:

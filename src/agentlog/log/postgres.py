@@ -17,8 +17,8 @@ from psycopg_pool import ConnectionPool
 from ..engine.postgres import DEFAULT_SCHEMA, MAX_SEQ, Listener, PostgresDatabase
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, StorageDataError
-from ..events import EncodedBatch, SessionInfo, StoredEvent, check_identifier
-from .contract import BaseCheckpointer, PreparedAppend
+from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
+from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -149,6 +149,18 @@ class PostgresCheckpointer(BaseCheckpointer):
 
     def _list(self) -> builtins.list[SessionInfo]:
         return [SessionInfo(*row) for row in self._db.list_sessions(self._tenant)]
+
+    def _list_metadata(self) -> builtins.list[SessionListing]:
+        return [
+            SessionListing(name, mtime, head, decode_metadata(meta), revision)
+            for name, mtime, head, meta, revision in self._db.list_sessions_metadata(self._tenant)
+        ]
+
+    def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
+        return self._db.session_metadata(self._tenant, session_id)
+
+    def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
+        return self._db.set_session_metadata(self._tenant, session_id, data, expected_revision, ts)
 
     def _delete(self, session_id: str) -> None:
         self._db.delete(self._tenant, session_id)

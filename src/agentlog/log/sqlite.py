@@ -21,12 +21,13 @@ from ..errors import (
 from ..events import (
     EncodedBatch,
     SessionInfo,
+    SessionListing,
     StoredEvent,
     check_identifier,
     check_session_id,
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
-from .contract import BaseCheckpointer, PreparedAppend
+from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -251,6 +252,22 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _list(self) -> builtins.list[SessionInfo]:
         return [SessionInfo(*row) for row in self._engine.list_sessions(self._tenant)]
+
+    def _list_metadata(self) -> builtins.list[SessionListing]:
+        return [
+            SessionListing(name, mtime, head, decode_metadata(meta), revision)
+            for name, mtime, head, meta, revision in self._engine.list_sessions_metadata(
+                self._tenant
+            )
+        ]
+
+    def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
+        return self._engine.session_metadata(self._tenant, session_id)
+
+    def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
+        return self._engine.set_session_metadata(
+            self._tenant, session_id, data, expected_revision, ts
+        )
 
     def _delete(self, session_id: str) -> None:
         self._engine.delete(self._tenant, session_id)

@@ -18,9 +18,8 @@ from ..engine import Connection, Engine, open_engine
 from ..engine import schema as S
 from ..engine import sql as Q
 from ..errors import CorruptDatabaseError, StorageUnavailableError
-from ..log import read_session_file
-from ..stores.common import encode_value
-from .common import SOURCE_FORMATS, Converted, Event, MigrationError, PlannedSession
+from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
+from .common import Converted, Event, MigrationError, PlannedSession
 from .json_v1 import convert_json_v1
 
 __all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
@@ -59,22 +58,38 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def convert(kind: str, data: bytes, key: str, file_time: float) -> Converted | None:
+def convert(
+    kind: str, data: bytes, key: str, file_time: float, meta: bytes | None = None
+) -> Converted | None:
     """A source file converted exactly as the apply writes it — so the plan (and
     a dry run) refuses every file the apply would; ``None`` for an unfinished
     or foreign file in a FileCheckpointer directory. ``file_time`` (the
-    file's modification time) stands in where the file holds no time at all."""
+    file's modification time) stands in where the file holds no time at all;
+    ``meta`` is a file store session's metadata file, if it has one (its
+    value becomes the session's metadata)."""
     if kind == "json-v1":
         return convert_json_v1(data, key, file_time)
     parsed = read_session_file(data, key)
     if parsed is None:
         return None
     session_id, stored = parsed
+    metadata = None
+    if meta is not None:
+        try:
+            metadata = read_metadata_file(meta, key + METADATA_SUFFIX, session_id)[1]
+        except CorruptDatabaseError as exc:
+            raise MigrationError(str(exc)) from None
     created = stored[0][0] if stored else file_time
     active = stored[-1][0] if stored else file_time
-    metadata = encode_value({"source": {"format": SOURCE_FORMATS[kind], "key": key}})
     events: list[Event] = [(ts, type_, payload, None) for ts, type_, payload in stored]
     return Converted(session_id, None, events, metadata, created, active, 1 if events else 0)
+
+
+def _digest(data: bytes, meta: bytes | None) -> str:
+    digest = hashlib.sha256(data)
+    if meta is not None:  # a metadata file changed since a migration is a change
+        digest.update(b"\n-- metadata --\n" + meta)
+    return digest.hexdigest()
 
 
 class FileSource:
@@ -98,11 +113,15 @@ class FileSource:
         # the key the JSON v1 producer itself records); earlier releases
         # recorded it from the directory holding the files (``X.json``).
         for path in self.files:
-            data = path.read_bytes()
+            data, meta = path.read_bytes(), self._metadata_of(path)
             key = path.relative_to(self.root).as_posix()
-            converted = convert(self.kind, data, key, path.stat().st_mtime)
-            sha = hashlib.sha256(data).hexdigest()
-            yield key, path.relative_to(self.directory).as_posix(), sha, converted
+            converted = convert(self.kind, data, key, path.stat().st_mtime, meta)
+            yield key, path.relative_to(self.directory).as_posix(), _digest(data, meta), converted
+
+    def _metadata_of(self, path: Path) -> bytes | None:
+        """A file store session's metadata file, if it has one."""
+        meta = path.with_name(path.name + METADATA_SUFFIX)
+        return meta.read_bytes() if self.kind == "file" and meta.is_file() else None
 
     def backup(self, into: Path) -> FileSource:
         resolved = into.resolve()
@@ -116,10 +135,10 @@ class FileSource:
 
     def load(self, planned: PlannedSession) -> Converted:
         path = self.root / planned.source_key
-        data = path.read_bytes()
+        data, meta = path.read_bytes(), self._metadata_of(path)
         converted = None
-        if hashlib.sha256(data).hexdigest() == planned.sha256:
-            converted = convert(self.kind, data, planned.source_key, path.stat().st_mtime)
+        if _digest(data, meta) == planned.sha256:
+            converted = convert(self.kind, data, planned.source_key, path.stat().st_mtime, meta)
         if converted is None or converted.session_id != planned.session_id:
             raise MigrationError(f"{planned.source_key} changed while migrating")
         return converted

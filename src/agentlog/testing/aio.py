@@ -18,13 +18,13 @@ import functools
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
-from ..aio import AsyncCheckpointer
+from ..aio import AsyncCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
-from ..events import SessionEvent, SessionInfo, StoredEvent
+from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
@@ -97,9 +97,37 @@ class BlockingFacade(Closable):
         """See :meth:`agentlog.Checkpointer.head`."""
         return self._run(self.target.head(session_id))
 
-    def list(self) -> builtins.list[SessionInfo]:
-        """See :meth:`agentlog.Checkpointer.list`."""
+    @overload
+    def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """See :meth:`agentlog.BaseCheckpointer.list`."""
+        if with_metadata:
+            return self._run(self._with_metadata().list(with_metadata=True))
         return self._run(self.target.list())
+
+    def _with_metadata(self) -> AsyncMetadataCheckpointer:
+        target = self.target
+        if not isinstance(target, AsyncMetadataCheckpointer):
+            raise NotImplementedError(f"{type(target).__name__} does not store session metadata")
+        return target
+
+    def metadata(self, session_id: str) -> SessionMetadata:
+        """See :meth:`agentlog.log.MetadataCheckpointer.metadata`."""
+        return self._run(self._with_metadata().metadata(session_id))
+
+    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
+        """See :meth:`agentlog.log.MetadataCheckpointer.set_metadata`."""
+        target = self._with_metadata()
+        return self._run(target.set_metadata(session_id, value, expected_revision))
 
     def delete(self, session_id: str) -> None:
         """See :meth:`agentlog.Checkpointer.delete`."""
