@@ -217,3 +217,22 @@ def test_a_sqlite_tenant_moves_to_another_sqlite_file(
         migrate(sqlite_source, sqlite_source, tenant="acme")
     with pytest.raises(MigrationError, match="PostgreSQL"):
         migrate(sqlite_source, target, schema="x")
+
+
+def test_a_version_2_store_gains_the_ledger_when_migrated_into(
+    sqlite_source: Path, tmp_path: Path, url: str, schema: str, admin: Any
+) -> None:
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(url, schema=schema) as log:
+        log.append("old", [{"type": "user", "content": "written before schema 3"}])
+    admin.execute(f"DROP TABLE {schema}.migration_ledger")
+    admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
+    plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
+    assert {s.action for s in plan.sessions} == {"migrate"}  # no ledger yet: nothing skipped
+    migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b")
+    version = admin.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
+    assert version == (3,)
+    assert admin.execute(f"SELECT count(*) FROM {schema}.migration_ledger").fetchone() == (3,)
+    with PostgresCheckpointer(url, schema=schema) as log:
+        assert log.head("old") == 1
