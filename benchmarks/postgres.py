@@ -14,7 +14,7 @@ Scenarios (the workload of ``python -m benchmarks``: ~500-byte agent events):
 * S5 processes: 1 and 8 processes, each with a checkpointer (a pool) of its
   own, appending 1 event per call to a session each, 100k events in all:
   several hosts' workers, on one machine.
-* Peers, when installed (``pip install -e ".[bench]"``), on the workload of
+* Peers, when installed (``pip install -e ".[bench,postgres]"``), on the workload of
   their SQLite rows in ``python -m benchmarks``: LangGraph's
   ``PostgresSaver`` (one checkpoint per step holding the whole history; it
   runs on the first events only, as many as its SQLite row) and
@@ -471,7 +471,7 @@ def _peers(
     for label, module in PEER_MODULES.items():
         if not installed(module):
             results[f"{prefix} {label}"] = "not installed"
-            print(f'  {prefix} {label:<33} not installed (pip install -e ".[bench]")')
+            print(f'  {prefix} {label:<33} not installed (pip install -e ".[bench,postgres]")')
             continue
         n = langgraph_events(count, batch) if label.startswith("LangGraph") else count
         append = appenders[label]
