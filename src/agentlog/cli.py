@@ -53,28 +53,50 @@ class UsageError(Exception):
 #: What a PostgreSQL store's location starts with (a libpq URI).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
+# A libpq key=value connection string ("host=db dbname=agents user=agentlog")
+# starts with one of libpq's keywords (a path that exists is a path still).
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options"
+    r"|application_name|connect_timeout|target_session_attrs)\s*="
+)
+_URL_PASSWORD = re.compile(r"([?&]password=)([^&#]*)")
+_CONNINFO_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)")
+
 
 def is_postgres(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database (a ``postgresql://`` URL)."""
-    return location.startswith(POSTGRES_SCHEMES)
+    """Whether ``location`` names a PostgreSQL database: a ``postgresql://`` or
+    ``postgres://`` URL, or a libpq ``key=value`` string that is not a path."""
+    if location.startswith(POSTGRES_SCHEMES):
+        return True
+    return bool(_CONNINFO.match(location)) and not os.path.lexists(location)
 
 
-_PASSWORD_PARAMETER = re.compile(r"([?&]password=)([^&#]*)")
+def _url_parts(location: str) -> tuple[str, str, str]:
+    """A URL's scheme, authority (``user:password@hosts``) and the rest."""
+    scheme, rest = location.split("://", 1)
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    return scheme, authority, rest[len(authority) :]
 
 
 def _passwords(location: str) -> list[str]:
-    """The password a PostgreSQL URL carries (as written, and decoded), if any."""
+    """The passwords a PostgreSQL location carries (as written, and decoded)."""
     if not is_postgres(location):
         return []
-    found = []
-    authority = re.split(r"[/?#]", location.split("://", 1)[1], maxsplit=1)[0]
-    if "@" in authority:
-        userinfo = authority.rsplit("@", 1)[0]
+    found: list[str] = []
+    if location.startswith(POSTGRES_SCHEMES):
+        _, authority, _ = _url_parts(location)
+        userinfo = authority.rsplit("@", 1)[0] if "@" in authority else ""
         if ":" in userinfo:
             found.append(userinfo.split(":", 1)[1])
-    found += [match.group(2) for match in _PASSWORD_PARAMETER.finditer(location)]
-    secrets = {text for raw in found for text in (raw, unquote(raw)) if text}
-    return sorted(secrets, key=len, reverse=True)
+        found += [match.group(2) for match in _URL_PASSWORD.finditer(location)]
+        found += [unquote(text) for text in found]
+    else:
+        for match in _CONNINFO_PASSWORD.finditer(location):
+            value = match.group(2)
+            found.append(value)
+            if value.startswith("'"):
+                found.append(re.sub(r"\\(.)", r"\1", value[1:-1]))
+    return sorted({text for text in found if text}, key=len, reverse=True)
 
 
 def _hide(match: re.Match[str]) -> str:
@@ -82,17 +104,17 @@ def _hide(match: re.Match[str]) -> str:
 
 
 def shown(location: str) -> str:
-    """``location`` as it is printed: a PostgreSQL URL with its password as ``***``."""
+    """``location`` as it is printed: a PostgreSQL location with its password as ``***``."""
     if not is_postgres(location):
         return location
-    scheme, rest = location.split("://", 1)
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    tail = rest[len(authority) :]
+    if not location.startswith(POSTGRES_SCHEMES):
+        return _CONNINFO_PASSWORD.sub(_hide, location)
+    scheme, authority, tail = _url_parts(location)
     if "@" in authority:
         userinfo, hosts = authority.rsplit("@", 1)
         if ":" in userinfo:
             authority = f"{userinfo.split(':', 1)[0]}:***@{hosts}"
-    return f"{scheme}://{authority}{_PASSWORD_PARAMETER.sub(_hide, tail)}"
+    return f"{scheme}://{authority}{_URL_PASSWORD.sub(_hide, tail)}"
 
 
 def _scrub(message: str, location: str | None) -> str:
@@ -142,7 +164,10 @@ def open_store(
     if is_postgres(location):
         return _open_postgres(location, write=write, tenant=tenant, schema=schema)
     if schema is not None:
-        raise UsageError("--schema is for a PostgreSQL store (a postgresql:// URL)")
+        raise UsageError(
+            "--schema is for a PostgreSQL store (a postgresql:// URL or a libpq "
+            "'host=… dbname=…' string)"
+        )
     if not os.path.lexists(location):
         raise UsageError(f"no such file or directory: {location}")
     if os.path.isdir(location):
@@ -678,7 +703,8 @@ def _days(text: str) -> float:
 
 DESCRIPTION = (
     "Inspect and edit agentlog session logs. STORE is a SQLite file, a directory of "
-    "session files (a file store) or a PostgreSQL URL (postgresql://USER@HOST/DBNAME, with "
+    "session files (a file store) or a PostgreSQL database (postgresql://USER@HOST/DBNAME "
+    "or 'host=HOST dbname=DBNAME user=USER', with "
     "--schema NAME). Read commands open the store read-only; no command creates a store, "
     "except demo and migrate (their target)."
 )
