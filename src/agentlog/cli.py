@@ -1,12 +1,13 @@
 """The ``agentlog`` command line: a demo, and the everyday operations on a store.
 
 A STORE argument is a SQLite file, a directory of JSONL session files (a
-file store), or a PostgreSQL URL (``postgresql://…`` or ``postgres://…``,
-with ``--schema`` naming the store's schema). Commands that only read open
+file store), or a PostgreSQL database: a URL (``postgresql://…`` or
+``postgres://…``) or a libpq ``host=… dbname=…`` string, with ``--schema``
+naming the store's schema. Commands that only read open
 the store read-only and never create or change anything; the commands that
 write (``fork``, ``truncate``, ``gc``) open an existing store only. Every
 mistake is one line on standard error and a non-zero exit status; a
-PostgreSQL URL's password is never printed.
+PostgreSQL password given on the command line is never printed.
 """
 
 from __future__ import annotations
@@ -154,8 +155,8 @@ def open_store(
     tenant: str = DEFAULT_TENANT,
     schema: str | None = None,
 ) -> BaseCheckpointer:
-    """The store at ``location``: a ``postgresql://`` URL is PostgreSQL (in
-    ``schema``), a directory a file store, anything else SQLite.
+    """The store at ``location``: a PostgreSQL URL or ``key=value`` string is
+    PostgreSQL (in ``schema``), a directory a file store, anything else SQLite.
 
     Never creates one: a missing path, a directory that holds no file store,
     or a PostgreSQL schema that holds no store is an error. Without ``write``
@@ -553,7 +554,7 @@ def _cmd_stats(args: argparse.Namespace) -> None:
 def _print_postgres_stats(figures: dict[str, Any]) -> None:
     print(
         _safe(
-            f"{figures['store']} schema {figures['schema']}: schema {figures['schema_version']}, "
+            f"{figures['store']} schema {figures['schema']}: version {figures['schema_version']}, "
             f"PostgreSQL {figures['server_version']}"
         )
     )
