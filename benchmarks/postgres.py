@@ -500,12 +500,25 @@ def run(
             for label, work in works.items()
         }
         rates: dict[str, list[float]] = {label: [] for label in works}
+        failed: dict[str, str] = {}
         for n in range(rounds):
             for label, (events_run, work) in sized.items():
+                if label in failed:
+                    continue
                 schema = f"bench_{len(results)}_{len(rates[label])}_{n}"
                 _fresh(conninfo, schema)
-                rates[label].append(events_run / work(schema))
+                try:
+                    rates[label].append(events_run / work(schema))
+                except Exception as exc:
+                    # A peer that fails is a row saying why; agentlog's own failures stop the run.
+                    if not any(peer in label for peer in PEER_MODULES):
+                        raise
+                    failed[label] = f"failed: {type(exc).__name__}: {exc}".splitlines()[0]
         for label, (events_run, _) in sized.items():
+            if label in failed:
+                results[label] = failed[label]
+                print(f"  {label:<36} {failed[label]}", flush=True)
+                continue
             results[label] = statistics.median(rates[label])
             note = f"  (the first {events_run:,} events)" if events_run < count else ""
             print(f"  {label:<36} {results[label]:>12,.0f} events/s{note}", flush=True)

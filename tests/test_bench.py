@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import AVAILABLE, PYTHON, TESTS_DIR, child_env
 
 ROOT = TESTS_DIR.parent
@@ -152,4 +154,24 @@ def test_postgres_benchmark_says_which_peers_are_not_installed(
         assert results[f"S2 {peer}"] == "not installed"
         assert f"S2 {peer}" in run.stdout
     assert run.stdout.count("not installed") == 2
+    assert isinstance(results["S2 agentlog"], float)
+
+
+def test_postgres_benchmark_reports_a_failing_peer_and_goes_on(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    from benchmarks.systems import installed
+
+    if not installed("eventsourcing.postgres"):
+        pytest.skip("eventsourcing is not installed (pip install -e '.[bench,postgres]')")
+    broken = (
+        "import eventsourcing.application\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise RuntimeError('the recorder refused')\n"
+        "eventsourcing.application.Application.__init__ = refuse\n"
+    )
+    run, results = _postgres_bench(tmp_path, postgres_server, "S2", broken)
+    label = "S2 eventsourcing (PostgreSQL)"
+    assert results[label] == "failed: RuntimeError: the recorder refused"
+    assert f"{label:<36} failed: RuntimeError: the recorder refused" in run.stdout
     assert isinstance(results["S2 agentlog"], float)
