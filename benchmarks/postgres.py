@@ -11,6 +11,15 @@ Scenarios (the workload of ``python -m benchmarks``: ~500-byte agent events):
 * S5: 4 and 8 threads appending 1 event per call to a session each (10k in
   all), one pool; with and without ``NOTIFY`` (PostgreSQL serialises the
   commits of notifying transactions on one queue lock).
+* S5 processes: 1 and 8 processes, each with a checkpointer (a pool) of its
+  own, appending 1 event per call to a session each, 100k events in all:
+  several hosts' workers, on one machine.
+* Peers, when installed (``pip install -e ".[bench,postgres]"``), on the workload of
+  their SQLite rows in ``python -m benchmarks``: LangGraph's
+  ``PostgresSaver`` (one checkpoint per step holding the whole history; it
+  runs on the first events only, as many as its SQLite row) and
+  ``eventsourcing``'s PostgreSQL recorder (an aggregate saved per call), at
+  S1 and S2. A peer that is not installed is a row saying so.
 * batch: one 100-event batch inserted by each method psycopg offers —
   ``executemany`` (pipelined), ``COPY`` (binary), one multi-row ``VALUES``,
   and one ``INSERT … SELECT FROM unnest(arrays)`` — each in a transaction
@@ -27,6 +36,7 @@ a fresh schema; client and server share the machine's cores.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -42,7 +52,14 @@ from .workload import events as workload
 S1_EVENTS = 10_000
 S2_EVENTS = 100_000
 S3_EVENTS = 10_000
+S5_PROCESS_EVENTS = 100_000
 BATCH = 100
+SECTIONS = ("S1", "S2", "S3", "S5", "S5P", "batch")
+#: The peers: a label, the module that must be importable, and how it appends.
+PEER_MODULES = {
+    "LangGraph PostgresSaver": "langgraph.checkpoint.postgres",
+    "eventsourcing (PostgreSQL)": "eventsourcing.postgres",
+}
 
 
 def _fresh(conninfo: str, schema: str) -> None:
@@ -109,6 +126,159 @@ def agentlog_threads(
         for worker in workers:
             worker.join()
         return time.perf_counter() - start
+
+
+def _process_writer(
+    conninfo: str, schema: str, slot: int, events: list[Any], barrier: Any, done: Any
+) -> None:
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(conninfo, schema=schema, pool_min_size=1, pool_max_size=1) as log:
+        log.head(f"p{slot}")  # the pool's connection is made before the clock starts
+        barrier.wait()
+        head = 0
+        for event in events:
+            head = log.append(f"p{slot}", [event], expected_head=head)
+    done.put(head)
+
+
+def agentlog_processes(conninfo: str, schema: str, events: list[Any], processes: int) -> float:
+    """S5 across processes: each its own checkpointer and session, 1 event per call.
+
+    The children are forked after the events are made (and before any pool
+    is opened here); the clock runs from the moment all of them are
+    connected and released together until the last one ends.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    share = len(events) // processes
+    barrier = context.Barrier(processes + 1)
+    done = context.Queue()
+    children = [
+        context.Process(
+            target=_process_writer,
+            args=(conninfo, schema, slot, events[slot * share : (slot + 1) * share], barrier, done),
+        )
+        for slot in range(processes)
+    ]
+    for child in children:
+        child.start()
+    barrier.wait(timeout=120)
+    start = time.perf_counter()
+    heads = [done.get(timeout=3600) for _ in children]
+    elapsed = time.perf_counter() - start
+    for child in children:
+        child.join()
+        assert child.exitcode == 0, child.exitcode
+    assert heads == [share] * processes, heads
+    return elapsed
+
+
+# -- peers ----------------------------------------------------------------------------------
+
+
+def _peer_schema(conninfo: str, schema: str) -> str:
+    """A fresh, empty schema for a peer's own tables beside agentlog's ``schema``
+    (LangGraph's would collide with agentlog's ``checkpoints``)."""
+    import psycopg
+
+    peer = f"{schema}_peer"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {peer} CASCADE")
+        conn.execute(f"CREATE SCHEMA {peer}")
+    return peer
+
+
+def _on_schema(conninfo: str, schema: str) -> str:
+    """``conninfo`` with ``schema`` first on the search path (a peer's own tables there)."""
+    return f"{conninfo} options='-c search_path={schema}'"
+
+
+def langgraph_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
+    """LangGraph's PostgresSaver, as ``benchmarks.systems.langgraph_append`` uses its
+    SqliteSaver: one checkpoint per step, holding the whole message list."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    peer = _on_schema(conninfo, _peer_schema(conninfo, schema))
+    with PostgresSaver.from_conn_string(peer) as saver:
+        saver.setup()
+        config: dict[str, Any] = {"configurable": {"thread_id": "s0", "checkpoint_ns": ""}}
+        messages: list[Any] = []
+        start = time.perf_counter()
+        for step, i in enumerate(range(0, len(events), batch)):
+            messages = messages + events[i : i + batch]
+            checkpoint = empty_checkpoint()
+            checkpoint["channel_values"] = {"messages": messages}
+            checkpoint["channel_versions"] = {"messages": step + 1}
+            config = saver.put(
+                config,
+                checkpoint,
+                {"source": "loop", "step": step},
+                {"messages": step + 1},
+            )
+        return time.perf_counter() - start
+
+
+@functools.cache
+def _conversation_class() -> Any:
+    # eventsourcing registers an aggregate class by its topic: one class per process.
+    from eventsourcing.domain import Aggregate, event
+
+    class Conversation(Aggregate):
+        @event("Appended")
+        def append(self, body: dict[str, Any]) -> None:
+            pass
+
+    return Conversation
+
+
+def eventsourcing_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
+    """eventsourcing's PostgreSQL recorder, as ``benchmarks.systems.eventsourcing_append``
+    uses its SQLite one: an aggregate per session, saved once per call."""
+    from eventsourcing.application import Application
+    from psycopg.conninfo import conninfo_to_dict
+
+    Conversation = _conversation_class()
+    parts = conninfo_to_dict(conninfo)
+    schema = _peer_schema(conninfo, schema)
+    app = Application(
+        env={
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": str(parts["dbname"]),
+            "POSTGRES_HOST": str(parts.get("host", "127.0.0.1")),
+            "POSTGRES_PORT": str(parts.get("port", "5432")),
+            "POSTGRES_USER": str(parts.get("user", "postgres")),
+            "POSTGRES_PASSWORD": str(parts.get("password", "")),
+            "POSTGRES_SCHEMA": schema,
+        }
+    )
+    conversation = Conversation()
+    app.save(conversation)
+    start = time.perf_counter()
+    for i in range(0, len(events), batch):
+        for body in events[i : i + batch]:
+            conversation.append(body)
+        app.save(conversation)
+    elapsed = time.perf_counter() - start
+    app.close()
+    return elapsed
+
+
+def langgraph_events(count: int, batch: int) -> int:
+    """How many of ``count`` events LangGraph runs on (as in ``python -m benchmarks``)."""
+    from .run import Scenario
+    from .run import langgraph_events as limit
+
+    return limit(Scenario("", "", "append", count, batch=batch))
+
+
+def installed(module: str) -> bool:
+    """Whether a peer's module can be imported here."""
+    from .systems import installed as found
+
+    return found(module)
 
 
 # -- raw psycopg ----------------------------------------------------------------------
@@ -289,41 +459,90 @@ def batch_methods(conninfo: str, schema: str, batches: int) -> dict[str, float]:
 # -- the run ----------------------------------------------------------------------------
 
 
-def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
+def _peers(
+    conninfo: str, events: list[Any], count: int, batch: int, prefix: str, results: dict[str, Any]
+) -> dict[str, tuple[int, Callable[[str], float]]]:
+    """The installed peers' works for an append scenario (a row each for the others)."""
+    appenders = {
+        "LangGraph PostgresSaver": langgraph_append,
+        "eventsourcing (PostgreSQL)": eventsourcing_append,
+    }
+    works: dict[str, tuple[int, Callable[[str], float]]] = {}
+    for label, module in PEER_MODULES.items():
+        if not installed(module):
+            results[f"{prefix} {label}"] = "not installed"
+            print(f'  {prefix} {label:<33} not installed (pip install -e ".[bench,postgres]")')
+            continue
+        n = langgraph_events(count, batch) if label.startswith("LangGraph") else count
+        append = appenders[label]
+        works[f"{prefix} {label}"] = (
+            n,
+            lambda sc, a=append, n=n: a(conninfo, sc, events[:n], batch),
+        )
+    return works
+
+
+def run(
+    conninfo: str, rounds: int, quick: bool, only: tuple[str, ...] = SECTIONS
+) -> dict[str, Any]:
     s1 = S1_EVENTS // (10 if quick else 1)
     s2 = S2_EVENTS // (10 if quick else 1)
     s3 = S3_EVENTS // (10 if quick else 1)
-    events = workload(max(s1, s2, s3))
+    s5p = S5_PROCESS_EVENTS // (10 if quick else 1)
+    events = workload(max(s1, s2, s3, s5p))
     results: dict[str, Any] = {}
 
-    def interleaved(count: int, works: dict[str, Callable[[str], float]]) -> None:
+    def interleaved(count: int, works: dict[str, Any]) -> None:
         # Round by round, each system in turn: the machine's moods fall on all alike.
+        # A work is a callable, or (events it runs on, callable).
+        sized = {
+            label: work if isinstance(work, tuple) else (count, work)
+            for label, work in works.items()
+        }
         rates: dict[str, list[float]] = {label: [] for label in works}
+        failed: dict[str, str] = {}
         for n in range(rounds):
-            for label, work in works.items():
+            for label, (events_run, work) in sized.items():
+                if label in failed:
+                    continue
                 schema = f"bench_{len(results)}_{len(rates[label])}_{n}"
                 _fresh(conninfo, schema)
-                rates[label].append(count / work(schema))
-        for label in works:
+                try:
+                    rates[label].append(events_run / work(schema))
+                except Exception as exc:
+                    # A peer that fails is a row saying why; agentlog's own failures stop the run.
+                    if not any(peer in label for peer in PEER_MODULES):
+                        raise
+                    failed[label] = f"failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        for label, (events_run, _) in sized.items():
+            if label in failed:
+                results[label] = failed[label]
+                print(f"  {label:<36} {failed[label]}", flush=True)
+                continue
             results[label] = statistics.median(rates[label])
-            print(f"  {label:<36} {results[label]:>12,.0f} events/s", flush=True)
+            note = f"  (the first {events_run:,} events)" if events_run < count else ""
+            print(f"  {label:<36} {results[label]:>12,.0f} events/s{note}", flush=True)
 
-    print(f"S1 append 1/call, {s1:,}")
-    interleaved(
-        s1,
-        {
-            "S1 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s1], 1),
-            "S1 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s1], 1),
-        },
-    )
-    print(f"S2 append {BATCH}/call, {s2:,}")
-    interleaved(
-        s2,
-        {
-            "S2 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s2], BATCH),
-            "S2 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH),
-        },
-    )
+    if "S1" in only:
+        print(f"S1 append 1/call, {s1:,}")
+        interleaved(
+            s1,
+            {
+                "S1 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s1], 1),
+                "S1 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s1], 1),
+                **_peers(conninfo, events, s1, 1, "S1", results),
+            },
+        )
+    if "S2" in only:
+        print(f"S2 append {BATCH}/call, {s2:,}")
+        interleaved(
+            s2,
+            {
+                "S2 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s2], BATCH),
+                "S2 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH),
+                **_peers(conninfo, events, s2, BATCH, "S2", results),
+            },
+        )
 
     def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
         def work(schema: str) -> float:
@@ -332,25 +551,42 @@ def run(conninfo: str, rounds: int, quick: bool) -> dict[str, Any]:
 
         return work
 
-    print(f"S3 replay {s3:,}")
-    interleaved(
-        s3,
-        {
-            "S3 raw psycopg (undecoded)": replay(raw_replay),
-            "S3 agentlog (to StoredEvent)": replay(agentlog_replay),
-        },
-    )
-    print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
-    interleaved(
-        s1,
-        {
-            f"S5 {threads} thread(s), {'NOTIFY' if notify else 'notify=False'}": (
-                lambda sc, t=threads, n=notify: agentlog_threads(conninfo, sc, events[:s1], t, n)
-            )
-            for threads in (1, 4, 8)
-            for notify in (True, False)
-        },
-    )
+    if "S3" in only:
+        print(f"S3 replay {s3:,}")
+        interleaved(
+            s3,
+            {
+                "S3 raw psycopg (undecoded)": replay(raw_replay),
+                "S3 agentlog (to StoredEvent)": replay(agentlog_replay),
+            },
+        )
+    if "S5" in only:
+        print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
+        interleaved(
+            s1,
+            {
+                f"S5 {threads} thread(s), {'NOTIFY' if notify else 'notify=False'}": (
+                    lambda sc, t=threads, n=notify: agentlog_threads(
+                        conninfo, sc, events[:s1], t, n
+                    )
+                )
+                for threads in (1, 4, 8)
+                for notify in (True, False)
+            },
+        )
+    if "S5P" in only:
+        print(f"S5 processes x 1 event/call, a checkpointer and a session each, {s5p:,} in all")
+        interleaved(
+            s5p,
+            {
+                f"S5 {procs} process(es)": (
+                    lambda sc, p=procs: agentlog_processes(conninfo, sc, events[:s5p], p)
+                )
+                for procs in (1, 8)
+            },
+        )
+    if "batch" not in only:
+        return results
     print(f"one {BATCH}-event batch with the head's CAS, by insert method")
     schema = "bench_batch"
     _fresh(conninfo, schema)
@@ -367,7 +603,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a tenth of the events, one round")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"the sections to run, comma-separated (default: {','.join(SECTIONS)})",
+    )
     args = parser.parse_args(argv)
+    only = tuple(part.strip() for part in args.only.split(",") if part.strip())
+    unknown = sorted(set(only) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}: choose from {', '.join(SECTIONS)}")
     rounds = 1 if args.quick else args.rounds
     server = None
     conninfo = args.conninfo
@@ -383,7 +628,7 @@ def main(argv: list[str] | None = None) -> None:
 
         with psycopg.connect(conninfo) as conn:
             print(f"PostgreSQL {conn.info.server_version}, psycopg {psycopg.__version__}")
-        results = run(conninfo, rounds, args.quick)
+        results = run(conninfo, rounds, args.quick, only)
     finally:
         if server is not None:
             server.stop()

@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import AVAILABLE, PYTHON, TESTS_DIR, child_env
 
 ROOT = TESTS_DIR.parent
@@ -95,3 +97,81 @@ def test_a_short_soak_verifies_everything_and_keeps_the_wal_bounded(tmp_path: Pa
     assert result["appends"] > 0 and result["counter"] > 0 and result["followed"] > 0
     assert result["wal_peak_bytes"] < limit + 8 * 1024 * 1024, result["wal_peak_bytes"]
     assert all(sample["fds"] for sample in result["samples"])
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+
+PEERS = ("LangGraph PostgresSaver", "eventsourcing (PostgreSQL)")
+
+
+def _postgres_bench(
+    tmp_path: Path, conninfo: str, only: str, prelude: str = ""
+) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    env = child_env()
+    env["PYTHONPATH"] = str(ROOT)
+    out = tmp_path / "pg.json"
+    script = prelude + "import sys\nfrom benchmarks.postgres import main\nmain(sys.argv[1:])\n"
+    argv = ["--conninfo", conninfo, "--quick", "--only", only, "--json", str(out)]
+    run = subprocess.run(
+        [PYTHON, "-c", script, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run, json.loads(out.read_text())
+
+
+def test_postgres_benchmark_processes_and_peers(tmp_path: Path, postgres_server: str) -> None:
+    """S5 across 1 and 8 processes, and the peers' rows: a rate where a peer is
+    installed, "not installed" where it is not."""
+    from benchmarks.systems import installed
+
+    _, results = _postgres_bench(tmp_path, postgres_server, "S2,S5P")
+    for label in ("S5 1 process(es)", "S5 8 process(es)", "S2 agentlog", "S2 raw psycopg"):
+        assert isinstance(results[label], float) and results[label] > 0, label
+    modules = ("langgraph.checkpoint.postgres", "eventsourcing.postgres")
+    for peer, module in zip(PEERS, modules, strict=True):
+        figure = results[f"S2 {peer}"]
+        if installed(module):
+            assert isinstance(figure, float) and figure > 0, peer
+        else:
+            assert figure == "not installed", peer
+
+
+def test_postgres_benchmark_says_which_peers_are_not_installed(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    blocked = (
+        "import sys\n"
+        "for name in ('langgraph.checkpoint.postgres', 'eventsourcing'):\n"
+        "    sys.modules[name] = None  # an import of it fails, as if it were not installed\n"
+    )
+    run, results = _postgres_bench(tmp_path, postgres_server, "S2", blocked)
+    for peer in PEERS:
+        assert results[f"S2 {peer}"] == "not installed"
+        assert f"S2 {peer}" in run.stdout
+    assert run.stdout.count("not installed") == 2
+    assert isinstance(results["S2 agentlog"], float)
+
+
+def test_postgres_benchmark_reports_a_failing_peer_and_goes_on(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    from benchmarks.systems import installed
+
+    if not installed("eventsourcing.postgres"):
+        pytest.skip("eventsourcing is not installed (pip install -e '.[bench,postgres]')")
+    broken = (
+        "import eventsourcing.application\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise RuntimeError('the recorder refused')\n"
+        "eventsourcing.application.Application.__init__ = refuse\n"
+    )
+    run, results = _postgres_bench(tmp_path, postgres_server, "S2", broken)
+    label = "S2 eventsourcing (PostgreSQL)"
+    assert results[label] == "failed: RuntimeError: the recorder refused"
+    assert f"{label:<36} failed: RuntimeError: the recorder refused" in run.stdout
+    assert isinstance(results["S2 agentlog"], float)

@@ -236,3 +236,25 @@ def test_a_version_2_store_gains_the_ledger_when_migrated_into(
     assert admin.execute(f"SELECT count(*) FROM {schema}.migration_ledger").fetchone() == (3,)
     with PostgresCheckpointer(url, schema=schema) as log:
         assert log.head("old") == 1
+
+
+def test_the_cli_takes_a_libpq_string_and_never_prints_a_password(
+    sqlite_source: Path,
+    tmp_path: Path,
+    postgres_server: str,
+    schema: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A libpq "host=… dbname=…" string is a PostgreSQL target too, not a file name.
+    args = ["migrate", str(sqlite_source), postgres_server, "--schema", schema]
+    assert main([*args, "--tenant", "acme", "--dry-run"]) is None
+    assert "ready" in capsys.readouterr().out
+    assert not Path(postgres_server).exists()
+    # A dead server, with a password in the URL: one line, the password hidden.
+    dead = "postgresql://agent:s3cr3t-pw@127.0.0.1:9/nowhere"
+    with pytest.raises(SystemExit) as exit_:
+        main(["migrate", str(sqlite_source), dead, "--tenant", "acme", "--dry-run"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "s3cr3t-pw" not in err
+    assert "unavailable" in err

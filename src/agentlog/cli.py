@@ -1,10 +1,13 @@
 """The ``agentlog`` command line: a demo, and the everyday operations on a store.
 
-A STORE argument is a SQLite file, or a directory of JSONL session files (a
-file store). Commands that only read open the store read-only and never
-create or change anything; the commands that write (``fork``, ``truncate``)
-open an existing store only. Every mistake is one line on standard error and
-a non-zero exit status.
+A STORE argument is a SQLite file, a directory of JSONL session files (a
+file store), or a PostgreSQL database: a URL (``postgresql://…`` or
+``postgres://…``) or a libpq ``host=… dbname=…`` string, with ``--schema``
+naming the store's schema. Commands that only read open
+the store read-only and never create or change anything; the commands that
+write (``fork``, ``truncate``, ``gc``) open an existing store only. Every
+mistake is one line on standard error and a non-zero exit status; a
+PostgreSQL password given on the command line is never printed.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from . import __version__
 from .engine import engine_info
 from .errors import AgentlogError, CheckpointConflictError
 from .events import SessionInfo, StoredEvent
 from .fold import fold_events
+from .locations import is_postgres, scrub, shown
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
 from .stores import DEFAULT_TENANT
 from .terminal import inert, screen_for
@@ -49,14 +53,49 @@ class UsageError(Exception):
 # -- opening a store -----------------------------------------------------------------
 
 
-def open_store(
-    location: str, *, write: bool = False, tenant: str = DEFAULT_TENANT
+def _open_postgres(
+    location: str, *, write: bool, tenant: str, schema: str | None
 ) -> BaseCheckpointer:
-    """The store at ``location``: a directory is a file store, anything else SQLite.
+    try:
+        from .log.postgres import PostgresCheckpointer
+    except ImportError as exc:
+        raise UsageError(
+            f"PostgreSQL needs psycopg 3, which is not installed ({exc}): "
+            "pip install 'agentlog[postgres]'"
+        ) from None
+    options: dict[str, Any] = {} if schema is None else {"schema": schema}
+    return PostgresCheckpointer(
+        location,
+        tenant=tenant,
+        create=False,
+        read_only=not write,
+        pool_min_size=1,
+        pool_max_size=2,
+        **options,
+    )
 
-    Never creates one: a missing path, or a directory that holds no file
-    store, is an error. Without ``write`` the store is opened read-only.
+
+def open_store(
+    location: str,
+    *,
+    write: bool = False,
+    tenant: str = DEFAULT_TENANT,
+    schema: str | None = None,
+) -> BaseCheckpointer:
+    """The store at ``location``: a PostgreSQL URL or ``key=value`` string is
+    PostgreSQL (in ``schema``), a directory a file store, anything else SQLite.
+
+    Never creates one: a missing path, a directory that holds no file store,
+    or a PostgreSQL schema that holds no store is an error. Without ``write``
+    the store is opened read-only.
     """
+    if is_postgres(location):
+        return _open_postgres(location, write=write, tenant=tenant, schema=schema)
+    if schema is not None:
+        raise UsageError(
+            "--schema is for a PostgreSQL store (a postgresql:// URL or a libpq "
+            "'host=… dbname=…' string)"
+        )
     if not os.path.lexists(location):
         raise UsageError(f"no such file or directory: {location}")
     if os.path.isdir(location):
@@ -77,6 +116,34 @@ def open_store(
     return SqliteCheckpointer(location, read_only=True, tenant=tenant)
 
 
+@runtime_checkable
+class _Tenanted(Protocol):
+    """A store with tenants: SQLite and PostgreSQL."""
+
+    def list_all_tenants(self) -> list[tuple[str, SessionInfo]]: ...
+
+
+@runtime_checkable
+class _Operable(_Tenanted, Protocol):
+    """A database an operator runs stats and gc on: SQLite and PostgreSQL."""
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def delete_idle(self, idle_for: float) -> list[str]: ...
+
+
+@runtime_checkable
+class _Checkable(Protocol):
+    """A store that checks itself (every kind agentlog opens)."""
+
+    def check_integrity(self) -> tuple[bool, str]: ...
+
+
+def _open(args: argparse.Namespace, *, write: bool = False) -> BaseCheckpointer:
+    """The store a command names, with its tenant and schema."""
+    return open_store(args.store, write=write, tenant=args.tenant, schema=args.schema)
+
+
 def _exists(log: BaseCheckpointer, session: str) -> bool:
     # A head of 0 is an unknown session, or one truncated to nothing.
     return log.head(session) > 0 or any(info.id == session for info in log.list())
@@ -87,11 +154,11 @@ def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
     head = log.head(args.session)
     if head > 0 or _exists(log, args.session):
         return head
-    where = args.store
+    where = shown(args.store)
     if args.tenant != DEFAULT_TENANT:
-        where = f"tenant {args.tenant!r} of {args.store}"
+        where = f"tenant {args.tenant!r} of {where}"
     hint = "agentlog list shows them"
-    if isinstance(log, SqliteCheckpointer):
+    if isinstance(log, _Tenanted):
         others = sorted({t for t, info in log.list_all_tenants() if info.id == args.session})
         if others:
             hint = f"it is in tenant {others[0]!r}: add --tenant {shlex.quote(others[0])}"
@@ -234,6 +301,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
             _demo(str(Path(tmp) / "demo.db"), kept=False)
         return
     db = args.db
+    if is_postgres(db):
+        raise UsageError("the demo runs on a SQLite file: give --db FILE")
     if os.path.isdir(db):
         raise UsageError(f"--db {db} is a directory; give a SQLite file")
     if os.path.exists(db) and os.path.getsize(db) > 0:
@@ -251,9 +320,9 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
-    with open_store(args.store, tenant=args.tenant) as log:
+    with _open(args) as log:
         rows: list[tuple[str, SessionInfo]]
-        if args.all_tenants and isinstance(log, SqliteCheckpointer):
+        if args.all_tenants and isinstance(log, _Tenanted):
             rows = log.list_all_tenants()
         else:
             rows = [(args.tenant, info) for info in log.list()]
@@ -271,7 +340,7 @@ def _cmd_list(args: argparse.Namespace) -> None:
 
 
 def _cmd_show(args: argparse.Namespace) -> None:
-    with open_store(args.store, tenant=args.tenant) as log:
+    with _open(args) as log:
         _require_session(log, args)
         events = log.read(args.session, since_seq=args.since)
         if args.raw:
@@ -284,7 +353,7 @@ def _cmd_show(args: argparse.Namespace) -> None:
 
 
 def _cmd_tail(args: argparse.Namespace) -> None:
-    with open_store(args.store, tenant=args.tenant) as log:
+    with _open(args) as log:
         _require_session(log, args)
         if args.once:
             events = log.read(args.session, since_seq=args.since)
@@ -302,13 +371,13 @@ def _cmd_tail(args: argparse.Namespace) -> None:
 
 
 def _cmd_fork(args: argparse.Namespace) -> None:
-    with open_store(args.store, write=True, tenant=args.tenant) as log:
+    with _open(args, write=True) as log:
         head = log.fork(args.session, args.at, args.new_session)
     print(_safe(f"forked {args.session} at {args.at} into {args.new_session} (head {head})"))
 
 
 def _cmd_truncate(args: argparse.Namespace) -> None:
-    with open_store(args.store, write=True, tenant=args.tenant) as log:
+    with _open(args, write=True) as log:
         head = _require_session(log, args)
         new_head = log.truncate(args.session, args.to)
     if args.to >= head:
@@ -318,12 +387,14 @@ def _cmd_truncate(args: argparse.Namespace) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> None:
-    with open_store(args.store) as log:
-        assert isinstance(log, (SqliteCheckpointer, FileCheckpointer))
+    with open_store(args.store, schema=args.schema) as log:
+        assert isinstance(log, _Checkable)
         ok, detail = log.check_integrity()
     if args.json:
         kind = "file" if os.path.isdir(args.store) else "sqlite"
-        _print_json({"store": args.store, "kind": kind, "ok": ok, "detail": detail})
+        if is_postgres(args.store):
+            kind = "postgresql"
+        _print_json({"store": shown(args.store), "kind": kind, "ok": ok, "detail": detail})
     else:
         print("\n".join(_safe(line) for line in detail.split("\n")))
     if not ok:
@@ -358,12 +429,16 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
             print(_safe(f"backup (source, and the target as it was): {report.backup}"))
 
 
-def _open_sqlite(location: str, tenant: str = DEFAULT_TENANT, *, write: bool) -> SqliteCheckpointer:
-    """The SQLite file at ``location`` (operations commands have no file-store form)."""
-    if os.path.isdir(location):
-        raise UsageError(f"{location} is a directory: this command works on a SQLite file")
-    log = open_store(location, write=write, tenant=tenant)
-    assert isinstance(log, SqliteCheckpointer)
+def _open_database(args: argparse.Namespace, *, write: bool) -> Any:
+    """The SQLite file or PostgreSQL store ``args`` names (operations commands
+    have no file-store form): a checkpointer with stats and gc."""
+    if os.path.isdir(args.store):
+        raise UsageError(
+            f"{args.store} is a directory: this command works on a SQLite file or PostgreSQL"
+        )
+    tenant = getattr(args, "tenant", DEFAULT_TENANT)
+    log = open_store(args.store, write=write, tenant=tenant, schema=args.schema)
+    assert isinstance(log, _Operable)
     return log
 
 
@@ -372,11 +447,46 @@ def _megabytes(size: int) -> str:
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:
-    with _open_sqlite(args.store, write=False) as log:
+    with _open_database(args, write=False) as log:
         figures = log.stats()
+    if is_postgres(args.store):
+        figures = {"store": shown(args.store), **figures}
     if args.json:
         _print_json(figures, indent=2)
         return
+    if is_postgres(args.store):
+        _print_postgres_stats(figures)
+    else:
+        _print_sqlite_stats(figures)
+    if figures["largest_sessions"]:
+        print("largest sessions:")
+        for row in figures["largest_sessions"]:
+            print(_safe(f"  {row['events']:>10,}  {row['tenant']}/{row['session']}"))
+
+
+def _print_postgres_stats(figures: dict[str, Any]) -> None:
+    print(
+        _safe(
+            f"{figures['store']} schema {figures['schema']}: version {figures['schema_version']}, "
+            f"PostgreSQL {figures['server_version']}"
+        )
+    )
+    print(
+        f"sessions {figures['sessions']:,} in {figures['tenants']:,} tenant(s), "
+        f"events {figures['events']:,}"
+    )
+    sizes = sorted(figures["relation_bytes"].items(), key=lambda item: (-item[1], item[0]))
+    print(
+        f"tables {_size(figures['total_bytes'])} with their indexes "
+        "(pg_total_relation_size): " + ", ".join(f"{name} {_size(size)}" for name, size in sizes)
+    )
+
+
+def _size(size: int) -> str:
+    return _megabytes(size) if size >= 2**20 else f"{size / 2**10:,.0f} KiB"
+
+
+def _print_sqlite_stats(figures: dict[str, Any]) -> None:
     print(f"{figures['path']}: schema {figures['schema_version']}, engine {figures['engine']}")
     print(
         f"sessions {figures['sessions']:,} in {figures['tenants']:,} tenant(s), "
@@ -388,16 +498,19 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         f"later writes); WAL {_megabytes(figures['wal_bytes'])} "
         f"(truncated past {_megabytes(figures['wal_size_limit'])})"
     )
-    if figures["largest_sessions"]:
-        print("largest sessions:")
-        for row in figures["largest_sessions"]:
-            print(f"  {row['events']:>10,}  {row['tenant']}/{row['session']}")
 
 
 def _cmd_backup(args: argparse.Namespace) -> None:
+    if is_postgres(args.store):
+        schema = args.schema or "agentlog"
+        raise UsageError(
+            "backup copies a SQLite file; back up PostgreSQL with its own tools: "
+            f"pg_dump --schema={schema} --format=custom -f agentlog.dump DBNAME "
+            "(one consistent snapshot while writers go on; pg_restore restores it)"
+        )
     if os.path.lexists(args.dest):
         raise UsageError(f"{args.dest} already exists: a backup goes to a new file")
-    with _open_sqlite(args.store, write=False) as log:
+    with _open_database(args, write=False) as log:
         figures = log.backup(args.dest)
     print(
         f"backup {args.dest}: {figures['sessions']:,} sessions, {figures['events']:,} events, "
@@ -408,7 +521,7 @@ def _cmd_backup(args: argparse.Namespace) -> None:
 def _cmd_gc(args: argparse.Namespace) -> None:
     idle_for = args.idle_days * 86400.0
     cutoff = time.time() - idle_for
-    with _open_sqlite(args.store, args.tenant, write=not args.dry_run) as log:
+    with _open_database(args, write=not args.dry_run) as log:
         if args.dry_run:
             doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
         else:
@@ -503,9 +616,11 @@ def _days(text: str) -> float:
 
 
 DESCRIPTION = (
-    "Inspect and edit agentlog session logs. STORE is a SQLite file or a directory of "
-    "session files (a file store). Read commands open the store read-only; no command "
-    "creates a store, except demo and migrate (their target)."
+    "Inspect and edit agentlog session logs. STORE is a SQLite file, a directory of "
+    "session files (a file store) or a PostgreSQL database (postgresql://USER@HOST/DBNAME "
+    "or 'host=HOST dbname=DBNAME user=USER', with "
+    "--schema NAME). Read commands open the store read-only; no command creates a store, "
+    "except demo and migrate (their target)."
 )
 
 
@@ -519,8 +634,16 @@ def _parser() -> argparse.ArgumentParser:
         found.set_defaults(func=func)
         return found
 
-    def store(found: argparse.ArgumentParser, kinds: str = "a SQLite file or a file store") -> None:
+    def store(
+        found: argparse.ArgumentParser,
+        kinds: str = "a SQLite file, a file store or a postgresql:// URL",
+    ) -> None:
         found.add_argument("store", metavar="STORE", help=kinds)
+        found.add_argument(
+            "--schema",
+            metavar="NAME",
+            help="the PostgreSQL schema the store lives in (default: 'agentlog')",
+        )
 
     def session(found: argparse.ArgumentParser) -> None:
         found.add_argument("session", metavar="SESSION", help="the session id")
@@ -530,7 +653,8 @@ def _parser() -> argparse.ArgumentParser:
             "--tenant",
             default=DEFAULT_TENANT,
             metavar="NAME",
-            help=f"the tenant whose sessions to use (default: {DEFAULT_TENANT!r}; SQLite only)",
+            help=f"the tenant whose sessions to use (default: {DEFAULT_TENANT!r}; "
+            "SQLite and PostgreSQL)",
         )
 
     demo = command("demo", "record, resume, conflict, fork and fold a session", _cmd_demo)
@@ -619,8 +743,10 @@ def _parser() -> argparse.ArgumentParser:
     tenant(migrate)
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
     migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
-    stats = command("stats", "sizes, counts and the largest sessions of a SQLite file", _cmd_stats)
-    store(stats, "a SQLite file")
+    stats = command(
+        "stats", "sizes, counts and the largest sessions of a SQLite file or PostgreSQL", _cmd_stats
+    )
+    store(stats, "a SQLite file or a postgresql:// URL")
     stats.add_argument("--json", action="store_true", help="print every figure as JSON")
 
     backup = command(
@@ -628,11 +754,11 @@ def _parser() -> argparse.ArgumentParser:
         "copy a SQLite file to a new file while writers go on, then verify the copy",
         _cmd_backup,
     )
-    store(backup, "a SQLite file")
+    store(backup, "a SQLite file (PostgreSQL: use pg_dump)")
     backup.add_argument("dest", metavar="DEST", help="the new file to write")
 
     gc = command("gc", "delete the sessions of a tenant idle for more than N days", _cmd_gc)
-    store(gc, "a SQLite file")
+    store(gc, "a SQLite file or a postgresql:// URL")
     gc.add_argument(
         "--idle-days",
         type=_days,
@@ -666,16 +792,19 @@ def _run(argv: list[str]) -> None:
             _demo_resume(argv[1], argv[2])
             return
         args = _parser().parse_args(argv)
-        prog, store = f"agentlog {args.command}", getattr(args, "store", None)
+        # The store a message may name (migrate's is its target): its password hidden.
+        store = getattr(args, "store", None) or getattr(args, "target", None)
+        prog = f"agentlog {args.command}"
         args.func(args)
     except UsageError as exc:
-        _fail(exc.prog or prog, str(exc))
+        _fail(exc.prog or prog, scrub(str(exc), store))
     except (AgentlogError, ValueError, OSError) as exc:  # typed errors, bad arguments, I/O
         if isinstance(exc, BrokenPipeError):
             raise
-        message = str(exc) or type(exc).__name__
-        if store and store not in message and not isinstance(exc, ValueError):
-            message = f"{store}: {message}"  # say which store, when the error does not
+        message = scrub(str(exc) or type(exc).__name__, store)
+        where = shown(store) if store else None
+        if where and where not in message and not isinstance(exc, ValueError):
+            message = f"{where}: {message}"  # say which store, when the error does not
         _fail(prog, message)
 
 

@@ -64,6 +64,7 @@ from ..errors import (
     SessionNotFoundError,
     StorageConflictError,
     StorageDataError,
+    StorageNotFoundError,
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent
@@ -388,6 +389,42 @@ class Statements:
             " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
         self.notify = "SELECT pg_notify(%s, %s)"
+        # Operations (agentlog stats / gc / check).
+        self.totals = (
+            f"SELECT count(*), count(DISTINCT tenant), coalesce(sum(head), 0) FROM {s}.sessions"
+        )
+        self.largest = (
+            f"SELECT tenant, name, head, mtime FROM {s}.sessions"
+            " ORDER BY head DESC, tenant, name LIMIT %s"
+        )
+        # FOR UPDATE re-reads a row another transaction changed meanwhile and
+        # checks mtime again on its new version: a session appended to after
+        # the cut-off is not picked.
+        self.idle = (
+            f"SELECT name FROM {s}.sessions WHERE tenant = %s AND mtime < %s"
+            " ORDER BY mtime, name LIMIT %s FOR UPDATE"
+        )
+        self.delete_sessions = f"DELETE FROM {s}.sessions WHERE tenant = %s AND name = ANY(%s)"
+        self.delete_events_of = f"DELETE FROM {s}.events WHERE tenant = %s AND session = ANY(%s)"
+        self.delete_snapshots_of = (
+            f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = ANY(%s)"
+        )
+        # Every session whose events are not exactly 1..head, and events
+        # that belong to no session.
+        self.damaged = (
+            "SELECT s.tenant, s.name, s.head, coalesce(e.n, 0), coalesce(e.lo, 0),"
+            f" coalesce(e.hi, 0) FROM {s}.sessions s LEFT JOIN (SELECT tenant, session,"
+            f" count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM {s}.events"
+            " GROUP BY tenant, session) e ON e.tenant = s.tenant AND e.session = s.name"
+            " WHERE (coalesce(e.n, 0) <> s.head"
+            " OR coalesce(e.hi, 0) <> s.head OR (s.head > 0 AND e.lo <> 1))"
+            " ORDER BY s.tenant, s.name LIMIT %s"
+        )
+        self.orphans = (
+            f"SELECT e.tenant, e.session, count(*) FROM {s}.events e WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {s}.sessions s WHERE s.tenant = e.tenant AND s.name = e.session)"
+            " GROUP BY e.tenant, e.session ORDER BY e.tenant, e.session LIMIT %s"
+        )
         # Metadata: the column the SessionStore face reads; CAS on the revision.
         self.metadata = (
             f"SELECT metadata, revision FROM {s}.sessions WHERE tenant = %s AND name = %s"
@@ -444,6 +481,13 @@ class PostgresDatabase:
     connections must be in autocommit mode, which the pool made here sets).
     Opening creates the schema, or migrates it forward, in one transaction,
     and refuses a store of a newer version before changing anything.
+
+    ``create=False`` opens an existing store only (migrating it forward if it
+    is older); ``read_only=True`` opens an existing store as it is, changes
+    nothing, and refuses every write — here, before a statement is sent, and
+    on the server too (the pool's connections made here run with
+    ``default_transaction_read_only``). With either, a schema that holds no
+    store raises :class:`StorageNotFoundError` and nothing is created.
     """
 
     def __init__(
@@ -457,8 +501,12 @@ class PostgresDatabase:
         connect_timeout: float = 10.0,
         statement_timeout_ms: int | None = 30_000,
         notify: bool = True,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.schema = check_schema_name(schema)
+        self.create = create and not read_only
+        self.read_only = read_only
         self.q = Statements(self.schema)
         #: The NOTIFY channel of this store (one per schema).
         self.channel = f"agentlog.{self.schema}"
@@ -485,12 +533,17 @@ class PostgresDatabase:
                 psycopg.connect(target, **self.connect_kwargs) as conn,
             ):
                 self._migrate(conn)
-            configure = None
+            settings = []
             if statement_timeout_ms is not None:
-                bound = statement_timeout_sql(statement_timeout_ms)
+                settings.append(statement_timeout_sql(statement_timeout_ms))
+            if read_only:
+                settings.append("SET default_transaction_read_only = on")
+            configure = None
+            if settings:
 
                 def configure(conn: psycopg.Connection[Any]) -> None:
-                    conn.execute(bound)
+                    for setting in settings:
+                        conn.execute(setting)
 
             self._pool = ConnectionPool(
                 target,
@@ -513,7 +566,26 @@ class PostgresDatabase:
     # -- schema ------------------------------------------------------------------------
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        if not self.create:
+            version = schema_version_of(conn, self.schema)
+            if version == 0:
+                raise StorageNotFoundError(
+                    f"no agentlog store in schema {self.schema!r} of this database"
+                    " (opened without creating one)"
+                )
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} was written by a newer agentlog (version"
+                    f" {version}; this one knows {SCHEMA_VERSION})"
+                )
+            if self.read_only:
+                return  # read as it is
         migrate_schema(conn, self.schema)
+
+    def check_writable(self, what: str) -> None:
+        """Refuse a write to a store opened ``read_only``."""
+        if self.read_only:
+            raise StorageUnavailableError(f"{what}: the PostgreSQL store was opened read-only")
 
     @property
     def schema_version(self) -> int:
@@ -559,7 +631,8 @@ class PostgresDatabase:
 
     @contextlib.contextmanager
     def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor inside one transaction on a pooled connection."""
+        """A cursor inside one (write) transaction on a pooled connection."""
+        self.check_writable(what)
         with self.connection(what) as conn, conn.transaction(), conn.cursor() as cur:
             yield cur
 
@@ -672,6 +745,7 @@ class PostgresDatabase:
         self, tenant: str, name: str, expected: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append ``batch`` after the head (checking ``expected``); the new head."""
+        self.check_writable("appending")
         with self.connection("appending") as conn, conn.cursor() as cur:
             return self._append_on(cur, tenant, name, expected, ts, batch)
 
@@ -683,6 +757,7 @@ class PostgresDatabase:
         Sessions are locked in id order (each one's appends keep their order),
         so two groups never deadlock.
         """
+        self.check_writable("appending a group")
         results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
         order = sorted(range(len(requests)), key=lambda index: requests[index][0])
         names = {name for name, _, _ in requests}
@@ -856,6 +931,97 @@ class PostgresDatabase:
             cur.execute(self.q.copy_snapshots, (new_name, tenant, name, at_seq))
             self._notify_on(cur, tenant, new_name, at_seq)
             return at_seq
+
+    # -- operations ----------------------------------------------------------------------
+
+    def stats(self, largest: int = 10) -> dict[str, Any]:
+        """Counts, the largest sessions and the tables' sizes, from one snapshot.
+
+        ``relation_bytes`` maps each table of the schema to its
+        ``pg_total_relation_size`` (indexes and TOAST included); ``total_bytes``
+        is their sum.
+        """
+
+        def work(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                totals = conn.execute(self.q.totals).fetchone()
+                assert totals is not None
+                rows = conn.execute(self.q.largest, (largest,)).fetchall()
+                sizes = conn.execute(
+                    "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') ORDER BY c.relname",
+                    (self.schema,),
+                ).fetchall()
+                version = schema_version_of(conn, self.schema)
+                server = conn.info.server_version
+            relation_bytes = {str(name): int(size) for name, size in sizes}
+            return {
+                "schema": self.schema,
+                "schema_version": version,
+                "server_version": f"{server // 10000}.{server % 10000}",
+                "sessions": int(totals[0]),
+                "tenants": int(totals[1]),
+                "events": int(totals[2]),
+                "relation_bytes": relation_bytes,
+                "total_bytes": sum(relation_bytes.values()),
+                "largest_sessions": [
+                    {"tenant": str(t), "session": str(n), "events": int(h), "mtime": float(m)}
+                    for t, n, h, m in rows
+                ],
+            }
+
+        return self.read("reading the statistics", work)
+
+    def delete_idle(self, tenant: str, before: float, batch: int = 100) -> builtins.list[str]:
+        """Delete ``tenant``'s sessions last changed before ``before`` (epoch
+        seconds), a batch per transaction; their names, oldest first.
+
+        Each batch locks the sessions it picks and checks their ``mtime`` on
+        the locked rows, so a session another process appends to meanwhile is
+        kept.
+        """
+        deleted: builtins.list[str] = []
+        while True:
+            with self.transaction("deleting idle sessions") as cur:
+                names = [
+                    str(row[0])
+                    for row in cur.execute(self.q.idle, (tenant, before, batch)).fetchall()
+                ]
+                if names:
+                    cur.execute(self.q.delete_events_of, (tenant, names))
+                    cur.execute(self.q.delete_snapshots_of, (tenant, names))
+                    cur.execute(self.q.delete_sessions, (tenant, names))
+                    for name in names:
+                        self._notify_on(cur, tenant, name, 0)
+            deleted.extend(names)
+            if len(names) < batch:
+                return deleted
+
+    def check_integrity(self, limit: int = 20) -> tuple[bool, str]:
+        """Every session's events are exactly 1…head, and every event has its
+        session: ``(True, "ok")``, or ``(False, one line per problem)``."""
+
+        def work(conn: psycopg.Connection[Any]) -> tuple[Any, Any]:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                damaged = conn.execute(self.q.damaged, (limit,)).fetchall()
+                orphans = conn.execute(self.q.orphans, (limit,)).fetchall()
+            return damaged, orphans
+
+        damaged, orphans = self.read("checking the store", work)
+        problems = [
+            f"session {tenant}/{name}: head {head}, but {count} event(s) numbered {lo}..{hi}"
+            for tenant, name, head, count, lo, hi in damaged
+        ]
+        problems += [
+            f"{count} event(s) of {tenant}/{name}, which has no session row"
+            for tenant, name, count in orphans
+        ]
+        if not problems:
+            return True, "ok"
+        return False, "\n".join(problems)
 
 
 class Rows:

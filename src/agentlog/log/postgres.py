@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -53,6 +54,12 @@ class PostgresCheckpointer(BaseCheckpointer):
       connection and one thread wake it within a round trip of another
       process's commit; when that connection drops, followers poll the
       session's head every ``poll_interval`` until it is back.
+    * ``create=False`` opens an existing store only (never creates the
+      schema); ``read_only=True`` opens an existing store as it is and
+      refuses every write with :class:`StorageUnavailableError` (on the
+      server too: its connections run with ``default_transaction_read_only``).
+      With either, a schema that holds no store raises
+      :class:`StorageNotFoundError`, and nothing is created.
 
     One object is safe to share between threads. Open it after ``fork()``,
     never before: a pool's connections cannot cross into a child process.
@@ -70,6 +77,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         connect_timeout: float = 10.0,
         statement_timeout_ms: int | None = 30_000,
         notify: bool = True,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
         self._db = PostgresDatabase(
@@ -81,6 +90,8 @@ class PostgresCheckpointer(BaseCheckpointer):
             connect_timeout=connect_timeout,
             statement_timeout_ms=statement_timeout_ms,
             notify=notify,
+            create=create,
+            read_only=read_only,
         )
         self._owns_db = True
         self._init_following()
@@ -118,6 +129,46 @@ class PostgresCheckpointer(BaseCheckpointer):
     def database(self) -> PostgresDatabase:
         """The store underneath (its pool, schema and statements)."""
         return self._db
+
+    @property
+    def read_only(self) -> bool:
+        """Whether it was opened ``read_only`` (every write raises)."""
+        return self._db.read_only
+
+    def stats(self) -> dict[str, Any]:
+        """What an operator looks at first, for the whole schema (every tenant).
+
+        ``sessions``, ``tenants``, ``events``; ``relation_bytes`` (each table's
+        ``pg_total_relation_size``, indexes and TOAST included) and
+        ``total_bytes``; ``largest_sessions`` (the ten with the most events);
+        ``schema``, ``schema_version``, ``server_version``.
+        """
+        self._check_open()
+        return self._db.stats()
+
+    def check_integrity(self) -> tuple[bool, str]:
+        """Every session's events are exactly 1…head and every event has its
+        session: ``(True, "ok")``, or ``(False, detail)`` (one line a problem)."""
+        self._check_open()
+        return self._db.check_integrity()
+
+    def delete_idle(self, idle_for: float) -> builtins.list[str]:
+        """Retention: delete this tenant's sessions not changed for ``idle_for``
+        seconds; return their ids, oldest first.
+
+        Safe while other processes write: each batch of 100 locks the sessions
+        it picks and looks at their time on the locked rows, so a session
+        appended to after the cut-off is kept.
+        """
+        self._check_open()
+        if isinstance(idle_for, bool) or not isinstance(idle_for, (int, float)):
+            raise TypeError("idle_for must be a number of seconds")
+        if not idle_for >= 0:
+            raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
+        deleted = self._db.delete_idle(self._tenant, time.time() - idle_for)
+        if deleted:
+            self._notify_commit()
+        return deleted
 
     def list_all_tenants(self) -> builtins.list[tuple[str, SessionInfo]]:
         """``(tenant, SessionInfo)`` for every session of every tenant, most

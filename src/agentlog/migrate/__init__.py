@@ -37,7 +37,7 @@ from ..terminal import screen_for
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import open_source
-from .targets import SqliteTarget, is_postgres_url, open_target
+from .targets import SqliteTarget, open_target
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -45,7 +45,6 @@ __all__ = [
     "MigrationReport",
     "PlannedSession",
     "epoch_seconds",
-    "is_postgres_url",
     "keep_exact",
     "legacy_value",
     "migrate",

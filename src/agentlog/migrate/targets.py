@@ -17,9 +17,10 @@ from ..engine import Connection, open_engine
 from ..engine import sql as Q
 from ..errors import CorruptDatabaseError, SchemaVersionError, StorageUnavailableError
 from ..files import remove_created
+from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession
 
-__all__ = ["PostgresTarget", "SqliteTarget", "Target", "is_postgres_url", "open_target"]
+__all__ = ["PostgresTarget", "SqliteTarget", "Target", "open_target"]
 
 #: Reads one planned unit from the (backed-up) source, for the write.
 Load = Callable[[PlannedSession], Converted]
@@ -50,11 +51,6 @@ class Target(Protocol):
     ) -> None:
         """Every pending unit and a ledger row each, in one transaction."""
         ...
-
-
-def is_postgres_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL database (``postgresql://…``)."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
 class SqliteTarget:
@@ -280,8 +276,7 @@ class PostgresTarget:
 
 def open_target(target: str | os.PathLike[str], engine: str | None, schema: str | None) -> Target:
     """The target ``target`` names: a PostgreSQL URL or a SQLite file's path."""
-    if is_postgres_url(target):
-        assert isinstance(target, str)
+    if isinstance(target, str) and is_postgres(target):
         return PostgresTarget(target, schema)
     if schema is not None:
         raise MigrationError("schema applies to a PostgreSQL target only")
