@@ -419,17 +419,52 @@ def _cmd_backup(args: argparse.Namespace) -> None:
 
 
 def _cmd_gc(args: argparse.Namespace) -> None:
-    idle_for = args.idle_days * 86400.0
-    cutoff = time.time() - idle_for
-    with _open_sqlite(args.store, args.tenant, write=not args.dry_run) as log:
-        if args.dry_run:
-            doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
+    from .stores import SqliteStorage
+
+    dry = args.dry_run
+    verb = "would delete" if dry else "deleted"
+    with _open_sqlite(args.store, args.tenant, write=not dry) as log:
+        if args.idle_days is not None:
+            idle_for = args.idle_days * 86400.0
+            if dry:
+                cutoff = time.time() - idle_for
+                doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
+            else:
+                doomed = log.delete_idle(idle_for)
+            for name in doomed:
+                print(_safe(f"{verb} {name}"))
+            print(f"{verb} {len(doomed)} session(s) idle for more than {args.idle_days:g} day(s)")
+    keep = args.keep_after_snapshot
+    if keep is not None:
+        with SqliteStorage.open(args.store, read_only=dry) as storage:
+            pruned = storage.sessions.prune_all(args.tenant, keep, dry_run=dry)
+        verb = "would prune" if dry else "pruned"
+        for name, count in pruned.items():
+            print(_safe(f"{verb} {count:,} event(s) of {name}"))
+        print(
+            f"{verb} {sum(pruned.values()):,} event(s) of {len(pruned)} session(s), "
+            f"keeping each snapshot, what follows it and {keep} event(s) before it"
+        )
+    with _open_sqlite(args.store, args.tenant, write=not dry) as log:
+        figures = log.stats()
+        if figures["auto_vacuum"] != "incremental":
+            print(
+                f"{_megabytes(figures['free_bytes'])} free ({figures['free_pages']:,} pages) stay "
+                "in the file for later writes: it keeps no page map (made before auto_vacuum); "
+                "a copy made by agentlog backup can shrink"
+            )
+        elif dry:
+            print(
+                f"would give {_megabytes(figures['free_bytes'])} ({figures['free_pages']:,} "
+                "free pages) back to the file system"
+            )
         else:
-            doomed = log.delete_idle(idle_for)
-    verb = "would delete" if args.dry_run else "deleted"
-    for name in doomed:
-        print(f"{verb} {name}")
-    print(f"{verb} {len(doomed)} session(s) idle for more than {args.idle_days:g} day(s)")
+            done = log.vacuum()
+            print(
+                f"gave {_megabytes(done['pages_returned'] * figures['page_size'])} "
+                f"({done['pages_returned']:,} pages) back to the file system; the file is "
+                f"{_megabytes(done['file_bytes'])}"
+            )
 
 
 #: Compile options that only the C engine's own build of the pinned SQLite
@@ -635,14 +670,24 @@ def _parser() -> argparse.ArgumentParser:
     store(backup, "a SQLite file")
     backup.add_argument("dest", metavar="DEST", help="the new file to write")
 
-    gc = command("gc", "delete the sessions of a tenant idle for more than N days", _cmd_gc)
+    gc = command(
+        "gc",
+        "retention and space: delete a tenant's idle sessions, prune the events its "
+        "snapshots cover, then give free space back to the file system",
+        _cmd_gc,
+    )
     store(gc, "a SQLite file")
     gc.add_argument(
         "--idle-days",
         type=_days,
-        required=True,
         metavar="N",
         help="delete sessions not changed for more than N days",
+    )
+    gc.add_argument(
+        "--keep-after-snapshot",
+        type=_count,
+        metavar="N",
+        help="delete the events before each session's newest snapshot but the last N",
     )
     tenant(gc)
     gc.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
