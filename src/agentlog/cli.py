@@ -10,6 +10,7 @@ a non-zero exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -18,13 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
 from .engine import engine_info
-from .errors import AgentlogError, CheckpointConflictError
+from .errors import AgentlogError, CheckpointConflictError, EventsPrunedError
 from .events import SessionInfo, StoredEvent
 from .fold import fold_events
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
@@ -285,8 +286,19 @@ def _cmd_list(args: argparse.Namespace) -> None:
         print("\t".join(_safe(column) for column in [*columns, info.id, str(info.head), stamp]))
 
 
+@contextlib.contextmanager
+def _pruned_hint(store: str) -> Iterator[None]:
+    """Say how to read what retention kept when a read starts before it."""
+    try:
+        yield
+    except EventsPrunedError as exc:
+        raise UsageError(
+            f"{store}: {exc}; add --since {exc.first_retained - 1} to read what is kept"
+        ) from None
+
+
 def _cmd_show(args: argparse.Namespace) -> None:
-    with open_store(args.store, tenant=args.tenant) as log:
+    with open_store(args.store, tenant=args.tenant) as log, _pruned_hint(args.store):
         _require_session(log, args)
         events = log.read(args.session, since_seq=args.since)
         if args.raw:
@@ -300,7 +312,7 @@ def _cmd_show(args: argparse.Namespace) -> None:
 
 
 def _cmd_tail(args: argparse.Namespace) -> None:
-    with open_store(args.store, tenant=args.tenant) as log:
+    with open_store(args.store, tenant=args.tenant) as log, _pruned_hint(args.store):
         _require_session(log, args)
         if args.once:
             events = log.read(args.session, since_seq=args.since)
@@ -395,10 +407,11 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         f"sessions {figures['sessions']:,} in {figures['tenants']:,} tenant(s), "
         f"events {figures['events']:,}"
     )
+    back = "; agentlog gc gives them back" if figures["auto_vacuum"] == "incremental" else ""
     print(
         f"file {_megabytes(figures['file_bytes'])}, of which free "
         f"{_megabytes(figures['free_bytes'])} ({figures['free_pages']:,} pages, reused by "
-        f"later writes); WAL {_megabytes(figures['wal_bytes'])} "
+        f"later writes{back}); WAL {_megabytes(figures['wal_bytes'])} "
         f"(truncated past {_megabytes(figures['wal_size_limit'])})"
     )
     if figures["largest_sessions"]:

@@ -429,6 +429,13 @@ def test_gc_prunes_after_snapshots_and_gives_the_space_back(tmp_path: Path) -> N
     assert "pruned 0 event(s) of 0 session(s)" in ok("gc", path, "--keep-after-snapshot", "1",
                                                        "--tenant", "u")  # fmt: skip
     assert "gave" in ok("gc", path)  # on its own: gives free space back
+    for command in ("show", "tail"):
+        line = refused(agentlog_run(command, path, "s1", "--tenant", "t", "--since", "29"))
+        assert "before seq 31 were pruned" in line and "add --since 30" in line
+    assert "s1-fork" not in ok("list", path, "--tenant", "t")
+    assert "earliest point left is 40" in refused(
+        agentlog_run("fork", path, "s1", "35", "s1-fork", "--tenant", "t")
+    )
     for bad in ("-1", "x", "1.5"):
         assert "--keep-after-snapshot" in refused(
             agentlog_run("gc", path, "--keep-after-snapshot", bad)
