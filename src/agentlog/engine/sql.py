@@ -81,16 +81,17 @@ _FIRST_STORED = (
 #: ``(head, first stored seq or NULL)`` of a session: ``(tenant, name)``.
 RETAINED = f"SELECT s.head, {_FIRST_STORED} FROM sessions s WHERE s.tenant = ? AND s.name = ?"
 #: Per session, what an integrity check compares: ``(sid, tenant, name, head,
-#: newest snapshot's through_seq or NULL)``; and per sid, its stored events:
-#: ``(sid, count, first seq, last seq)``.
+#: newest snapshot's through_seq or NULL)``; and the events in key range
+#: (?, ?]: ``(count, first seq, last seq)``.
 SESSION_EXTENTS = (
     "SELECT s.sid, s.tenant, s.name, s.head,"
     " (SELECT max(through_seq) FROM snapshots WHERE sid = s.sid) FROM sessions s ORDER BY s.sid"
 )
-EVENT_EXTENTS = (
-    "SELECT id >> 32, count(*), min(id & 4294967295), max(id & 4294967295)"
-    " FROM events GROUP BY id >> 32"
+EVENT_EXTENT = (
+    "SELECT count(*), min(id & 4294967295), max(id & 4294967295) FROM events"
+    " WHERE id > ? AND id <= ?"
 )
+EVENT_COUNT = "SELECT count(*) FROM events"
 DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
 #: ``(source key base, target key base, source key base, last source key)``.
 COPY_EVENTS = (
