@@ -13,6 +13,7 @@ PostgreSQL password given on the command line is never printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -21,13 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from . import __version__
 from .engine import engine_info
-from .errors import AgentlogError, CheckpointConflictError
+from .errors import AgentlogError, CheckpointConflictError, EventsPrunedError
 from .events import SessionInfo, StoredEvent
 from .fold import fold_events
 from .locations import is_postgres, scrub, shown
@@ -339,8 +340,19 @@ def _cmd_list(args: argparse.Namespace) -> None:
     screen_for(sys.stdout).table([*headers, "session", "head", "last active"], table)
 
 
+@contextlib.contextmanager
+def _pruned_hint(store: str) -> Iterator[None]:
+    """Say how to read what retention kept when a read starts before it."""
+    try:
+        yield
+    except EventsPrunedError as exc:
+        raise UsageError(
+            f"{shown(store)}: {exc}; add --since {exc.first_retained - 1} to read what is kept"
+        ) from None
+
+
 def _cmd_show(args: argparse.Namespace) -> None:
-    with _open(args) as log:
+    with _open(args) as log, _pruned_hint(args.store):
         _require_session(log, args)
         events = log.read(args.session, since_seq=args.since)
         if args.raw:
@@ -353,7 +365,7 @@ def _cmd_show(args: argparse.Namespace) -> None:
 
 
 def _cmd_tail(args: argparse.Namespace) -> None:
-    with _open(args) as log:
+    with _open(args) as log, _pruned_hint(args.store):
         _require_session(log, args)
         if args.once:
             events = log.read(args.session, since_seq=args.since)
@@ -492,10 +504,11 @@ def _print_sqlite_stats(figures: dict[str, Any]) -> None:
         f"sessions {figures['sessions']:,} in {figures['tenants']:,} tenant(s), "
         f"events {figures['events']:,}"
     )
+    back = "; agentlog gc gives them back" if figures["auto_vacuum"] == "incremental" else ""
     print(
         f"file {_megabytes(figures['file_bytes'])}, of which free "
         f"{_megabytes(figures['free_bytes'])} ({figures['free_pages']:,} pages, reused by "
-        f"later writes); WAL {_megabytes(figures['wal_bytes'])} "
+        f"later writes{back}); WAL {_megabytes(figures['wal_bytes'])} "
         f"(truncated past {_megabytes(figures['wal_size_limit'])})"
     )
 
@@ -519,17 +532,67 @@ def _cmd_backup(args: argparse.Namespace) -> None:
 
 
 def _cmd_gc(args: argparse.Namespace) -> None:
-    idle_for = args.idle_days * 86400.0
-    cutoff = time.time() - idle_for
-    with _open_database(args, write=not args.dry_run) as log:
-        if args.dry_run:
-            doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
+    dry = args.dry_run
+    postgres = is_postgres(args.store)
+    if args.idle_days is not None:
+        idle_for = args.idle_days * 86400.0
+        with _open_database(args, write=not dry) as log:
+            if dry:
+                cutoff = time.time() - idle_for
+                doomed = [info.id for info in reversed(log.list()) if info.mtime < cutoff]
+            else:
+                doomed = log.delete_idle(idle_for)
+        verb = "would delete" if dry else "deleted"
+        for name in doomed:
+            print(_safe(f"{verb} {name}"))
+        print(f"{verb} {len(doomed)} session(s) idle for more than {args.idle_days:g} day(s)")
+    keep = args.keep_after_snapshot
+    if keep is not None:
+        with _open_storage(args, write=not dry) as storage:
+            pruned = storage.sessions.prune_all(args.tenant, keep, dry_run=dry)
+        verb = "would prune" if dry else "pruned"
+        for name, count in pruned.items():
+            print(_safe(f"{verb} {count:,} event(s) of {name}"))
+        print(
+            f"{verb} {sum(pruned.values()):,} event(s) of {len(pruned)} session(s), "
+            f"keeping each snapshot, what follows it and {keep} event(s) before it"
+        )
+    if postgres:
+        return  # PostgreSQL returns free space with its own (auto)vacuum
+    with _open_database(args, write=not dry) as log:
+        figures = log.stats()
+        if figures["auto_vacuum"] != "incremental":
+            print(
+                f"{_megabytes(figures['free_bytes'])} free ({figures['free_pages']:,} pages) stay "
+                "in the file for later writes: it keeps no page map (made before auto_vacuum); "
+                "a copy made by agentlog backup can shrink"
+            )
+        elif dry:
+            print(
+                f"would give {_megabytes(figures['free_bytes'])} ({figures['free_pages']:,} "
+                "free pages) back to the file system"
+            )
         else:
-            doomed = log.delete_idle(idle_for)
-    verb = "would delete" if args.dry_run else "deleted"
-    for name in doomed:
-        print(f"{verb} {name}")
-    print(f"{verb} {len(doomed)} session(s) idle for more than {args.idle_days:g} day(s)")
+            done = log.vacuum()
+            print(
+                f"gave {_megabytes(done['pages_returned'] * figures['page_size'])} "
+                f"({done['pages_returned']:,} pages) back to the file system; the file is "
+                f"{_megabytes(done['file_bytes'])}"
+            )
+
+
+def _open_storage(args: argparse.Namespace, *, write: bool) -> Any:
+    """The four stores of the SQLite file or PostgreSQL store ``args`` names
+    (an existing one only; read-only unless ``write``)."""
+    if is_postgres(args.store):
+        from .stores.postgres import PostgresStorage
+
+        schema = {} if args.schema is None else {"schema": args.schema}
+        return PostgresStorage.open(args.store, create=False, read_only=not write, **schema)
+    from .stores import SqliteStorage
+
+    _open_database(args, write=False).close()  # the same checks and errors as the other commands
+    return SqliteStorage.open(args.store, read_only=not write)
 
 
 #: Compile options that only the C engine's own build of the pinned SQLite
@@ -757,14 +820,24 @@ def _parser() -> argparse.ArgumentParser:
     store(backup, "a SQLite file (PostgreSQL: use pg_dump)")
     backup.add_argument("dest", metavar="DEST", help="the new file to write")
 
-    gc = command("gc", "delete the sessions of a tenant idle for more than N days", _cmd_gc)
+    gc = command(
+        "gc",
+        "retention and space: delete a tenant's idle sessions, prune the events its "
+        "snapshots cover, then give free space back to the file system",
+        _cmd_gc,
+    )
     store(gc, "a SQLite file or a postgresql:// URL")
     gc.add_argument(
         "--idle-days",
         type=_days,
-        required=True,
         metavar="N",
         help="delete sessions not changed for more than N days",
+    )
+    gc.add_argument(
+        "--keep-after-snapshot",
+        type=_count,
+        metavar="N",
+        help="delete the events before each session's newest snapshot but the last N",
     )
     tenant(gc)
     gc.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointerClosedError",
     "CorruptDatabaseError",
     "DirectoryLockedError",
+    "EventsPrunedError",
     "InvalidEventError",
     "InvalidSessionIdError",
     "SchemaVersionError",
@@ -97,6 +98,32 @@ class SessionTruncatedError(AgentlogError):
 
     def __reduce__(self) -> tuple[type[SessionTruncatedError], tuple[str, int, int]]:
         return (type(self), (self.session_id, self.seq, self.head))
+
+
+class EventsPrunedError(AgentlogError, LookupError):
+    """The events asked for were deleted by retention (a session pruned after a snapshot).
+
+    ``first_retained`` is the session's first stored seq: reads from
+    ``first_retained - 1`` on work; ``seq`` is the point asked for (a read's
+    ``since_seq``, a ``load``'s ``after_sequence``, a truncate's or fork's
+    target). Nothing is skipped silently: read from the snapshot instead
+    (``SessionStore.load``), or from ``first_retained - 1``. ``detail``
+    says more where there is more to say.
+    """
+
+    def __init__(self, session_id: str, seq: int, first_retained: int, detail: str = "") -> None:
+        message = (
+            f"session {session_id!r}: the events before seq {first_retained} were pruned "
+            f"(asked for the events after {seq})"
+        )
+        super().__init__(f"{message}; {detail}" if detail else message)
+        self.session_id = session_id
+        self.seq = seq
+        self.first_retained = first_retained
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type[EventsPrunedError], tuple[str, int, int, str]]:
+        return (type(self), (self.session_id, self.seq, self.first_retained, self.detail))
 
 
 class CheckpointerClosedError(AgentlogError, RuntimeError):

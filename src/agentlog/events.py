@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, NoReturn
 import orjson
 
 from .errors import (
+    EventsPrunedError,
     InvalidEventError,
     InvalidSessionIdError,
     StorageDataError,
@@ -357,6 +358,32 @@ def check_seq(name: str, value: object) -> int:
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return value
+
+
+def check_retained(
+    session_id: str, what: str, point: int, first: int, oldest_snapshot: int | None
+) -> None:
+    """Refuse to ``what`` (truncate, fork) a pruned session back to ``point``
+    below what retention left: :class:`EventsPrunedError`.
+
+    ``first`` is the session's first stored seq (``head + 1`` when it holds
+    none); below ``first - 1`` the events are gone, and below its oldest
+    snapshot (which covers the pruned ones) ``load()`` could no longer
+    rebuild the session. A session retention never pruned (``first`` 1)
+    goes back anywhere. Every backend's truncate and fork ask this inside
+    their write transaction.
+    """
+    if first <= 1:
+        return
+    lowest = max(first - 1, oldest_snapshot or 0)
+    if point < lowest:
+        raise EventsPrunedError(
+            session_id,
+            point,
+            first,
+            f"cannot {what} it to {point}: the earliest point left is {lowest}"
+            + (" (its oldest snapshot)" if lowest > first - 1 else ""),
+        )
 
 
 def store_events(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentlog import StorageUnavailableError
+from agentlog import EventsPrunedError, StorageUnavailableError
 
 from ..conftest import postgres_schema
 
@@ -92,5 +92,46 @@ def test_an_async_pool_passed_in_is_used_and_left_open(
             assert not pool.closed
             async with AsyncPostgresCheckpointer(pool, schema=schema) as log:
                 assert await log.head("s") == 1
+
+    asyncio.run(main())
+
+
+def test_a_pruned_session_refuses_reads_and_going_back_before_its_retained_start(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    from agentlog import PostgresStorage
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresStorage.open(postgres_server, schema=schema) as storage:
+        ss = storage.sessions
+        ss.create("default", "s")
+        items = [dict(EVENT, id=f"i{n}") for n in range(1, 11)]
+        ss.compact("default", "s", ss.append("default", "s", 0, items).revision, 6, {})
+        assert ss.prune("default", "s", keep=2) == 4  # 1..4 go
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            for since in (0, 3):
+                with pytest.raises(EventsPrunedError) as info:
+                    [e async for e in log.read("s", since)]
+                assert (info.value.seq, info.value.first_retained) == (since, 5)
+            assert [e.seq async for e in log.read("s", 4)] == [5, 6, 7, 8, 9, 10]
+            follower = log.follow("s", 2)
+            with pytest.raises(EventsPrunedError):
+                await follower.__anext__()
+            follower = log.follow("s", 9)
+            assert (await follower.__anext__()).seq == 10
+            await follower.aclose()
+            for to in (3, 5):  # back no further than the snapshot at 6
+                with pytest.raises(EventsPrunedError):
+                    await log.truncate("s", to)
+                with pytest.raises(EventsPrunedError):
+                    await log.fork("s", to, "copy")
+            assert await log.head("copy") == 0
+            assert await log.fork("s", 8, "copy") == 8
+            assert [e.seq async for e in log.read("copy", 4)] == [5, 6, 7, 8]
+            assert await log.truncate("s", 6) == 6
+            assert [e.seq async for e in log.read("s", 4)] == [5, 6]
 
     asyncio.run(main())

@@ -12,7 +12,13 @@ import pytest
 
 from agentlog import SqliteCheckpointer
 from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from agentlog.errors import AgentlogError, SchemaVersionError, StorageConflictError
+from agentlog.errors import (
+    AgentlogError,
+    SchemaVersionError,
+    StorageConflictError,
+    StorageNotFoundError,
+    StorageUnavailableError,
+)
 from agentlog.stores import DEFAULT_TENANT, SqliteStorage
 
 from ..conftest import digest
@@ -134,3 +140,34 @@ def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine
         with pytest.raises(AgentlogError, match="closed"):
             call()
     storage.close()  # idempotent
+
+
+def test_a_read_only_storage_reads_and_changes_nothing(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "ro.db"
+    with pytest.raises(StorageNotFoundError):
+        SqliteStorage.open(db, engine=engine, read_only=True)
+    assert not db.exists()
+    sqlite3.connect(db).close()  # an empty file is no agentlog database
+    with pytest.raises(SchemaVersionError):
+        SqliteStorage.open(db, engine=engine, read_only=True)
+    db.unlink()
+    make_version_1_file(db)
+    before = digest(db)
+    with SqliteStorage.open(db, engine=engine, read_only=True) as storage:
+        with pytest.raises(StorageUnavailableError):
+            storage.memory.put("t", "ns", "k", "v", None)
+        assert [e.seq for e in storage.checkpointer().read("old")] == [1]
+    assert digest(db) == before  # not migrated, not written
+    db = tmp_path / "current.db"
+    with SqliteStorage.open(db, engine=engine) as storage:
+        storage.sessions.create("t", "s")
+        storage.sessions.append("t", "s", 0, [{"type": "user", "content": "x", "id": "a"}])
+        storage.sessions.compact("t", "s", 1, 1, {})
+    before = digest(db)
+    with SqliteStorage.open(db, engine=engine, read_only=True) as storage:
+        assert storage.sessions.prune_all("t", keep=0, dry_run=True) == {"s": 1}
+        with pytest.raises(StorageUnavailableError):
+            storage.sessions.prune("t", "s", keep=0)
+        with pytest.raises(StorageUnavailableError):
+            storage.checkpointer("t").vacuum()
+    assert digest(db) == before

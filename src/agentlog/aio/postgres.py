@@ -38,6 +38,7 @@ from ..engine.postgres import (
     migrate_schema,
     notify_key,
     pool_sizes,
+    retained_start,
     statement_timeout_sql,
     translate_errors,
 )
@@ -45,6 +46,7 @@ from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    EventsPrunedError,
     SessionExistsError,
     SessionNotFoundError,
     SessionTruncatedError,
@@ -58,6 +60,7 @@ from ..events import (
     SessionMetadata,
     StoredEvent,
     check_identifier,
+    check_retained,
     check_seq,
     check_session_id,
     encode_events,
@@ -464,7 +467,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             want = _PAGE if remaining is None else min(_PAGE, remaining)
             if want == 0:
                 return
-            page = await self._scan(session_id, since, want)
+            page = await self._checked_scan(session_id, since, want)
             for event in page:
                 yield event
             if len(page) < want:
@@ -472,6 +475,35 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             since = page[-1].seq
             if remaining is not None:
                 remaining -= len(page)
+
+    async def _checked_scan(self, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
+        """A page after ``since``, or :class:`EventsPrunedError` when retention pruned
+        the events right after it (the rule of ``BaseCheckpointer.read``)."""
+        page = await self._scan(name, since, limit)
+        if page:
+            first = page[0].seq
+        else:
+
+            async def retained(conn: psycopg.AsyncConnection[Any]) -> Any:
+                return await (await conn.execute(self._q.retained, (self._tenant, name))).fetchone()
+
+            async with self._call():
+                first = retained_start(await self._read("reading", retained))
+        if first > since + 1:
+            raise EventsPrunedError(name, since, first)
+        return page
+
+    async def _check_retained(
+        self, cur: psycopg.AsyncCursor[Any], name: str, what: str, point: int, head: int
+    ) -> None:
+        """Inside a write: refuse to go back below what retention left."""
+        await cur.execute(self._q.first_seq, (self._tenant, name))
+        found = await cur.fetchone()
+        first = head + 1 if found is None else int(found[0])
+        if first > 1:
+            await cur.execute(self._q.oldest_snapshot, (self._tenant, name))
+            oldest = await cur.fetchone()
+            check_retained(name, what, point, first, None if oldest is None else oldest[0])
 
     async def _scan(self, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
         if since >= MAX_SEQ:
@@ -624,6 +656,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 return 0
             if to_seq >= int(row[0]):
                 return int(row[0])
+            await self._check_retained(cur, session_id, "truncate", to_seq, int(row[0]))
             await cur.execute(self._q.cut_events, (*key, to_seq))
             await cur.execute(self._q.cut_snapshots, (*key, to_seq))
             await cur.execute(self._q.set_head, (to_seq, time.time(), *key))
@@ -648,6 +681,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 raise SessionNotFoundError(f"no session {session_id!r} to fork")
             if at_seq > int(row[0]):
                 raise ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {row[0]}")
+            await self._check_retained(cur, session_id, "fork", at_seq, int(row[0]))
             await cur.execute(self._q.create_session, (tenant, new_session_id, at_seq, ts, ts))
             if await cur.fetchone() is None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
@@ -725,7 +759,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 if head < last:
                     raise SessionTruncatedError(session_id, last, head)
                 if head > last:
-                    for event in await self._scan(session_id, last, _PAGE):
+                    for event in await self._checked_scan(session_id, last, _PAGE):
                         last = event.seq
                         yield event
                     await asyncio.sleep(0)

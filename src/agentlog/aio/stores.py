@@ -121,6 +121,8 @@ class AsyncSessionStore(AsyncStore[SessionStore]):
     append = _writes(SessionStore.append)
     compact = _writes(SessionStore.compact)
     delete = _writes(SessionStore.delete)
+    prune = _writes(SessionStore.prune)
+    prune_all = _writes(SessionStore.prune_all)
     get = _reads(SessionStore.get)
     load = _reads(SessionStore.load)
     list = _reads(SessionStore.list)

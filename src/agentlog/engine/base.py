@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -40,7 +41,7 @@ from ..errors import (
     StorageConflictError,
     StorageUnavailableError,
 )
-from ..events import EncodedBatch, StoredEvent
+from ..events import EncodedBatch, StoredEvent, check_retained
 from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from . import schema as S
 from . import sql as Q
@@ -61,6 +62,12 @@ _COMMITS_PER_WAL_LOOK = 16
 #: every process pause for it, once per ``wal_size_limit`` written) is what
 #: lets it finish.
 _CHECKPOINT_WAIT_MS = 100
+
+#: Pages one write transaction of vacuum() gives back (1 MiB of 4 KiB pages):
+#: what another process's writer may wait for.
+_VACUUM_STEP = 256
+#: ``PRAGMA auto_vacuum``'s values.
+_AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 _T = TypeVar("_T")
 
@@ -307,6 +314,11 @@ class EngineBase(Generic[ConnectionT]):
                 raise CorruptDatabaseError(f"{self.path!r} failed its integrity check: {detail}")
         if self.read_only:
             return
+        if self.schema_version == 0 and not self._value(Q.ANY_TABLE):
+            # A new file keeps a map of its pages, so that vacuum() can give
+            # free pages back to the file system (only possible before the
+            # first table is written, so before WAL writes the file's header).
+            self._writer.rows(Q.AUTO_VACUUM_INCREMENTAL)
         if not self._memory:
             mode = self._value(Q.JOURNAL_WAL)
             if str(mode).lower() != "wal":
@@ -758,6 +770,7 @@ class EngineBase(Generic[ConnectionT]):
             sid, head = rows[0]
             if to_seq >= head:
                 return int(head)
+            self._check_retained(conn, name, sid, head, "truncate", to_seq)
             bounds = (S.event_key(sid, to_seq), S.event_key(sid, S.MAX_SEQ))
             conn.rows(Q.DELETE_EVENTS_BETWEEN, bounds)
             # A snapshot of events that are gone would resurrect them on load.
@@ -777,6 +790,7 @@ class EngineBase(Generic[ConnectionT]):
             sid, head = rows[0]
             if at_seq > head:
                 raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {head}")
+            self._check_retained(conn, name, sid, head, "fork", at_seq)
             if conn.rows(Q.SELECT_SESSION, (tenant, new_name)):
                 raise SessionExistsError(f"session {new_name!r} already exists")
             new_sid = self.create_session(conn, tenant, new_name, head=at_seq, ts=ts, revision=1)
@@ -786,6 +800,32 @@ class EngineBase(Generic[ConnectionT]):
             return at_seq
 
         return self.write("fork", work)
+
+    # -- retention ---------------------------------------------------------------------
+
+    def first_seq(self, conn: Connection, sid: int, head: int) -> int:
+        """Inside a transaction: the seq of session ``sid``'s first stored event
+        (one seek); ``head + 1`` when it holds none."""
+        found = conn.rows(Q.FIRST_EVENT, (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)))
+        return int(found[0][0]) if found else head + 1
+
+    def _check_retained(
+        self, conn: Connection, name: str, sid: int, head: int, what: str, point: int
+    ) -> None:
+        """Inside a write: refuse to go back below what retention left."""
+        first = self.first_seq(conn, sid, head)
+        if first > 1:
+            oldest = conn.rows(Q.OLDEST_SNAPSHOT, (sid,))[0][0]
+            check_retained(name, what, point, first, oldest)
+
+    def first_retained(self, tenant: str, name: str) -> int:
+        """The seq of the session's first stored event: 1 unless retention pruned
+        it (``head + 1`` when it holds none; 1 for an unknown session)."""
+        rows = self.read("read", lambda conn: conn.rows(Q.RETAINED, (tenant, name)))
+        if not rows:
+            return 1
+        head, first = rows[0]
+        return int(head) + 1 if first is None else int(first)
 
     # -- the file ----------------------------------------------------------------------
 
@@ -812,7 +852,13 @@ class EngineBase(Generic[ConnectionT]):
         except (CorruptDatabaseError, StorageUnavailableError) as exc:
             return False, str(exc)
         detail = "\n".join(str(row[0]) for row in rows)
-        return detail == "ok", detail
+        if detail != "ok" or self.schema_version < S.SCHEMA_VERSION:
+            return detail == "ok", detail
+        try:
+            problems = self.read("integrity check", _log_problems, snapshot=True)
+        except (CorruptDatabaseError, StorageUnavailableError) as exc:
+            return False, str(exc)
+        return (True, "ok") if not problems else (False, "\n".join(problems))
 
     def backup_to(self, path: str) -> None:
         """Write a consistent copy of the whole database to the new file ``path``.
@@ -835,6 +881,12 @@ class EngineBase(Generic[ConnectionT]):
                 with self._translating("backup"):
                     conn = self._connect(query_only=False)
                     try:
+                        # The copy keeps a page map (vacuum() works on it), whatever
+                        # the source does: a copy is how an older file converts. (On
+                        # a file that has one, the copy takes it as it is; setting
+                        # it again would write, which a read-only open cannot.)
+                        if int(conn.rows(Q.AUTO_VACUUM)[0][0]) != 2:
+                            conn.rows(Q.AUTO_VACUUM_INCREMENTAL)
                         conn.rows(Q.BACKUP_INTO, (path,))
                     finally:
                         conn.close()
@@ -859,6 +911,7 @@ class EngineBase(Generic[ConnectionT]):
                 "page_size": page_size,
                 "pages": int(conn.rows(Q.PAGE_COUNT)[0][0]),
                 "free_pages": int(conn.rows(Q.FREELIST_COUNT)[0][0]),
+                "auto_vacuum": _AUTO_VACUUM.get(int(conn.rows(Q.AUTO_VACUUM)[0][0]), "?"),
                 "largest_sessions": largest,
             }
 
@@ -874,6 +927,48 @@ class EngineBase(Generic[ConnectionT]):
             free_bytes=figures["free_pages"] * figures["page_size"],
         )
         return figures
+
+    def vacuum(self, max_pages: int | None = None) -> dict[str, Any]:
+        """Give free pages back to the file system: the file shrinks.
+
+        Free pages (what deleted, truncated and pruned sessions left) are
+        moved to the end of the file and cut off, ``_VACUUM_STEP`` pages per
+        write transaction, so writers in other processes wait for one step at
+        a time, never for the whole run; at most ``max_pages`` in all. Then
+        the WAL is checkpointed, which is when the file itself is truncated.
+        Only a file that keeps a page map (``auto_vacuum`` incremental: every
+        file this version creates, and every :meth:`backup_to` copy) can;
+        on another, nothing changes (the free pages are reused by later
+        writes). Returns ``{"auto_vacuum", "pages_returned", "free_pages",
+        "file_bytes_before", "file_bytes"}``.
+        """
+        self._check_open()
+        if self.read_only:
+            raise StorageUnavailableError(f"vacuum: {self.path!r} is open read-only")
+        mode = self.read("vacuum", lambda conn: int(conn.rows(Q.AUTO_VACUUM)[0][0]))
+        before = self._file_size()
+        returned = 0
+        if mode == 2:
+            while max_pages is None or returned < max_pages:
+                left = _VACUUM_STEP if max_pages is None else max_pages - returned
+                want = min(_VACUUM_STEP, left)
+                step = self.write("vacuum", functools.partial(_vacuum_step, want))
+                returned += step
+                if step < want:
+                    break
+            if returned:
+                self.checkpoint_wal()
+        free = self.read("vacuum", lambda conn: int(conn.rows(Q.FREELIST_COUNT)[0][0]))
+        return {
+            "auto_vacuum": _AUTO_VACUUM.get(mode, "?"),
+            "pages_returned": returned,
+            "free_pages": free,
+            "file_bytes_before": before,
+            "file_bytes": self._file_size(),
+        }
+
+    def _file_size(self) -> int:
+        return 0 if self._memory else os.stat(self.path).st_size
 
     def delete_idle(self, tenant: str, before: float, batch: int = 100) -> list[str]:
         """Delete ``tenant``'s sessions last changed before ``before`` (epoch
@@ -921,6 +1016,54 @@ class EngineBase(Generic[ConnectionT]):
         _ABANDONED.append((self._writer, self._idle_readers))
         self._idle_readers = collections.deque()
         self._file_key = None  # the child's claims start afresh (_after_fork_in_child)
+
+
+def _vacuum_step(pages: int, conn: Connection) -> int:
+    """Inside a write: give up to ``pages`` free pages back; how many it gave.
+
+    The standard library's ``sqlite3`` steps a statement without result
+    columns once, so there each ``incremental_vacuum`` gives one page back;
+    the C engine's runs it to the end. Counting the free list serves both.
+    """
+    start = free = int(conn.rows(Q.FREELIST_COUNT)[0][0])
+    target = max(0, free - pages)
+    while free > target:
+        conn.rows(Q.incremental_vacuum(free - target))
+        now = int(conn.rows(Q.FREELIST_COUNT)[0][0])
+        if now >= free:
+            break
+        free = now
+    return start - free
+
+
+def _log_problems(conn: Connection) -> list[str]:
+    """What is wrong with the log's own shape, beyond SQLite's page checks: each
+    session must hold its events with no gap from its first stored seq through
+    its head, and a session whose events start past 1 (retention pruned them)
+    must have a snapshot at or past the pruned ones; every event must belong
+    to a session. Each session's events are one range of the events table,
+    so this reads every event once, in key order, with no sort."""
+    problems = []
+    counted = 0
+    for sid, tenant, name, head, snapshot in conn.rows(Q.SESSION_EXTENTS):
+        where = f"session {tenant!r}/{name!r}"
+        bounds = (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ))
+        count, first, last = conn.rows(Q.EVENT_EXTENT, bounds)[0]
+        counted += count
+        if not count:
+            first, last = head + 1, head
+        if last != head:
+            problems.append(f"{where}: its head is {head} but its last event is {last}")
+        elif count != last - first + 1:
+            problems.append(
+                f"{where}: {last - first + 1 - count} event(s) missing between {first} and {last}"
+            )
+        elif first > 1 and (snapshot is None or snapshot < first - 1):
+            problems.append(f"{where}: events 1..{first - 1} are gone and no snapshot covers them")
+    orphans = int(conn.rows(Q.EVENT_COUNT)[0][0]) - counted
+    if orphans:
+        problems.append(f"{orphans} event(s) belong to no session")
+    return problems
 
 
 # Engines open in this process; in a fork child each is abandoned (see

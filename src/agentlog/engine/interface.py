@@ -179,6 +179,18 @@ class Engine(Protocol):
         """Inside a write: remove session ``sid`` with its events and snapshots."""
         ...
 
+    # -- retention ---------------------------------------------------------------------
+
+    def first_seq(self, conn: Connection, sid: int, head: int) -> int:
+        """Inside a transaction: the seq of session ``sid``'s first stored event;
+        ``head + 1`` when it holds none."""
+        ...
+
+    def first_retained(self, tenant: str, name: str) -> int:
+        """The seq of the session's first stored event: 1 unless retention pruned
+        the ones before it (``head + 1`` when none is left; 1 when unknown)."""
+        ...
+
     # -- the file ----------------------------------------------------------------------
 
     def data_version(self) -> tuple[int, int]:
@@ -190,7 +202,8 @@ class Engine(Protocol):
         ...
 
     def check_integrity(self) -> tuple[bool, str]:
-        """``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
+        """``PRAGMA quick_check``, then the log's shape (no gaps; a pruned start
+        covered by a snapshot): ``(True, "ok")``, or ``(False, detail)``."""
         ...
 
     def backup_to(self, path: str) -> None:
@@ -206,6 +219,11 @@ class Engine(Protocol):
     def stats(self) -> dict[str, Any]:
         """Sizes (file, WAL, free pages), counts (sessions, tenants, events) and
         the largest sessions."""
+        ...
+
+    def vacuum(self, max_pages: int | None = None) -> dict[str, Any]:
+        """Give free pages back to the file system in bounded steps (a file with
+        incremental ``auto_vacuum``); what it did."""
         ...
 
     def delete_idle(self, tenant: str, before: float, batch: int = 100) -> list[str]:

@@ -67,7 +67,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from ..events import EncodedBatch, StoredEvent
+from ..events import EncodedBatch, StoredEvent, check_retained
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -83,6 +83,7 @@ __all__ = [
     "migrate_schema",
     "notify_key",
     "pool_sizes",
+    "retained_start",
     "schema_version_of",
     "statement_timeout_sql",
     "translate_errors",
@@ -316,6 +317,13 @@ def notify_key(tenant: str, name: str) -> str:
     return orjson.dumps([tenant, name]).decode()
 
 
+def retained_start(row: Sequence[Any] | None) -> int:
+    """Where a session's events start, from a ``(head, first stored seq)`` row."""
+    if row is None:
+        return 1
+    return int(row[0]) + 1 if row[1] is None else int(row[1])
+
+
 class Statements:
     """Every statement of the log, with the schema's name quoted into it."""
 
@@ -350,6 +358,18 @@ class Statements:
         self.head = f"SELECT head FROM {s}.sessions WHERE tenant = %s AND name = %s"
         self.head_for_update = self.head + " FOR UPDATE"
         self.head_mtime = f"SELECT head, mtime FROM {s}.sessions WHERE tenant = %s AND name = %s"
+        # Retention: where a session's stored events start (its primary key's first entry).
+        self.first_seq = (
+            f"SELECT seq FROM {s}.events WHERE tenant = %s AND session = %s ORDER BY seq LIMIT 1"
+        )
+        self.retained = (
+            f"SELECT s.head, (SELECT e.seq FROM {s}.events e WHERE e.tenant = s.tenant"
+            " AND e.session = s.name ORDER BY e.seq LIMIT 1)"
+            f" FROM {s}.sessions s WHERE s.tenant = %s AND s.name = %s"
+        )
+        self.oldest_snapshot = (
+            f"SELECT min(through_seq) FROM {s}.snapshots WHERE tenant = %s AND session = %s"
+        )
         self.scan = (
             f"SELECT seq, ts, type, payload FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
@@ -908,11 +928,31 @@ class PostgresDatabase:
             head = int(row[0])
             if to_seq >= head:
                 return head
+            self._check_retained(cur, tenant, name, "truncate", to_seq, head)
             cur.execute(self.q.cut_events, (tenant, name, to_seq))
             cur.execute(self.q.cut_snapshots, (tenant, name, to_seq))
             cur.execute(self.q.set_head, (to_seq, ts, tenant, name))
             self._notify_on(cur, tenant, name, to_seq)
             return to_seq
+
+    def _check_retained(
+        self, cur: psycopg.Cursor[Any], tenant: str, name: str, what: str, point: int, head: int
+    ) -> None:
+        """Inside a write: refuse to go back below what retention left (see
+        :func:`agentlog.events.check_retained`)."""
+        found = cur.execute(self.q.first_seq, (tenant, name)).fetchone()
+        first = head + 1 if found is None else int(found[0])
+        if first > 1:
+            oldest = cur.execute(self.q.oldest_snapshot, (tenant, name)).fetchone()
+            check_retained(name, what, point, first, None if oldest is None else oldest[0])
+
+    def first_retained(self, tenant: str, name: str) -> int:
+        """The seq of the session's first stored event (``head + 1`` when none is;
+        1 for an unknown session)."""
+        row = self.read(
+            "reading", lambda conn: conn.execute(self.q.retained, (tenant, name)).fetchone()
+        )
+        return retained_start(row)
 
     def copy_prefix(self, tenant: str, name: str, at_seq: int, new_name: str, ts: float) -> int:
         """Fork: a new session holding events 1…``at_seq`` of ``name``."""
@@ -922,6 +962,7 @@ class PostgresDatabase:
                 raise SessionNotFoundError(f"no session {name!r} to fork")
             if at_seq > int(row[0]):
                 raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {row[0]}")
+            self._check_retained(cur, tenant, name, "fork", at_seq, int(row[0]))
             created = cur.execute(
                 self.q.create_session, (tenant, new_name, at_seq, ts, ts)
             ).fetchone()

@@ -80,6 +80,27 @@ EVENTS_BETWEEN = (
     "SELECT id & 4294967295, ts, type, data FROM events WHERE id > ? AND id <= ? ORDER BY id"
 )
 ITEM_TAKEN = "SELECT 1 FROM events WHERE (id >> 32) = ? AND item_id = ?"
+#: The seq of the first event stored in key range (?, ?] (one seek): a session's
+#: events start there once retention has pruned the ones before it.
+FIRST_EVENT = "SELECT id & 4294967295 FROM events WHERE id > ? AND id <= ? ORDER BY id LIMIT 1"
+_FIRST_STORED = (
+    "(SELECT e.id & 4294967295 FROM events e WHERE e.id > (s.sid << 32)"
+    " AND e.id <= (s.sid << 32) + 4294967295 ORDER BY e.id LIMIT 1)"
+)
+#: ``(head, first stored seq or NULL)`` of a session: ``(tenant, name)``.
+RETAINED = f"SELECT s.head, {_FIRST_STORED} FROM sessions s WHERE s.tenant = ? AND s.name = ?"
+#: Per session, what an integrity check compares: ``(sid, tenant, name, head,
+#: newest snapshot's through_seq or NULL)``; and the events in key range
+#: (?, ?]: ``(count, first seq, last seq)``.
+SESSION_EXTENTS = (
+    "SELECT s.sid, s.tenant, s.name, s.head,"
+    " (SELECT max(through_seq) FROM snapshots WHERE sid = s.sid) FROM sessions s ORDER BY s.sid"
+)
+EVENT_EXTENT = (
+    "SELECT count(*), min(id & 4294967295), max(id & 4294967295) FROM events"
+    " WHERE id > ? AND id <= ?"
+)
+EVENT_COUNT = "SELECT count(*) FROM events"
 DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
 #: ``(source key base, target key base, source key base, last source key)``.
 COPY_EVENTS = (
@@ -94,6 +115,9 @@ SELECT_SNAPSHOT = (
     "SELECT through_seq, state, created FROM snapshots WHERE sid = ? AND through_seq = ?"
 )
 DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
+#: Retention: the snapshots older than the retained start serve nothing.
+DELETE_SNAPSHOTS_BEFORE = "DELETE FROM snapshots WHERE sid = ? AND through_seq < ?"
+OLDEST_SNAPSHOT = "SELECT min(through_seq) FROM snapshots WHERE sid = ?"
 #: ``(target sid, source sid, through_seq bound)``.
 COPY_SNAPSHOTS = (
     "INSERT INTO snapshots (sid, through_seq, state, created)"
@@ -209,13 +233,27 @@ WAL_CHECKPOINT_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 PAGE_SIZE = "PRAGMA page_size"
 PAGE_COUNT = "PRAGMA page_count"
 FREELIST_COUNT = "PRAGMA freelist_count"
-#: Sessions and events (a session's head is its event count: seqs have no gaps).
-SESSION_TOTALS = "SELECT count(*), count(DISTINCT tenant), coalesce(sum(head), 0) FROM sessions"
+#: Sessions and stored events: a session holds its events from the first one
+#: retention kept (one seek each) through its head, with no gaps.
+SESSION_TOTALS = (
+    "SELECT count(*), count(DISTINCT tenant),"
+    f" coalesce(sum(s.head + 1 - coalesce({_FIRST_STORED}, s.head + 1)), 0) FROM sessions s"
+)
 LARGEST_SESSIONS = "SELECT tenant, name, head, mtime FROM sessions ORDER BY head DESC LIMIT ?"
 #: A tenant's sessions idle since before a time, oldest first, a bounded batch.
 IDLE_SESSIONS = (
     "SELECT sid, name FROM sessions WHERE tenant = ? AND mtime < ? ORDER BY mtime LIMIT ?"
 )
+#: ``0`` none, ``1`` full, ``2`` incremental: set on a new file before its first table.
+AUTO_VACUUM = "PRAGMA auto_vacuum"
+AUTO_VACUUM_INCREMENTAL = "PRAGMA auto_vacuum = INCREMENTAL"
+
+
+def incremental_vacuum(pages: int) -> str:
+    """``PRAGMA incremental_vacuum``: give up to ``pages`` free pages back to the file system."""
+    return f"PRAGMA incremental_vacuum({int(pages)})"
+
+
 SOURCE_ID = "SELECT sqlite_source_id()"
 COMPILE_OPTIONS = "PRAGMA compile_options"
 

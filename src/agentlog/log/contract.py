@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload, 
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    EventsPrunedError,
     SessionTruncatedError,
     StorageConflictError,
     StorageDataError,
@@ -317,6 +318,26 @@ class BaseCheckpointer(Closable, ABC):
             listing.append(SessionListing(*info, decode_metadata(data), revision))
         return listing
 
+    def _first_retained(self, session_id: str) -> int:
+        """The seq of the session's first stored event (``head + 1`` when it holds
+        none, 1 for an unknown session). A backend whose sessions retention can
+        prune (SQLite, PostgreSQL) looks; the others start every session at 1."""
+        return 1
+
+    def _check_page(
+        self, session_id: str, since_seq: int, page: builtins.list[StoredEvent]
+    ) -> builtins.list[StoredEvent]:
+        """``page`` read after ``since_seq``, or :class:`EventsPrunedError` when
+        retention pruned the events right after ``since_seq`` (never skip them).
+
+        A page that starts past ``since_seq + 1`` is one; an empty page asks
+        the backend where the session's events start now.
+        """
+        first = page[0].seq if page else self._first_retained(session_id)
+        if first > since_seq + 1:
+            raise EventsPrunedError(session_id, since_seq, first)
+        return page
+
     # -- the contract -----------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -416,7 +437,9 @@ class BaseCheckpointer(Closable, ABC):
 
         An unknown session yields nothing. The scan takes no lock and fetches
         a page at a time, so it is also the primitive for tailing a live
-        session: call again with the last seq seen.
+        session: call again with the last seq seen. Reading from before a
+        pruned session's retained start (see ``SessionStore.prune``) raises
+        :class:`EventsPrunedError`; nothing is skipped silently.
         """
         self._check_open()
         session_id = check_session_id(session_id)
@@ -432,7 +455,7 @@ class BaseCheckpointer(Closable, ABC):
             want = page_size if remaining is None else min(page_size, remaining)
             if want == 0:
                 return
-            page = self._scan(session_id, since_seq, want)
+            page = self._check_page(session_id, since_seq, self._scan(session_id, since_seq, want))
             yield from page
             if len(page) < want:
                 return
@@ -585,7 +608,8 @@ class BaseCheckpointer(Closable, ABC):
             raise SessionTruncatedError(session_id, after_seq, head)
         if head == after_seq:
             return []
-        return self._scan(session_id, after_seq, self._page_size)
+        page = self._scan(session_id, after_seq, self._page_size)
+        return self._check_page(session_id, after_seq, page)
 
     def follow(
         self,

@@ -198,6 +198,9 @@ class PostgresCheckpointer(BaseCheckpointer):
     def _head(self, session_id: str) -> int:
         return self._db.head(self._tenant, session_id)
 
+    def _first_retained(self, session_id: str) -> int:
+        return self._db.first_retained(self._tenant, session_id)
+
     def _list(self) -> builtins.list[SessionInfo]:
         return [SessionInfo(*row) for row in self._db.list_sessions(self._tenant)]
 

@@ -24,6 +24,7 @@ from ..events import (
     SessionListing,
     StoredEvent,
     check_identifier,
+    check_seq,
     check_session_id,
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
@@ -143,7 +144,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         ]
 
     def check_integrity(self) -> tuple[bool, str]:
-        """Run ``PRAGMA quick_check``: ``(True, "ok")``, or ``(False, detail)``."""
+        """Run ``PRAGMA quick_check``, then check the log's shape: every session
+        holds its events without a gap from its first stored seq to its head,
+        and one whose first events were pruned has a snapshot covering them.
+        ``(True, "ok")``, or ``(False, detail)``."""
         self._check_open()
         return self._engine.check_integrity()
 
@@ -154,9 +158,12 @@ class SqliteCheckpointer(BaseCheckpointer):
 
         ``sessions``, ``tenants``, ``events``; ``file_bytes``, ``wal_bytes``
         (and ``wal_size_limit``), ``pages``, ``free_pages`` and ``free_bytes``
-        (space that deleted and truncated sessions left, reused by later
-        writes); ``largest_sessions`` (the ten with the most events); ``path``,
-        ``engine``, ``schema_version``.
+        (space that deleted, truncated and pruned sessions left, reused by
+        later writes or given back by :meth:`vacuum`), ``auto_vacuum``
+        (``"incremental"`` when :meth:`vacuum` can shrink the file);
+        ``largest_sessions`` (the ten with the highest heads); ``path``,
+        ``engine``, ``schema_version``. ``events`` counts the stored events
+        (retention's pruned ones are not).
         """
         self._check_open()
         return self._engine.stats()
@@ -196,6 +203,26 @@ class SqliteCheckpointer(BaseCheckpointer):
         """
         self._check_open()
         return self._engine.checkpoint_wal()
+
+    def vacuum(self, max_pages: int | None = None) -> dict[str, Any]:
+        """Give the file's free pages back to the file system: the file shrinks.
+
+        Free pages (left by deleted, truncated and pruned sessions) are
+        moved to the end and cut off, 256 pages (1 MiB at the default page
+        size) per write transaction, so writers in other processes wait for
+        one step at a time; at most ``max_pages`` in all (``None``: every
+        one). The file is truncated when the WAL is checkpointed, which this
+        does at the end. Works on a file with incremental ``auto_vacuum`` —
+        every file this version creates, and every :meth:`backup` copy; on
+        an older file nothing changes (its free pages are reused by later
+        writes). Returns ``auto_vacuum`` ("incremental" or "none"),
+        ``pages_returned``, ``free_pages`` (left), ``file_bytes_before`` and
+        ``file_bytes``.
+        """
+        self._check_open()
+        if max_pages is not None:
+            max_pages = check_seq("max_pages", max_pages)
+        return self._engine.vacuum(max_pages)
 
     def delete_idle(self, idle_for: float) -> builtins.list[str]:
         """Retention: delete this tenant's sessions not changed for ``idle_for``
@@ -249,6 +276,9 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _head(self, session_id: str) -> int:
         return self._engine.head(self._tenant, session_id)
+
+    def _first_retained(self, session_id: str) -> int:
+        return self._engine.first_retained(self._tenant, session_id)
 
     def _list(self) -> builtins.list[SessionInfo]:
         return [SessionInfo(*row) for row in self._engine.list_sessions(self._tenant)]

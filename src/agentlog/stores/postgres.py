@@ -105,6 +105,13 @@ class _StoreStatements:
             f"SELECT seq, ts, type, payload FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s AND seq <= %s ORDER BY seq"
         )
+        self.first_item = (
+            f"SELECT seq FROM {s}.events WHERE tenant = %s AND session = %s ORDER BY seq LIMIT 1"
+        )
+        self.drop_items = f"DELETE FROM {s}.events WHERE tenant = %s AND session = %s AND seq <= %s"
+        self.drop_snapshots = (
+            f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = %s AND through_seq < %s"
+        )
         self.remove_events = f"DELETE FROM {s}.events WHERE tenant = %s AND session = %s"
         self.remove_snapshots = f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = %s"
         self.remove_session = f"DELETE FROM {s}.sessions WHERE tenant = %s AND name = %s"
@@ -252,6 +259,14 @@ class PostgresSessionStore(PostgresTransactions, SessionStore):
         ctx.rows(self.q.remove_events, key)
         ctx.rows(self.q.remove_snapshots, key)
         ctx.notify(*key, 0)
+
+    def _first_seq(self, ctx: Rows, handle: tuple[str, str], head: int) -> int:
+        found = ctx.rows(self.q.first_item, handle)
+        return int(found[0][0]) if found else head + 1
+
+    def _drop_items(self, ctx: Rows, handle: tuple[str, str], cut: int) -> None:
+        ctx.rows(self.q.drop_items, (*handle, cut))
+        ctx.rows(self.q.drop_snapshots, (*handle, cut))
 
 
 class PostgresMemoryStore(PostgresTransactions, MemoryStore):

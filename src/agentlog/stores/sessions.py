@@ -8,11 +8,20 @@ and snapshot compaction. ``compact`` records a snapshot of the state through a
 sequence; ``load`` returns the newest snapshot plus the items after it. The
 journal is kept: compaction never deletes items (retention is a policy for
 the host, not a side effect), so the Checkpointer face still reads them all.
+
+Retention is that policy, explicit: ``prune`` (and ``prune_all`` for a
+tenant) deletes the items a snapshot made redundant — those with sequence
+at or below the newest snapshot's ``through_sequence - keep`` — and the
+snapshots older than what is left. A pruned session's items then start at
+its *first retained* sequence; its head, revision and ``load()`` are
+unchanged, and a read from before the retained start raises
+:class:`EventsPrunedError` instead of skipping what is gone.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,7 +29,12 @@ from typing import Any
 
 from ..engine import schema as S
 from ..engine import sql as Q
-from ..errors import InvalidEventError, StorageDataError, StorageNotFoundError
+from ..errors import (
+    EventsPrunedError,
+    InvalidEventError,
+    StorageDataError,
+    StorageNotFoundError,
+)
 from ..events import StoredEvent, check_seq, decode_json, encode_events
 from .common import (
     EngineTransactions,
@@ -115,6 +129,13 @@ def _check_load_args(
             str(exc).replace("expected_revision", "after_sequence/limit")
         ) from None
     return after, count
+
+
+def check_keep(keep: object) -> int:
+    """``keep`` of a prune: an int >= 0 (a :class:`StorageDataError` otherwise)."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise StorageDataError(f"keep must be an int >= 0, not {keep!r}")
+    return keep
 
 
 #: A journal entry as the primitives hand it over: ``(ts, type, json, item_id)``.
@@ -229,7 +250,12 @@ class SessionStore(Transactions):
                 snapshot = Snapshot(through, decode_value(state, _resource(*key)), created)
             start = after if after is not None else (snapshot.through_sequence if snapshot else 0)
             stop = record.head if count is None else min(record.head, start + count)
-            return record, snapshot, self._get_items(ctx, row[0], start, max(start, stop))
+            rows = self._get_items(ctx, row[0], start, max(start, stop))
+            if start < stop and (not rows or rows[0][0] != start + 1):
+                # Retention pruned the items from start + 1 on: say so, never skip them.
+                first = rows[0][0] if rows else self._first_seq(ctx, row[0], record.head)
+                raise EventsPrunedError(key[1], start, first)
+            return record, snapshot, rows
 
         record, snapshot, rows = self._reading("session load", work, snapshot=True)
         # One decode call for all the items, as the engines decode a page.
@@ -298,6 +324,81 @@ class SessionStore(Transactions):
 
         self._atomic("session delete", work)
 
+    def prune(self, tenant_id: str, session_id: str, keep: int = 0) -> int:
+        """Retention: delete the items the newest snapshot made redundant; their number.
+
+        The items with sequence <= the newest snapshot's ``through_sequence``
+        minus ``keep`` go, with the snapshots older than what is left (they
+        could no longer be loaded). The newest snapshot, the items after it
+        and ``keep`` items before it stay; a session without a snapshot
+        keeps everything. Head, revision and ``load()`` are unchanged (so a
+        compare-and-set writer never conflicts with retention); reading from
+        before the retained start raises :class:`EventsPrunedError`. One
+        write transaction, safe while other processes write.
+        """
+        key = self._key(tenant_id, session_id)
+        count = check_keep(keep)
+
+        def work(ctx: Any) -> int:
+            row = must_exist(_resource(*key), self._get_row(ctx, key))
+            cut, first = self._prune_point(ctx, row, count)
+            if cut >= first:
+                self._drop_items(ctx, row[0], cut)
+            return max(0, cut - first + 1)
+
+        return self._atomic("session prune", work)
+
+    def prune_all(
+        self, tenant_id: str, keep: int = 0, *, dry_run: bool = False, batch: int = 100
+    ) -> dict[str, int]:
+        """:meth:`prune` every session of the tenant that has a snapshot.
+
+        Returns ``{session_id: items deleted}`` for the sessions that lost
+        items (with ``dry_run``, what would go; nothing is deleted). The
+        tenant is read ``batch`` sessions at a time and each session is
+        pruned in a write transaction of its own that reads its snapshot
+        afresh, so writers in other processes wait for one session at a
+        time and a session deleted meanwhile is skipped.
+        """
+        tenant = check_name("tenant_id", tenant_id)
+        count = check_keep(keep)
+        pruned: dict[str, int] = {}
+        after: str | None = None
+        while True:
+            page = self.list(tenant, after, batch)
+            for record in page:
+                through = record.snapshot_through
+                if through is None or through - count < 1:
+                    continue
+                name = record.session_id
+                if dry_run:
+                    look = functools.partial(self._would_prune, key=(tenant, name), keep=count)
+                    gone = self._reading("session prune", look, snapshot=True)
+                else:
+                    try:
+                        gone = self.prune(tenant, name, count)
+                    except StorageNotFoundError:
+                        continue  # deleted meanwhile
+                if gone:
+                    pruned[name] = gone
+            if len(page) < batch:
+                return pruned
+            after = page[-1].session_id
+
+    def _would_prune(self, ctx: Any, key: tuple[str, str], keep: int) -> int:
+        row = self._get_row(ctx, key)
+        if row is None:
+            return 0
+        cut, first = self._prune_point(ctx, row, keep)
+        return max(0, cut - first + 1)
+
+    def _prune_point(self, ctx: Any, row: Row, keep: int) -> tuple[int, int]:
+        """``(cut, first)``: a prune of ``row`` deletes the items ``first``..``cut``."""
+        through = row[6]
+        if through is None or through - keep < 1:
+            return 0, 1
+        return through - keep, self._first_seq(ctx, row[0], row[1])
+
     # -- what an implementation supplies ------------------------------------------------
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
@@ -338,23 +439,34 @@ class SessionStore(Transactions):
     def _remove(self, ctx: Any, key: tuple[str, str], handle: Any) -> None:
         raise NotImplementedError
 
+    def _first_seq(self, ctx: Any, handle: Any, head: int) -> int:
+        """The sequence of the session's first stored item; ``head + 1`` when none is."""
+        raise NotImplementedError
+
+    def _drop_items(self, ctx: Any, handle: Any, cut: int) -> None:
+        """Delete the items with sequence <= ``cut`` and the snapshots through less than
+        ``cut``; head and revision stay."""
+        raise NotImplementedError
+
 
 class _Session:
     """One session of the in-memory store: its row, journal and snapshots."""
 
-    __slots__ = ("created", "journal", "meta", "revision", "snapshots", "updated")
+    __slots__ = ("created", "dropped", "journal", "meta", "revision", "snapshots", "updated")
 
     def __init__(self, meta: bytes, now: float) -> None:
         self.meta: bytes | None = meta
         self.revision = 0
         self.created = self.updated = now
+        # journal[i] is the item at sequence dropped + i + 1 (retention drops a prefix).
+        self.dropped = 0
         self.journal: list[Entry] = []
         self.snapshots: dict[int, tuple[bytes, float]] = {}
 
     def row(self) -> Row:
         through = max(self.snapshots) if self.snapshots else None
-        return (self, len(self.journal), self.revision, self.meta, self.created, self.updated,
-                through)  # fmt: skip
+        return (self, self.dropped + len(self.journal), self.revision, self.meta, self.created,
+                self.updated, through)  # fmt: skip
 
 
 class InMemorySessionStore(LockedTransactions, SessionStore):
@@ -395,10 +507,9 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _get_items(
         self, ctx: Any, handle: _Session, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
-        return [
-            (seq, ts, kind, data)
-            for seq, (ts, kind, data, _) in enumerate(handle.journal[start:stop], start + 1)
-        ]
+        low = max(start, handle.dropped)
+        entries = handle.journal[low - handle.dropped : max(low, stop) - handle.dropped]
+        return [(seq, ts, kind, data) for seq, (ts, kind, data, _) in enumerate(entries, low + 1)]
 
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
@@ -408,6 +519,15 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
 
     def _remove(self, ctx: Any, key: tuple[str, str], handle: _Session) -> None:
         del self._sessions[key]
+
+    def _first_seq(self, ctx: Any, handle: _Session, head: int) -> int:
+        return handle.dropped + 1
+
+    def _drop_items(self, ctx: Any, handle: _Session, cut: int) -> None:
+        del handle.journal[: cut - handle.dropped]
+        handle.dropped = cut
+        for through in [t for t in handle.snapshots if t < cut]:
+            del handle.snapshots[through]
 
 
 class SqliteSessionStore(EngineTransactions, SessionStore):
@@ -452,3 +572,11 @@ class SqliteSessionStore(EngineTransactions, SessionStore):
 
     def _remove(self, ctx: Any, key: tuple[str, str], handle: int) -> None:
         self._engine.delete_session(ctx, handle)
+
+    def _first_seq(self, ctx: Any, handle: int, head: int) -> int:
+        found = ctx.rows(Q.FIRST_EVENT, (S.event_key(handle, 0), S.event_key(handle, S.MAX_SEQ)))
+        return int(found[0][0]) if found else head + 1
+
+    def _drop_items(self, ctx: Any, handle: int, cut: int) -> None:
+        ctx.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(handle, 0), S.event_key(handle, cut)))
+        ctx.rows(Q.DELETE_SNAPSHOTS_BEFORE, (handle, cut))

@@ -9,7 +9,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
+from ..errors import (
+    EventsPrunedError,
+    StorageConflictError,
+    StorageDataError,
+    StorageNotFoundError,
+)
 from .harness import HOSTILE_SESSION_IDS, StoreSuite, make_event
 from .races import Race
 
@@ -30,6 +35,41 @@ class SessionAppendRace(Race):
 
     def conflict(self, round_no: int) -> tuple[int | None, int | None]:
         return round_no, round_no + 1
+
+
+class PruneWhileWriting:
+    """Racer 0 appends to sessions ``a`` and ``b`` of tenant ``tenant``
+    (compare-and-set on the revision it last saw, item ``i{seq}`` at each seq)
+    and compacts every other round; racer 1 prunes the tenant and ``a`` at the
+    same time. Retention must never make a writer conflict, and every
+    acknowledged item after the retained start must stay."""
+
+    def __call__(self, store: Any, worker: int, rounds: int, barrier: Any) -> tuple[int, int]:
+        ss = store.sessions
+        revisions = {name: ss.get("tenant", name).revision for name in ("a", "b")}
+        heads = {name: ss.get("tenant", name).head for name in ("a", "b")}
+        for round_no in range(rounds):
+            barrier.wait(timeout=60)
+            if worker == 1:
+                ss.prune_all("tenant", keep=1, batch=1)
+                ss.prune("tenant", "a", keep=0)
+                continue
+            for name in ("a", "b"):
+                items = [_item(f"i{heads[name] + n}") for n in (1, 2, 3)]
+                record = ss.append("tenant", name, revisions[name], items)
+                if round_no % 2:
+                    record = ss.compact("tenant", name, record.revision, record.head - 1, {})
+                revisions[name], heads[name] = record.revision, record.head
+        return rounds, 0
+
+
+def _retained_start(store: Any, tenant: str, session: str) -> int:
+    """The first retained seq of a session, as :class:`EventsPrunedError` reports it."""
+    try:
+        store.load(tenant, session, after_sequence=0)
+    except EventsPrunedError as exc:
+        return exc.first_retained
+    return 1
 
 
 class SessionStoreConformance(StoreSuite):
@@ -264,3 +304,167 @@ class SessionStoreConformance(StoreSuite):
             assert [e.event["round"] for e in items] == list(range(self.race_rounds))
         finally:
             storage.close()
+
+    # -- retention -------------------------------------------------------------------
+
+    def test_prune_keeps_the_snapshot_what_follows_and_keep_before_it(self, storage: Any) -> None:
+        ss = storage.sessions
+        ss.create("t", "s")
+        ss.create("t", "bare")
+        rev = ss.append("t", "s", 0, [_item(f"i{n}", n=n) for n in range(1, 11)]).revision
+        ss.append("t", "bare", 0, [_item("x"), _item("y")])
+        rev = ss.compact("t", "s", rev, 3, {"summary": "three"}).revision
+        rev = ss.compact("t", "s", rev, 6, {"summary": "six"}).revision
+        before, record = ss.load("t", "s"), ss.get("t", "s")
+        assert ss.prune("t", "bare", keep=0) == 0  # no snapshot: nothing goes
+        assert [e.seq for e in ss.load("t", "bare").items] == [1, 2]
+        assert ss.prune("t", "s", keep=2) == 4  # items 1..4
+        assert ss.load("t", "s") == before  # the snapshot and the items after it
+        assert ss.get("t", "s") == record  # head, revision, mtime: unchanged
+        assert ss.prune("t", "s", keep=2) == 0  # nothing more to do
+        assert [e.seq for e in ss.load("t", "s", after_sequence=4).items] == [5, 6, 7, 8, 9, 10]
+        for after in (0, 3):
+            with pytest.raises(EventsPrunedError) as info:
+                ss.load("t", "s", after_sequence=after)
+            assert (info.value.seq, info.value.first_retained) == (after, 5)
+        with pytest.raises(EventsPrunedError):
+            ss.load("t", "s", use_snapshot=False)
+        # Writers go on at the revision they had; a newer snapshot prunes further.
+        rev = ss.append("t", "s", rev, [_item("i11"), _item("i1")]).revision  # i1's id is free
+        rev = ss.compact("t", "s", rev, 12, {"summary": "all"}).revision
+        assert ss.prune("t", "s", keep=0) == 8  # items 5..12: none left
+        latest = ss.load("t", "s")
+        assert latest.snapshot is not None and latest.snapshot.state == {"summary": "all"}
+        assert (latest.items, latest.session.head, latest.session.revision) == ([], 12, rev)
+        with pytest.raises(EventsPrunedError) as info:
+            ss.load("t", "s", after_sequence=11)
+        assert info.value.first_retained == 13
+        assert ss.load("t", "s", after_sequence=12).items == []
+        assert ss.append("t", "s", rev, [_item("i13")]).head == 13
+        assert [e.seq for e in ss.load("t", "s").items] == [13]
+
+    def test_prune_all_prunes_one_tenant_and_dry_run_deletes_nothing(self, storage: Any) -> None:
+        ss = storage.sessions
+        for tenant in ("t", "u"):
+            for name, through in (("s1", 4), ("s2", 2), ("s3", None)):
+                ss.create(tenant, name)
+                rev = ss.append(tenant, name, 0, [_item(f"i{n}") for n in range(5)]).revision
+                if through is not None:
+                    ss.compact(tenant, name, rev, through, {})
+        before = {name: ss.load("t", name) for name in ("s1", "s2", "s3")}
+        assert ss.prune_all("t", keep=1, dry_run=True) == {"s1": 3, "s2": 1}
+        assert ss.prune_all("t", keep=1, dry_run=True, batch=1) == {"s1": 3, "s2": 1}
+        assert _retained_start(ss, "t", "s1") == 1  # the dry run deleted nothing
+        assert ss.prune_all("t", keep=1, batch=2) == {"s1": 3, "s2": 1}
+        assert {name: ss.load("t", name) for name in ("s1", "s2", "s3")} == before
+        assert [_retained_start(ss, "t", n) for n in ("s1", "s2", "s3")] == [4, 2, 1]
+        assert [_retained_start(ss, "u", n) for n in ("s1", "s2", "s3")] == [1, 1, 1]
+        assert ss.prune_all("t", keep=1) == {}
+        assert ss.prune_all("nobody", keep=0) == {}
+
+    def test_prune_refuses_bad_arguments(self, storage: Any) -> None:
+        ss = storage.sessions
+        ss.create("t", "s")
+        rev = ss.append("t", "s", 0, [_item("a"), _item("b")]).revision
+        ss.compact("t", "s", rev, 2, {})
+        for bad in (-1, "1", 1.5, True, None):
+            with pytest.raises(StorageDataError):
+                ss.prune("t", "s", keep=bad)
+            with pytest.raises(StorageDataError):
+                ss.prune_all("t", keep=bad)
+        with pytest.raises(StorageNotFoundError):
+            ss.prune("t", "missing", keep=0)
+        for hostile in HOSTILE_SESSION_IDS[:3]:
+            with pytest.raises(StorageDataError):
+                ss.prune("t", hostile, keep=0)
+            with pytest.raises(StorageDataError):
+                ss.prune_all(hostile, keep=0)
+        assert _retained_start(ss, "t", "s") == 1  # nothing changed
+
+    def test_the_checkpointer_face_refuses_to_read_or_go_back_past_retention(
+        self, storage: Any
+    ) -> None:
+        face = getattr(storage, "checkpointer", None)
+        if face is None:
+            pytest.skip("this storage has no Checkpointer face")
+        ss = storage.sessions
+        ss.create("default", "s")
+        rev = ss.append("default", "s", 0, [_item(f"i{n}") for n in range(1, 11)]).revision
+        ss.compact("default", "s", rev, 6, {"summary": "six"})
+        assert ss.prune("default", "s", keep=2) == 4
+        log = face()
+        assert log.head("s") == 10
+        for since in (0, 1, 3):
+            with pytest.raises(EventsPrunedError) as info:
+                list(log.read("s", since))
+            assert (info.value.seq, info.value.first_retained) == (since, 5)
+        assert [e.seq for e in log.read("s", 4)] == [5, 6, 7, 8, 9, 10]
+        assert [e.seq for e in log.read("s", 4, limit=2)] == [5, 6]
+        with pytest.raises(EventsPrunedError):
+            log.follow_page("s", 2)
+        assert [e.seq for e in log.follow_page("s", 4)] == [5, 6, 7, 8, 9, 10]
+        # Back no further than the snapshot that covers the pruned items.
+        for to in (0, 3, 4, 5):
+            with pytest.raises(EventsPrunedError):
+                log.truncate("s", to)
+            with pytest.raises(EventsPrunedError):
+                log.fork("s", to, "copy")
+        assert log.head("copy") == 0  # no fork was made
+        assert log.fork("s", 7, "copy") == 7  # the fork is pruned as its source is
+        copied = ss.load("default", "copy")
+        assert copied.snapshot is not None and copied.snapshot.state == {"summary": "six"}
+        assert [e.event["id"] for e in copied.items] == ["i7"]
+        assert [e.seq for e in log.read("copy", 4)] == [5, 6, 7]
+        with pytest.raises(EventsPrunedError):
+            list(log.read("copy"))
+        assert log.truncate("s", 6) == 6
+        loaded = ss.load("default", "s")
+        assert loaded.snapshot is not None and loaded.snapshot.state == {"summary": "six"}
+        assert (loaded.items, log.head("s")) == ([], 6)
+        with pytest.raises(EventsPrunedError):
+            list(log.read("s"))
+        assert [e.seq for e in log.read("s", 4)] == [5, 6]
+        log.delete("s")
+        assert list(log.read("s")) == [] and log.head("s") == 0
+
+    def test_pruning_while_another_writer_appends_and_compacts_in_threads(
+        self, storage: Any
+    ) -> None:
+        self._check_prune_race(storage, None)
+
+    def test_pruning_while_another_process_appends_and_compacts(self, location: Path) -> None:
+        if not self.multiprocess:
+            pytest.skip("this storage is for one process")
+        self._check_prune_race(None, location)
+
+    def _check_prune_race(self, storage: Any, location: Path | None) -> None:
+        opened = storage if location is None else self.open_storage(location)
+        for name in ("a", "b", "c"):
+            opened.sessions.create("tenant", name)
+        rev = opened.sessions.append("tenant", "c", 0, [_item("c1"), _item("c2")]).revision
+        opened.sessions.compact("tenant", "c", rev, 2, {})
+        if location is None:
+            tallies = self.race_in_threads(opened, PruneWhileWriting())
+        else:
+            opened.close()
+            tallies = self.race_in_processes(location, PruneWhileWriting())
+            opened = self.open_storage(location)
+        try:
+            assert [(w, c) for _, w, c in tallies] == [(self.race_rounds, 0)] * 2
+            head = 3 * self.race_rounds
+            last_compacted = self.race_rounds - 1 - (self.race_rounds % 2)  # the last odd round
+            through = 3 * (last_compacted + 1) - 1
+            for name in ("a", "b"):
+                loaded = opened.sessions.load("tenant", name)
+                assert loaded.snapshot is not None and loaded.snapshot.through_sequence == through
+                assert loaded.session.head == head
+                after = [f"i{n}" for n in range(through + 1, head + 1)]
+                assert [e.event["id"] for e in loaded.items] == after
+                first = _retained_start(opened.sessions, "tenant", name)
+                assert 1 < first <= through + 1
+                kept = opened.sessions.load("tenant", name, after_sequence=first - 1).items
+                assert [e.event["id"] for e in kept] == [f"i{n}" for n in range(first, head + 1)]
+            assert _retained_start(opened.sessions, "tenant", "c") == 2
+        finally:
+            if storage is None:
+                opened.close()
