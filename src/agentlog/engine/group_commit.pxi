@@ -63,10 +63,10 @@ cdef class _Append:
         r.expected = expected
         r.ts = ts
         r.count = count
-        r.kinds = <const char **>PyMem_RawMalloc(count * sizeof(char *))
-        r.payloads = <const char **>PyMem_RawMalloc(count * sizeof(char *))
-        r.kind_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
-        r.payload_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
+        r.kinds = <const char **>agentlog_raw_malloc(count * sizeof(char *))
+        r.payloads = <const char **>agentlog_raw_malloc(count * sizeof(char *))
+        r.kind_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
+        r.payload_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
         if r.kinds == NULL or r.payloads == NULL or r.kind_sizes == NULL or r.payload_sizes == NULL:
             raise MemoryError()
         for i in range(count):

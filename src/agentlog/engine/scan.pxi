@@ -45,7 +45,7 @@ cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
 
 cdef int _resize(void **buffer, size_t size) noexcept nogil:
     """realloc that keeps ``buffer`` (still owned by the caller) when it fails."""
-    cdef void *grown = realloc(buffer[0], size)
+    cdef void *grown = agentlog_realloc(buffer[0], size)
     if grown == NULL:
         return -1
     buffer[0] = grown
