@@ -164,6 +164,11 @@ cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize
     write lock: then nothing was begun and no request was touched."""
     cdef int rc
     cdef Py_ssize_t i
+    if not sqlite3_get_autocommit(db):
+        # A failed write whose rollback failed too (out of memory, an I/O
+        # error) left its transaction open: roll it back before beginning.
+        sqlite3_step(st[ST_ROLLBACK])
+        sqlite3_reset(st[ST_ROLLBACK])
     rc = _begin(db, st[ST_BEGIN], wait, busy)
     if not wait and _is_busy(rc):
         return GROUP_WOULD_WAIT
