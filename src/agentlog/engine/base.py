@@ -388,7 +388,12 @@ class EngineBase(Generic[ConnectionT]):
         try:
             yield conn
         finally:
-            self._return_reader(conn)
+            if conn.in_transaction():
+                # A read transaction that could not be ended (see read): pooled,
+                # it would keep its old snapshot for every later read.
+                conn.close()
+            else:
+                self._return_reader(conn)
 
     # -- transactions --------------------------------------------------------------
 
@@ -404,7 +409,11 @@ class EngineBase(Generic[ConnectionT]):
                 try:
                     return work(conn)
                 finally:
-                    conn.rows(Q.COMMIT)
+                    # Ending a read loses nothing: if even that fails (out of
+                    # memory), the read's own outcome stands, and _reader drops
+                    # the connection, still in its transaction.
+                    with contextlib.suppress(Exception):
+                        conn.rows(Q.COMMIT)
         except StorageUnavailableError as exc:
             if self._closed:
                 raise CheckpointerClosedError(self._closed_message) from exc
