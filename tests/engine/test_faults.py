@@ -188,7 +188,7 @@ def test_log_operation_under_faults(
             assert got == result, f"fault point {point}: a wrong result"
             check_recovered(cp, path, after)
     # The sweep reached the faults: an operation with operations of this kind failed.
-    assert failures or total == 0 or (kind == "alloc" and mode == "once")
+    assert failures or total == 0
 
 
 def test_open_under_faults(tmp_path: Path, seam: FaultSeam) -> None:
@@ -296,7 +296,7 @@ def test_group_commit_under_faults(
                 events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
                 expected[name] = (len(appends), events)
         check_recovered(cp, path, expected)
-    assert failed or total == 0 or (kind == "alloc" and mode == "once")
+    assert failed or total == 0
 
 
 # -- the stores -----------------------------------------------------------------------
@@ -421,7 +421,7 @@ def test_store_operation_under_faults(
             seam.disarm()
             assert got == result, f"fault point {point}: a wrong result"
             check_stores_recovered(storage, path, after)
-    assert failures or total == 0 or (kind == "alloc" and mode == "once")
+    assert failures or total == 0
 
 
 # -- the seam itself -------------------------------------------------------------------
