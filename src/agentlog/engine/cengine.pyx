@@ -265,7 +265,7 @@ class CEngine(EngineBase):
         group = <Request **>agentlog_raw_malloc(size * sizeof(Request *))
         try:
             if group == NULL:
-                raise MemoryError()
+                raise MemoryError("append: out of memory")
             for i in range(ST_SCAN):
                 statements[i] = conn.statement(i)
             for i in range(size):

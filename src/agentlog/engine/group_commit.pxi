@@ -68,7 +68,7 @@ cdef class _Append:
         r.kind_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
         r.payload_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
         if r.kinds == NULL or r.payloads == NULL or r.kind_sizes == NULL or r.payload_sizes == NULL:
-            raise MemoryError()
+            raise MemoryError("append: out of memory")
         for i in range(count):
             kind, payload = <tuple>batch[i]
             r.kinds[i] = PyUnicode_AsUTF8AndSize(kind, &size)

@@ -119,7 +119,7 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
             rc = _step_page(st, &page)
             sqlite3_reset(st)  # ends the read transaction before any Python work
         if rc == SQLITE_NOMEM:
-            raise MemoryError()
+            raise MemoryError("read: out of memory")
         if rc != SQLITE_DONE:
             raise _error(rc, sqlite3_errmsg(conn.db), "read")
         if page.count == 0:
