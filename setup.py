@@ -9,6 +9,10 @@ time, see agentlog/engine/__init__.py):
 * ``AGENTLOG_ASAN=1`` — compile the C engine with AddressSanitizer.
 * ``AGENTLOG_NO_TTY_NOTICES=1`` — say the build's notices (pure fallback,
   system SQLite) in the build's log only, not also on the terminal.
+* ``AGENTLOG_FAULTS=1`` — compile in the fault-injection seam
+  (``csrc/fault_injection.h``, ``agentlog.engine.faults``): a test build's
+  switch, which the AddressSanitizer run of ``scripts/test`` sets. It needs the
+  embedded SQLite; a wheel built without it carries no trace of the seam.
 
 When no C compiler (or no Python headers) is found, the pure-Python engine is
 installed and nothing is fetched for the C one.
@@ -126,13 +130,20 @@ def engine_extension() -> Extension:
     if flag("AGENTLOG_ASAN"):
         compile_args += ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]
         link_args += ["-fsanitize=address"]
+    macros: list[tuple[str, str | None]] = []
     if sqlite_dir is None:
         notice("building the C engine against the system SQLite, not the pinned one")
+    else:
+        macros.append(("AGENTLOG_EMBEDDED_SQLITE", "1"))
+    if flag("AGENTLOG_FAULTS"):
+        if sqlite_dir is None:
+            notice("no fault-injection seam: it needs the embedded SQLite")
+        macros.append(("AGENTLOG_FAULT_INJECTION", "1"))
     return Extension(
         "agentlog.engine.cengine",
         ["src/agentlog/engine/cengine.pyx"],
         include_dirs=["csrc", *([str(sqlite_dir)] if sqlite_dir else [])],
-        define_macros=[("AGENTLOG_EMBEDDED_SQLITE", "1")] if sqlite_dir else [],
+        define_macros=macros,
         libraries=[] if sqlite_dir else ["sqlite3"],
         extra_compile_args=compile_args,
         extra_link_args=link_args,

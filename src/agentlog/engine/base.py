@@ -401,7 +401,12 @@ class EngineBase(Generic[ConnectionT]):
         try:
             yield conn
         finally:
-            self._return_reader(conn)
+            if conn.in_transaction():
+                # A read transaction that could not be ended (see read): pooled,
+                # it would keep its old snapshot for every later read.
+                conn.close()
+            else:
+                self._return_reader(conn)
 
     # -- transactions --------------------------------------------------------------
 
@@ -417,7 +422,11 @@ class EngineBase(Generic[ConnectionT]):
                 try:
                     return work(conn)
                 finally:
-                    conn.rows(Q.COMMIT)
+                    # Ending a read loses nothing: if even that fails (out of
+                    # memory), the read's own outcome stands, and _reader drops
+                    # the connection, still in its transaction.
+                    with contextlib.suppress(Exception):
+                        conn.rows(Q.COMMIT)
         except StorageUnavailableError as exc:
             if self._closed:
                 raise CheckpointerClosedError(self._closed_message) from exc
@@ -447,6 +456,7 @@ class EngineBase(Generic[ConnectionT]):
             if self.read_only:
                 raise StorageUnavailableError(f"{context}: {self.path!r} is open read-only")
             conn = self._writer
+            self._end_leftover_transaction(conn)
             if not conn.begin_write(wait):
                 raise _WouldWait
             try:
@@ -454,10 +464,24 @@ class EngineBase(Generic[ConnectionT]):
                 conn.rows(Q.COMMIT)
             except BaseException:
                 if conn.in_transaction():
-                    conn.rows(Q.ROLLBACK)
+                    # A rollback that fails too (out of memory, an I/O error)
+                    # leaves the transaction to _end_leftover_transaction; the
+                    # caller sees the error that failed the write.
+                    with contextlib.suppress(Exception):
+                        conn.rows(Q.ROLLBACK)
                 raise
             self._note_commit()
             return result
+
+    @staticmethod
+    def _end_leftover_transaction(conn: ConnectionT) -> None:
+        """Under the write lock: roll back a transaction that a failed write left
+        open because its own rollback failed too (out of memory, an I/O error),
+        before the writer is used again; else every later write would fail
+        ("cannot start a transaction within a transaction") and a read on the
+        writer would see the failed write's changes."""
+        if conn.in_transaction():
+            conn.rows(Q.ROLLBACK)
 
     # -- the write-ahead log's bound --------------------------------------------------
 
@@ -848,6 +872,7 @@ class EngineBase(Generic[ConnectionT]):
         try:
             with self._write_lock, self._translating("integrity check"):
                 self._check_open()
+                self._end_leftover_transaction(self._writer)
                 rows = self._writer.rows(Q.QUICK_CHECK)
         except (CorruptDatabaseError, StorageUnavailableError) as exc:
             return False, str(exc)

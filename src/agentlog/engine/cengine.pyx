@@ -19,9 +19,9 @@ statements, ``CConnection``), ``group_commit.pxi`` (the request queue's C side,
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from cpython.mem cimport PyMem_RawFree
 from libc.stdint cimport int64_t
-from libc.stdlib cimport free, realloc
+from libc.stdlib cimport free
 from libc.string cimport memcmp, memcpy, memset, strlen, strncpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport usleep
@@ -31,6 +31,11 @@ from agentlog.engine.includes.python cimport (
     PyMemoryView_FromMemory,
     PyUnicode_AsUTF8AndSize,
     PyUnicode_DecodeUTF8,
+)
+from agentlog.engine.includes.faults cimport (
+    agentlog_faults_install,
+    agentlog_raw_malloc,
+    agentlog_realloc,
 )
 from agentlog.engine.includes.sqlite3 cimport *
 from agentlog.engine.includes.support cimport agentlog_stored_event
@@ -52,6 +57,11 @@ from agentlog.events import EVENT_TYPES, StoredEvent, decode_json
 __all__ = ["CEngine"]
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
+
+# Only in a build with the fault-injection seam (AGENTLOG_FAULTS=1): wrap
+# SQLite's allocator and default VFS, before any connection is opened, and add
+# the seam's control functions here (agentlog.engine.faults). Otherwise nothing.
+agentlog_faults_install(globals())
 
 # -- result codes to exceptions: the one table in agentlog.engine.base ---------------
 
@@ -252,10 +262,10 @@ class CEngine(EngineBase):
                 item.done = True
             return True
         conn = <CConnection>self._writer
-        group = <Request **>PyMem_RawMalloc(size * sizeof(Request *))
+        group = <Request **>agentlog_raw_malloc(size * sizeof(Request *))
         try:
             if group == NULL:
-                raise MemoryError()
+                raise MemoryError("append: out of memory")
             for i in range(ST_SCAN):
                 statements[i] = conn.statement(i)
             for i in range(size):

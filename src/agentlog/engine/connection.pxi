@@ -211,7 +211,11 @@ cdef class CConnection:
         result = []
         try:
             for i, value in enumerate(params, 1):
-                _bind(st, i, value)
+                # A text or blob is copied (SQLITE_TRANSIENT): out of memory,
+                # the parameter would stay NULL and the statement run with it.
+                rc = _bind(st, i, value)
+                if rc != SQLITE_OK:
+                    raise _error(rc, sqlite3_errmsg(self.db), sql.split(" ", 2)[0])
             columns = sqlite3_column_count(st)
             while True:
                 # Without the GIL: BEGIN IMMEDIATE may wait for the busy timeout.

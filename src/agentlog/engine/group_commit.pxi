@@ -63,12 +63,12 @@ cdef class _Append:
         r.expected = expected
         r.ts = ts
         r.count = count
-        r.kinds = <const char **>PyMem_RawMalloc(count * sizeof(char *))
-        r.payloads = <const char **>PyMem_RawMalloc(count * sizeof(char *))
-        r.kind_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
-        r.payload_sizes = <int *>PyMem_RawMalloc(count * sizeof(int))
+        r.kinds = <const char **>agentlog_raw_malloc(count * sizeof(char *))
+        r.payloads = <const char **>agentlog_raw_malloc(count * sizeof(char *))
+        r.kind_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
+        r.payload_sizes = <int *>agentlog_raw_malloc(count * sizeof(int))
         if r.kinds == NULL or r.payloads == NULL or r.kind_sizes == NULL or r.payload_sizes == NULL:
-            raise MemoryError()
+            raise MemoryError("append: out of memory")
         for i in range(count):
             kind, payload = <tuple>batch[i]
             r.kinds[i] = PyUnicode_AsUTF8AndSize(kind, &size)
@@ -164,6 +164,11 @@ cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize
     write lock: then nothing was begun and no request was touched."""
     cdef int rc
     cdef Py_ssize_t i
+    if not sqlite3_get_autocommit(db):
+        # A failed write whose rollback failed too (out of memory, an I/O
+        # error) left its transaction open: roll it back before beginning.
+        sqlite3_step(st[ST_ROLLBACK])
+        sqlite3_reset(st[ST_ROLLBACK])
     rc = _begin(db, st[ST_BEGIN], wait, busy)
     if not wait and _is_busy(rc):
         return GROUP_WOULD_WAIT

@@ -45,7 +45,7 @@ cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
 
 cdef int _resize(void **buffer, size_t size) noexcept nogil:
     """realloc that keeps ``buffer`` (still owned by the caller) when it fails."""
-    cdef void *grown = realloc(buffer[0], size)
+    cdef void *grown = agentlog_realloc(buffer[0], size)
     if grown == NULL:
         return -1
     buffer[0] = grown
@@ -119,7 +119,7 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
             rc = _step_page(st, &page)
             sqlite3_reset(st)  # ends the read transaction before any Python work
         if rc == SQLITE_NOMEM:
-            raise MemoryError()
+            raise MemoryError("read: out of memory")
         if rc != SQLITE_DONE:
             raise _error(rc, sqlite3_errmsg(conn.db), "read")
         if page.count == 0:
