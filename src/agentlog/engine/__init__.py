@@ -71,6 +71,7 @@ def open_engine(
     wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
     file_mode: int = DEFAULT_FILE_MODE,
     immutable: bool = False,
+    hash_chain: bool = False,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
@@ -79,7 +80,9 @@ def open_engine(
     (the owner's only by default), and so do its ``-wal`` and ``-shm``.
     ``immutable`` (with ``read_only``) reads a file that no process has open
     — no ``-wal`` or ``-shm`` beside it — without creating them or taking
-    locks; a writer that starts meanwhile is not seen.
+    locks; a writer that starts meanwhile is not seen. ``hash_chain`` makes
+    the file keep a hash chain per session from now on (for every later
+    writer too; see :mod:`agentlog.integrity`).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
@@ -103,6 +106,7 @@ def open_engine(
         wal_size_limit=wal_size_limit,
         file_mode=check_file_mode(file_mode),
         immutable=bool(immutable),
+        hash_chain=bool(hash_chain),
     )
 
 

@@ -33,7 +33,11 @@ from agentlog.engine.includes.python cimport (
     PyUnicode_DecodeUTF8,
 )
 from agentlog.engine.includes.sqlite3 cimport *
-from agentlog.engine.includes.support cimport agentlog_stored_event
+from agentlog.engine.includes.support cimport (
+    agentlog_crc32,
+    agentlog_crc32_init,
+    agentlog_stored_event,
+)
 
 import threading
 from urllib.parse import quote as _quote
@@ -48,10 +52,21 @@ from agentlog.errors import (
     StorageUnavailableError,
 )
 from agentlog.events import EVENT_TYPES, StoredEvent, decode_json
+from agentlog.integrity import first_damaged
 
 __all__ = ["CEngine"]
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
+
+agentlog_crc32_init()
+
+
+def crc32(data, unsigned int value=0):
+    """The C engine's CRC-32 of ``data`` (bytes-like): equal to ``zlib.crc32``."""
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return value
+    return agentlog_crc32(value, &view[0], view.shape[0])
 
 # -- result codes to exceptions: the one table in agentlog.engine.base ---------------
 
@@ -157,6 +172,11 @@ class CEngine(EngineBase):
         cdef _Append mine = _Append()
         if self.read_only:
             raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
+        if self.hash_chain:
+            # Each link needs the one before it: the shared path, in Python.
+            return self.write(
+                "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
+            )
         mine.prepare(tenant, name, expected, ts, batch)
         with self._pending_lock:
             self._pending.append(mine)
@@ -208,6 +228,8 @@ class CEngine(EngineBase):
             raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
         if not requests:
             return []
+        if self.hash_chain:
+            return EngineBase._append_group(self, tenant, requests, ts, wait=wait)
         for name, expected_head, batch in requests:
             item = _Append()
             item.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
@@ -289,10 +311,11 @@ class CEngine(EngineBase):
         if self._memory:
             with self._write_lock:
                 self._check_open()
-                return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit)
+                return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit,
+                                  self.schema_version < 8)
         conn = _borrow_reader(self)
         try:
-            return _scan_page(conn, tenant, name, since_seq, limit)
+            return _scan_page(conn, tenant, name, since_seq, limit, self.schema_version < 8)
         finally:
             _return_reader(self, conn)
 

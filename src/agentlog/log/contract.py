@@ -10,7 +10,12 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from ..errors import CheckpointConflictError, CheckpointerClosedError, SessionTruncatedError
+from ..errors import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    CorruptDatabaseError,
+    SessionTruncatedError,
+)
 from ..events import (
     EncodedBatch,
     SessionEvent,
@@ -338,8 +343,10 @@ class BaseCheckpointer(Closable, ABC):
             want = page_size if remaining is None else min(page_size, remaining)
             if want == 0:
                 return
-            page = self._scan(session_id, since_seq, want)
+            page, damage = self._scan_to_damage(session_id, since_seq, want)
             yield from page
+            if damage is not None:
+                raise damage
             if len(page) < want:
                 return
             since_seq = page[-1].seq
@@ -432,7 +439,20 @@ class BaseCheckpointer(Closable, ABC):
             raise SessionTruncatedError(session_id, after_seq, head)
         if head == after_seq:
             return []
-        return self._scan(session_id, after_seq, self._page_size)
+        # Up to a damaged event; the next step starts at it and raises.
+        return self._scan_to_damage(session_id, after_seq, self._page_size)[0]
+
+    def _scan_to_damage(
+        self, session_id: str, since_seq: int, limit: int
+    ) -> tuple[builtins.list[StoredEvent], CorruptDatabaseError | None]:
+        """A page, or when it holds a damaged event, the events before it and
+        the error naming it (raised at once when the damaged event is the first)."""
+        try:
+            return self._scan(session_id, since_seq, limit), None
+        except CorruptDatabaseError as exc:
+            if exc.seq is None or not since_seq + 1 < exc.seq <= since_seq + limit:
+                raise
+            return self._scan(session_id, since_seq, exc.seq - 1 - since_seq), exc
 
     def follow(
         self,

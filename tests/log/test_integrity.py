@@ -1,0 +1,294 @@
+"""Integrity the log can prove, on SQLite (both engines): real damage made through
+raw sqlite3 is caught on read (naming session and seq, after every event before
+it), listed by a deep check, and the opt-in hash chain proves edits, reordering
+and cuts. Old files without checksums keep reading."""
+
+from __future__ import annotations
+
+import pickle
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+
+from agentlog import CorruptDatabaseError, SqliteCheckpointer
+from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from agentlog.integrity import GENESIS, chain_digest
+
+KEY = 1 << 32  # session 1's event keys: KEY | seq
+
+
+def events(n: int, start: int = 1) -> list[dict[str, object]]:
+    return [{"type": "user", "content": f"message {i}"} for i in range(start, start + n)]
+
+
+def fill(db: Path, engine: str, n: int) -> None:
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", events(n))
+
+
+def damage(db: Path, seq: int, data: bytes, sid: int = 1, *, keep_crc: bool = True) -> None:
+    """Rewrite event ``seq``'s payload behind agentlog's back: its crc stays as
+    it was, or (not ``keep_crc``) is cleared as in a row written before checksums."""
+    key = (sid << 32) | seq
+    if keep_crc:
+        raw(db, ("UPDATE events SET data = ? WHERE id = ?", (data, key)))
+    else:
+        raw(db, ("UPDATE events SET data = ?, crc = NULL WHERE id = ?", (data, key)))
+
+
+def read_until_error(
+    cp: SqliteCheckpointer, session: str
+) -> tuple[list[int], CorruptDatabaseError]:
+    seen: list[int] = []
+    with pytest.raises(CorruptDatabaseError) as caught:
+        for event in cp.read(session):
+            seen.append(event.seq)
+    return seen, caught.value
+
+
+def test_every_event_is_stored_with_its_payload_crc(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    fill(db, engine, 3)
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT data, crc FROM events ORDER BY id").fetchall()
+    conn.close()
+    assert [crc for _, crc in rows] == [zlib.crc32(data) for data, _ in rows]
+
+
+@pytest.mark.parametrize("bad", [5, 1000, 1001, 1500])
+def test_a_changed_payload_that_stays_valid_json_is_caught(
+    tmp_path: Path, engine: str, bad: int
+) -> None:
+    db = tmp_path / "a.db"
+    fill(db, engine, 2500)
+    damage(db, bad, b'{"type":"user","content":"forged"}')
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        seen, error = read_until_error(cp, "s")
+        assert seen == list(range(1, bad))
+        assert (error.session_id, error.seq) == ("s", bad)
+        assert f"session 's', event {bad}: payload checksum mismatch" in str(error)
+        copy = pickle.loads(pickle.dumps(error))
+        assert (type(copy), str(copy), copy.session_id, copy.seq) == (
+            CorruptDatabaseError,
+            str(error),
+            "s",
+            bad,
+        )
+        # Past the damaged event, the log reads on.
+        assert [e.seq for e in cp.read("s", since_seq=bad)][:2] == [bad + 1, bad + 2]
+        # A follower gets the events before it, then the error.
+        assert [e.seq for e in cp.follow_page("s", bad - 2)] == [bad - 1]
+        with pytest.raises(CorruptDatabaseError):
+            cp.follow_page("s", bad - 1)
+
+
+@pytest.mark.parametrize("keep_crc", [True, False], ids=["checksummed", "old-row"])
+def test_an_undecodable_payload_names_its_event(
+    tmp_path: Path, engine: str, keep_crc: bool
+) -> None:
+    db = tmp_path / "a.db"
+    fill(db, engine, 10)
+    damage(db, 7, b'{"type":"user","content":"cut', keep_crc=keep_crc)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        seen, error = read_until_error(cp, "s")
+        assert seen == [1, 2, 3, 4, 5, 6]
+        assert (error.session_id, error.seq) == ("s", 7)
+        expected = "checksum mismatch" if keep_crc else "does not decode"
+        assert expected in str(error)
+
+
+def test_a_deep_check_lists_every_damaged_event(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", events(5))
+        cp.append("t", events(3))
+    damage(db, 2, b'{"type":"user","content":"forged"}')
+    damage(db, 4, b"{not json", keep_crc=False)
+    damage(db, 3, b'{"type":"user","content":"x"}', sid=2)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.check_integrity() == (True, "ok")  # the pages are sound
+        ok, detail = cp.check_integrity(deep=True)
+        assert not ok
+        lines = detail.splitlines()
+        assert len(lines) == 3
+        assert lines[0].startswith("session 's' (tenant default), event 2: payload checksum")
+        assert lines[1].startswith("session 's' (tenant default), event 4: payload does not decode")
+        assert lines[2].startswith("session 't' (tenant default), event 3: payload checksum")
+        assert [(d.session_id, d.seq) for d in cp.damaged_events()] == [
+            ("s", 2),
+            ("s", 4),
+            ("t", 3),
+        ]
+
+
+def test_a_deep_check_of_a_sound_file_is_ok(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    fill(db, engine, 1200)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.check_integrity(deep=True) == (True, "ok")
+
+
+def test_both_engines_write_the_same_checksums(tmp_path: Path) -> None:
+    from ..conftest import require_engine
+
+    require_engine("c")
+    for writer, reader in (("c", "python"), ("python", "c")):
+        db = tmp_path / f"{writer}.db"
+        fill(db, writer, 50)
+        with SqliteCheckpointer(db, engine=reader) as cp:
+            assert len(list(cp.read("s"))) == 50
+            assert cp.check_integrity(deep=True) == (True, "ok")
+
+
+def make_version_7_file(path: Path) -> None:
+    """A file as schema version 7 wrote it: events without a crc column."""
+    conn = sqlite3.connect(path)
+    for version in range(1, 8):
+        for statement in MIGRATIONS[version]:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 7")
+    conn.execute("INSERT INTO sessions VALUES (1, 'default', 'old', 2, 1.0, 1.0, 1, NULL)")
+    for seq in (1, 2):
+        conn.execute(
+            "INSERT INTO events (id, ts, type, data) VALUES (?, 1.0, 'user', ?)",
+            (KEY | seq, b'{"type":"user","content":"v7 %d"}' % seq),
+        )
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_7_file_reads_as_it_is_and_migrates_forward(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "v7.db"
+    make_version_7_file(db)
+    with SqliteCheckpointer(db, engine=engine, read_only=True) as cp:
+        assert [e.event["content"] for e in cp.read("old")] == ["v7 1", "v7 2"]
+        assert cp.check_integrity(deep=True) == (True, "ok")
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert [e.event["content"] for e in cp.read("old")] == ["v7 1", "v7 2"]
+        cp.append("old", events(1, 3), expected_head=2)
+        assert cp.check_integrity(deep=True) == (True, "ok")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    crcs = [row[0] for row in conn.execute("SELECT crc FROM events ORDER BY id")]
+    conn.close()
+    assert crcs[:2] == [None, None] and crcs[2] is not None
+    # An old row is read unverified, but damage that breaks its JSON is still named.
+    damage(db, 2, b"{", keep_crc=False)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        seen, error = read_until_error(cp, "old")
+        assert (seen, error.seq) == ([1], 2)
+
+
+# -- the hash chain -------------------------------------------------------------------
+
+
+def rows(db: Path) -> list[tuple[int, bytes, bytes | None]]:
+    conn = sqlite3.connect(db)
+    found = conn.execute("SELECT id, data, digest FROM events ORDER BY id").fetchall()
+    conn.close()
+    return found
+
+
+def test_the_hash_chain_links_every_event(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    with SqliteCheckpointer(db, engine=engine, hash_chain=True) as cp:
+        assert cp.hash_chain
+        cp.append("s", events(3))
+        cp.append("s", events(2, 4))
+        group = [cp.prepare_append("s", events(1, 6), 5), cp.prepare_append("t", events(2))]
+        assert cp.append_prepared(group) == [6, 2]
+        assert cp.try_append_prepared([cp.prepare_append("t", events(1, 3))]) == [3]
+        assert cp.verify("t").problem is None
+        report = cp.verify("s")
+    previous = GENESIS
+    for key, data, stored in rows(db)[:6]:
+        previous = chain_digest(previous, data, key & 0xFFFFFFFF)
+        assert stored == previous
+    assert (report.head, report.digest, report.problem) == (6, previous.hex(), None)
+    # The file keeps the chain: a later writer that does not ask extends it too.
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.hash_chain
+        cp.append("s", events(1, 7))
+        assert cp.verify("s").problem is None
+
+
+def raw(db: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
+    """Run statements through the standard library's sqlite3, behind agentlog's
+    back (closed before agentlog opens the file again: two SQLite libraries in
+    one process do not see each other's locks)."""
+    conn = sqlite3.connect(db)
+    for sql, params in statements:
+        conn.execute(sql, params)
+    conn.commit()
+    conn.close()
+
+
+SET_DATA = "UPDATE events SET data = ?, crc = ? WHERE id = ?"
+
+
+def test_verify_finds_an_edit_a_reordering_and_a_cut(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    with SqliteCheckpointer(db, engine=engine, hash_chain=True) as cp:
+        cp.append("s", events(5))
+        head = cp.verify("s").digest
+    data = {key & 0xFFFFFFFF: payload for key, payload, _ in rows(db)}
+    # An edit that fixes the crc too: only the chain catches it.
+    forged = b'{"type":"user","content":"forged"}'
+    raw(db, (SET_DATA, (forged, zlib.crc32(forged), KEY | 3)))
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert [e.seq for e in cp.read("s")] == [1, 2, 3, 4, 5]
+        report = cp.verify("s")
+        assert report.problem == "event 3 does not match its chain link"
+        assert report.digest != head
+    # Put back; then two events swapped, checksums and all.
+    raw(db, (SET_DATA, (data[3], zlib.crc32(data[3]), KEY | 3)))
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.verify("s") == ("s", 5, head, None)
+    raw(
+        db,
+        (SET_DATA, (data[4], zlib.crc32(data[4]), KEY | 2)),
+        (SET_DATA, (data[2], zlib.crc32(data[2]), KEY | 4)),
+    )
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert len(list(cp.read("s"))) == 5
+        assert cp.verify("s").problem == "event 2 does not match its chain link"
+    # Put back; then the last event cut (and the head with it): the chain that
+    # is left is consistent, only the head digest kept elsewhere shows the cut.
+    raw(
+        db,
+        (SET_DATA, (data[2], zlib.crc32(data[2]), KEY | 2)),
+        (SET_DATA, (data[4], zlib.crc32(data[4]), KEY | 4)),
+        ("DELETE FROM events WHERE id = ?", (KEY | 5,)),
+        ("UPDATE sessions SET head = 4", ()),
+    )
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        report = cp.verify("s")
+        assert report.problem is None and report.head == 4 and report.digest != head
+
+
+def test_truncate_and_fork_keep_the_chain(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    with SqliteCheckpointer(db, engine=engine, hash_chain=True) as cp:
+        cp.append("s", events(6))
+        cp.fork("s", 3, "f")
+        # A fork's chain is its source's chain up to the fork.
+        cp.fork("s", 6, "copy")
+        cp.truncate("copy", 3)
+        assert cp.verify("f") == ("f", 3, cp.verify("copy").digest, None)
+        cp.append("f", events(2, 100))
+        assert cp.verify("f").problem is None
+        cp.truncate("s", 4)
+        assert cp.verify("s").problem is None
+        cp.append("s", events(1, 50))
+        assert cp.verify("s").problem is None
+
+
+def test_a_session_written_before_the_chain_is_reported(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "a.db"
+    fill(db, engine, 2)
+    with SqliteCheckpointer(db, engine=engine, hash_chain=True) as cp:
+        cp.append("s", events(1, 3))
+        assert cp.verify("s").problem == "event 1 has no chain link (written without hash_chain)"
