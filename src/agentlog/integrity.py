@@ -88,9 +88,12 @@ class DamagedEvent(NamedTuple):
 
 
 def describe_damage(damaged: Iterable[DamagedEvent]) -> list[str]:
-    """One line per damaged event: ``session 'id' (tenant t), event 7: problem``."""
+    """One line per damaged event: ``session 'id' (tenant t), event 7: problem``
+    (no tenant for a store that has none)."""
     return [
-        f"session {d.session_id!r} (tenant {d.tenant}), event {d.seq}: {d.problem}" for d in damaged
+        f"session {d.session_id!r}{f' (tenant {d.tenant})' if d.tenant else ''}, "
+        f"event {d.seq}: {d.problem}"
+        for d in damaged
     ]
 
 

@@ -1,7 +1,8 @@
-"""Integrity the log can prove, on SQLite (both engines): real damage made through
-raw sqlite3 is caught on read (naming session and seq, after every event before
-it), listed by a deep check, and the opt-in hash chain proves edits, reordering
-and cuts. Old files without checksums keep reading."""
+"""Integrity the log can prove: real damage made behind agentlog's back (raw
+sqlite3 on SQLite, both engines; bytes changed on disk in a file store) is caught
+on read, naming session and seq after every event before it, and listed by a deep
+check; the opt-in hash chain proves edits, reordering and cuts. Old files and
+lines without checksums keep reading."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import sqlite3
 import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 
-from agentlog import CorruptDatabaseError, SqliteCheckpointer
+from agentlog import CorruptDatabaseError, FileCheckpointer, SqliteCheckpointer
 from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.integrity import GENESIS, chain_digest
+from agentlog.log.file import session_file_name
 
 KEY = 1 << 32  # session 1's event keys: KEY | seq
 
@@ -292,3 +295,108 @@ def test_a_session_written_before_the_chain_is_reported(tmp_path: Path, engine: 
     with SqliteCheckpointer(db, engine=engine, hash_chain=True) as cp:
         cp.append("s", events(1, 3))
         assert cp.verify("s").problem == "event 1 has no chain link (written without hash_chain)"
+
+
+# -- the file backend -------------------------------------------------------------------
+
+
+def file_store(tmp_path: Path, n: int, batch: int = 1) -> Path:
+    directory = tmp_path / "store"
+    with FileCheckpointer(directory) as cp:
+        for start in range(1, n + 1, batch):
+            cp.append("s", events(min(batch, n - start + 1), start))
+    return directory
+
+
+def flip(path: Path, old: bytes, new: bytes) -> None:
+    """Change bytes of the file on disk, in place, behind agentlog's back."""
+    data = path.read_bytes()
+    assert data.count(old) == 1 and len(old) == len(new)
+    path.write_bytes(data.replace(old, new))
+
+
+def session_path(directory: Path) -> Path:
+    return directory / session_file_name("s")
+
+
+def test_every_file_line_carries_its_event_crc(tmp_path: Path) -> None:
+    directory = file_store(tmp_path, 3)
+    lines = session_path(directory).read_bytes().splitlines()[1:]
+    for line in lines:
+        record = orjson.loads(line)
+        payload = line[line.index(b'"event":') + 8 : -1]
+        assert record["crc"] == zlib.crc32(payload)
+        assert orjson.loads(payload) == record["event"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        (b"message 1500", b"massage 1500", "payload checksum mismatch"),
+        (b'"message 1500"', b'"message 1500 ', "payload checksum mismatch"),
+    ],
+    ids=["valid-json", "broken-json"],
+)
+def test_a_byte_changed_in_a_file_is_caught(
+    tmp_path: Path, old: bytes, new: bytes, problem: str
+) -> None:
+    directory = file_store(tmp_path, 2500, batch=100)
+    flip(session_path(directory), old, new)
+    for read_only in (False, True):
+        with FileCheckpointer(directory, read_only=read_only) as cp:
+            seen: list[int] = []
+            with pytest.raises(CorruptDatabaseError) as caught:
+                for event in cp.read("s"):
+                    seen.append(event.seq)
+            assert seen == list(range(1, 1500))
+            assert (caught.value.session_id, caught.value.seq) == ("s", 1500)
+            assert problem in str(caught.value)
+            assert next(iter(cp.read("s", since_seq=1500))).seq == 1501
+            ok, detail = cp.check_integrity(deep=True)
+            assert not ok and detail.startswith("session 's', event 1500: ")
+            assert [(d.session_id, d.seq) for d in cp.damaged_events()] == [("s", 1500)]
+
+
+def test_damage_to_the_last_line_leaves_the_rest_readable(tmp_path: Path) -> None:
+    directory = file_store(tmp_path, 5)
+    flip(session_path(directory), b'"message 5"', b'"message 5 ')
+    with FileCheckpointer(directory) as cp:
+        assert cp.head("s") == 5
+        seen, error = [], None
+        try:
+            for event in cp.read("s"):
+                seen.append(event.seq)
+        except CorruptDatabaseError as exc:
+            error = exc
+        assert seen == [1, 2, 3, 4] and error is not None and error.seq == 5
+        ok, detail = cp.check_integrity(deep=True)
+        assert not ok and detail.startswith("session 's', event 5: payload checksum mismatch")
+
+
+def test_a_truncate_never_gives_damage_a_fresh_checksum(tmp_path: Path) -> None:
+    directory = file_store(tmp_path, 6, batch=6)
+    flip(session_path(directory), b"message 2", b"massage 2")
+    with FileCheckpointer(directory) as cp:
+        with pytest.raises(CorruptDatabaseError) as caught:
+            cp.truncate("s", 3)  # would rewrite lines 1..3 to close the batch at 3
+        assert caught.value.seq == 2
+        assert cp.head("s") == 6
+    assert b"massage 2" in session_path(directory).read_bytes()
+
+
+def test_lines_written_before_checksums_still_read(tmp_path: Path) -> None:
+    directory = tmp_path / "old"
+    directory.mkdir()
+    lines = [b'{"agentlog":1,"session":"s","created":1.0}']
+    lines += [
+        b'{"seq":%d,"end":2,"ts":1.0,"event":{"type":"user","content":"old %d"}}' % (i, i)
+        for i in (1, 2)
+    ]
+    session_path(directory).write_bytes(b"\n".join(lines) + b"\n")
+    with FileCheckpointer(directory) as cp:
+        assert [e.event["content"] for e in cp.read("s")] == ["old 1", "old 2"]
+        assert cp.check_integrity(deep=True) == (True, "ok")
+        cp.append("s", events(1, 3))
+        cp.truncate("s", 1)  # rewrites line 1 (no crc) closing its batch
+        assert [e.event["content"] for e in cp.read("s")] == ["old 1"]
+        assert cp.check_integrity(deep=True) == (True, "ok")

@@ -3,9 +3,9 @@
 Layout of a session file::
 
     {"agentlog":1,"session":"<id>","created":<ts>}          <- header
-    {"seq":1,"end":2,"ts":<ts>,"event":{...}}               <- batch 1..2
-    {"seq":2,"end":2,"ts":<ts>,"event":{...}}
-    {"seq":3,"end":3,"ts":<ts>,"event":{...}}               <- batch 3..3
+    {"seq":1,"end":2,"ts":<ts>,"crc":<crc>,"event":{...}}   <- batch 1..2
+    {"seq":2,"end":2,"ts":<ts>,"crc":<crc>,"event":{...}}
+    {"seq":3,"end":3,"ts":<ts>,"crc":<crc>,"event":{...}}   <- batch 3..3
 
 A batch is written with one ``write`` call (and an ``fsync`` with
 ``fsync=True``). Every line carries the seq of its batch's last event
@@ -19,6 +19,12 @@ File names are ``<slug>.<hash>.jsonl``: a lower-case, readable slug of the id
 plus 96 bits of its SHA-256, so no id can escape the directory and ids that
 differ only by case never share a file, even on case-insensitive file systems.
 The header holds the exact id.
+
+``crc`` is the CRC-32 (``zlib.crc32``) of the line's event bytes exactly as
+written after ``"event":``; every read verifies it, and a line that does not
+match (or does not decode) raises :class:`CorruptDatabaseError` naming the
+session and seq, after the events before it. Lines written before checksums
+existed have no ``crc`` and are read as before.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import secrets
 import stat
 import threading
 import weakref
+import zlib
 from array import array
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -47,9 +55,11 @@ from ..errors import (
     SessionNotFoundError,
     StorageNotFoundError,
     StorageUnavailableError,
+    damaged_event,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
 from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
+from ..integrity import DamagedEvent, describe_damage, payload_problem
 from .contract import BaseCheckpointer
 
 try:
@@ -83,7 +93,45 @@ def _header(session_id: str, created: float) -> bytes:
 
 
 def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
-    return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
+    return b'{"seq":%d,"end":%d,"ts":%s,"crc":%d,"event":%s}\n' % (
+        seq,
+        end,
+        repr(ts).encode(),
+        zlib.crc32(payload),
+        payload,
+    )
+
+
+#: The start of every event line agentlog writes: seq and end, read without
+#: decoding the line (so a damaged payload does not hide them).
+_LINE_START = re.compile(rb'\{"seq":(\d+),"end":(\d+),')
+_EVENT_KEY = b'"event":'
+
+
+def _payload(line: bytes) -> bytes:
+    """The event bytes of an event line (its newline, if any, left out)."""
+    end = -2 if line.endswith(b"\n") else -1
+    return line[line.index(_EVENT_KEY) + 8 : end]
+
+
+def _line_problem(line: bytes) -> str | None:
+    """What is wrong with one event line's event: its checksum (when it has one)
+    or its decoding; ``None`` when sound."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        try:
+            payload = _payload(line)
+        except ValueError:
+            return f"unreadable event line ({exc})"
+        crc = re.search(rb'"crc":(\d+),"event":', line)
+        return payload_problem(payload, int(crc.group(1)) if crc else None) or (
+            f"unreadable event line ({exc})"
+        )
+    if not isinstance(record, dict):
+        return "not an event line"
+    crc = record.get("crc")
+    return payload_problem(_payload(line), crc if isinstance(crc, int) else None)
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int, int]:
@@ -145,6 +193,18 @@ def _is_regular(path: Path) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def _record(session: _Session, seq: int, line: bytes) -> dict[str, Any]:
+    """Event line ``seq`` of ``session`` decoded; :class:`CorruptDatabaseError`
+    naming it when it does not decode."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise damaged_event(session.session_id, seq, f"unreadable event line ({exc})") from None
+    if not isinstance(record, dict):
+        raise damaged_event(session.session_id, seq, "not an event line")
+    return record
 
 
 class _Session:
@@ -216,9 +276,14 @@ def parse_session_file(
     # Leave out a torn tail: complete lines of a batch whose last line is missing.
     while len(offsets) > 1:
         line = data[offsets[-2] : offsets[-1]]
+        start_of = _LINE_START.match(line)
         try:
-            record = orjson.loads(line)
-            seq, end = record["seq"], record["end"]
+            # A damaged payload still leaves seq and end readable (checked on read).
+            if start_of is not None:
+                seq, end = int(start_of.group(1)), int(start_of.group(2))
+            else:
+                record = orjson.loads(line)
+                seq, end = record["seq"], record["end"]
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CorruptDatabaseError(f"{name}: unreadable event line {len(offsets) - 1}") from exc
         if seq != len(offsets) - 1:
@@ -275,6 +340,25 @@ def _require_store(directory: Path) -> None:
         )
 
 
+def _damaged_lines(path: Path) -> builtins.list[DamagedEvent]:
+    """Every damaged event line of one session file (a deep check); a file that
+    cannot be read or parsed at all is left to :func:`_check_session_file`."""
+    try:
+        data, _ = _read_regular(path)
+        parsed = parse_session_file(data, str(path))
+    except (OSError, CorruptDatabaseError):
+        return []
+    if parsed is None:
+        return []
+    session_id, offsets = parsed
+    damaged = []
+    for seq in range(1, len(offsets)):
+        problem = _line_problem(data[offsets[seq - 1] : offsets[seq]])
+        if problem is not None:
+            damaged.append(DamagedEvent("", session_id, seq, problem))
+    return damaged
+
+
 def _check_session_file(path: Path) -> str | None:
     """What is wrong with one session file, or ``None``."""
     if not _is_regular(path):
@@ -313,9 +397,11 @@ def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, st
     events = []
     for seq in range(1, len(offsets)):
         line = data[offsets[seq - 1] : offsets[seq]]
+        problem = _line_problem(line)
+        if problem is not None:
+            raise damaged_event(session_id, seq, f"{name}: {problem}")
         record = orjson.loads(line)
-        payload = line[line.index(b'"event":') + 8 : -2]
-        events.append((float(record["ts"]), str(record["event"]["type"]), payload))
+        events.append((float(record["ts"]), str(record["event"]["type"]), _payload(line)))
     return session_id, events
 
 
@@ -621,14 +707,18 @@ class FileCheckpointer(BaseCheckpointer):
         keep = to_seq
         closing: builtins.list[bytes] = []
         if to_seq:
-            batch_end = orjson.loads(data[offsets[to_seq - 1] : offsets[to_seq]])["end"]
+            batch_end = _record(session, to_seq, data[offsets[to_seq - 1] : offsets[to_seq]])["end"]
             # Every line of a batch carries the same end; rewrite those up to to_seq.
             while batch_end != to_seq and keep >= 1:
                 line = data[offsets[keep - 1] : offsets[keep]]
-                record = orjson.loads(line)
+                record = _record(session, keep, line)
                 if record["end"] != batch_end:
                     break
-                payload = line[line.index(b'"event":') + 8 : -2]
+                payload = _payload(line)
+                crc = record.get("crc")
+                if crc is not None and zlib.crc32(payload) != crc:
+                    # Rewriting it would give the damage a fresh checksum.
+                    raise damaged_event(session.session_id, keep, "payload checksum mismatch")
                 closing.append(_line(keep, to_seq, record["ts"], payload))
                 keep -= 1
         return data[offsets[0] : offsets[keep]] + b"".join(reversed(closing)), bool(closing)
@@ -744,16 +834,25 @@ class FileCheckpointer(BaseCheckpointer):
                 raise
         if len(data) != stop - start:
             raise CorruptDatabaseError(f"{session.path} is shorter than its log")
+        lines = data[:-1].split(b"\n")
         try:
-            records = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
-        except orjson.JSONDecodeError as exc:
-            raise CorruptDatabaseError(f"{session.path}: unreadable events: {exc}") from exc
+            records = orjson.loads(b"[" + b",".join(lines) + b"]")
+        except orjson.JSONDecodeError:
+            raise _first_damaged(session, since_seq, lines) from None
+        if len(records) != len(lines):
+            raise _first_damaged(session, since_seq, lines)
         events = []
-        for seq, record in enumerate(records, since_seq + 1):
+        crc32 = zlib.crc32
+        for seq, record, line in zip(
+            range(since_seq + 1, since_seq + 1 + len(lines)), records, lines, strict=True
+        ):
             if record.get("seq") != seq:
                 raise CorruptDatabaseError(
                     f"{session.path}: line {seq} holds seq {record.get('seq')}"
                 )
+            crc = record.get("crc")
+            if crc is not None and crc32(line[line.find(b'"event":', 20) + 8 : -1]) != crc:
+                raise _first_damaged(session, since_seq, lines)
             event = record["event"]
             events.append(
                 _new_stored(StoredEvent, (seq, seq - 1, record["ts"], event["type"], event))
@@ -785,22 +884,34 @@ class FileCheckpointer(BaseCheckpointer):
         found.sort(key=lambda s: (s.mtime, s.activity), reverse=True)
         return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
 
-    def check_integrity(self) -> tuple[bool, str]:
+    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
         """Read every session file and check each committed line: ``(True, "ok")``,
         or ``(False, detail)`` with one line per damaged file.
 
+        ``deep=True`` also checks every event line against its checksum, and
+        lists each damaged event on a line of its own (see :meth:`damaged_events`).
         A torn tail (what a crash leaves) is not damage; files that are not
         agentlog session files are left out, as :meth:`list` leaves them out.
         Changes nothing.
         """
         with self._lock:
             self._check_open()
-            problems = [
-                problem
-                for path in sorted(self.directory.glob(f"*{_SUFFIX}"))
-                if (problem := _check_session_file(path)) is not None
-            ]
+            problems = []
+            for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+                # Deep: each damaged event on its own line, instead of the file's first.
+                damaged = describe_damage(_damaged_lines(path)) if deep else []
+                problem = None if damaged else _check_session_file(path)
+                problems += damaged if problem is None else [problem]
         return (not problems, "\n".join(problems) or "ok")
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every damaged event line of every session file: its event does not
+        match its checksum or does not decode (``tenant`` is ``""``: a file
+        store has none)."""
+        with self._lock:
+            self._check_open()
+            paths = sorted(self.directory.glob(f"*{_SUFFIX}"))
+            return [d for path in paths for d in _damaged_lines(path)]
 
     def _close(self) -> None:
         with self._lock:
@@ -834,6 +945,17 @@ class FileCheckpointer(BaseCheckpointer):
         if self._lock_fd is not None:
             self._finalizer.detach()
             self._lock_fd = None
+
+
+def _first_damaged(
+    session: _Session, since_seq: int, lines: builtins.list[bytes]
+) -> CorruptDatabaseError:
+    """The error naming the first damaged line of a page (read after ``since_seq``)."""
+    for seq, line in enumerate(lines, since_seq + 1):
+        problem = _line_problem(line)
+        if problem is not None:
+            return damaged_event(session.session_id, seq, f"{session.path}: {problem}")
+    return CorruptDatabaseError(f"{session.path}: the page's lines do not decode one to one")
 
 
 # File stores open in this process; a fork child abandons each (see
