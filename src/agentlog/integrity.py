@@ -30,6 +30,7 @@ __all__ = [
     "ChainReport",
     "DamagedEvent",
     "chain_digest",
+    "checked_payloads",
     "checksum",
     "describe_damage",
     "first_damaged",
@@ -76,6 +77,23 @@ def first_damaged(session_id: str, rows: Iterable[Sequence[Any]]) -> CorruptData
         if problem is not None:
             return damaged_event(session_id, int(row[0]), problem)
     return damaged_event(session_id, first or 0, "the page's payloads do not decode one to one")
+
+
+def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The decoded payloads of a page of ``(seq, ts, type, payload, crc)`` rows, each
+    checked against its crc (when it has one); the first damaged event raises
+    :class:`CorruptDatabaseError` naming it. One decode call for the page."""
+    crc32 = zlib.crc32
+    for row in rows:
+        if crc32(row[3]) != row[4] and row[4] is not None:
+            raise first_damaged(session_id, rows)
+    try:
+        events: list[Any] = decode_json(b"[" + b",".join([bytes(row[3]) for row in rows]) + b"]")
+    except ValueError:
+        raise first_damaged(session_id, rows) from None
+    if len(events) != len(rows):
+        raise first_damaged(session_id, rows)
+    return events
 
 
 class DamagedEvent(NamedTuple):

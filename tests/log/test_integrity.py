@@ -6,10 +6,13 @@ lines without checksums keep reading."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import sqlite3
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -17,7 +20,10 @@ import pytest
 from agentlog import CorruptDatabaseError, FileCheckpointer, SqliteCheckpointer
 from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.integrity import GENESIS, chain_digest
+from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
+
+from ..conftest import postgres_conninfo, postgres_schema
 
 KEY = 1 << 32  # session 1's event keys: KEY | seq
 
@@ -41,9 +47,7 @@ def damage(db: Path, seq: int, data: bytes, sid: int = 1, *, keep_crc: bool = Tr
         raw(db, ("UPDATE events SET data = ?, crc = NULL WHERE id = ?", (data, key)))
 
 
-def read_until_error(
-    cp: SqliteCheckpointer, session: str
-) -> tuple[list[int], CorruptDatabaseError]:
+def read_until_error(cp: BaseCheckpointer, session: str) -> tuple[list[int], CorruptDatabaseError]:
     seen: list[int] = []
     with pytest.raises(CorruptDatabaseError) as caught:
         for event in cp.read(session):
@@ -400,3 +404,83 @@ def test_lines_written_before_checksums_still_read(tmp_path: Path) -> None:
         cp.truncate("s", 1)  # rewrites line 1 (no crc) closing its batch
         assert [e.event["content"] for e in cp.read("s")] == ["old 1"]
         assert cp.check_integrity(deep=True) == (True, "ok")
+
+
+# -- PostgreSQL -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_admin(postgres_server: str) -> Iterator[Any]:
+    """A plain autocommit connection to the test database, to damage rows behind the store."""
+    import psycopg
+
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_postgres_catches_a_changed_payload(tmp_path: Path, pg_admin: Any, flavour: str) -> None:
+    from agentlog import PostgresCheckpointer
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        log.append("s", events(1200))
+        log.append("t", events(3))
+    stored = pg_admin.execute(
+        f"SELECT payload, crc FROM {schema}.events WHERE session = 's' ORDER BY seq LIMIT 2"
+    ).fetchall()
+    assert [crc for _, crc in stored] == [zlib.crc32(bytes(payload)) for payload, _ in stored]
+    pg_admin.execute(
+        f"UPDATE {schema}.events SET payload = %s WHERE session = 's' AND seq = 1100",
+        (b'{"type":"user","content":"forged"}',),
+    )
+    pg_admin.execute(
+        f"UPDATE {schema}.events SET payload = %s, crc = NULL WHERE session = 't' AND seq = 2",
+        (b'{"type":"user"',),
+    )
+    if flavour == "sync":
+        with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+            seen, error = read_until_error(log, "s")
+            assert (seen, error.session_id, error.seq) == (list(range(1, 1100)), "s", 1100)
+            assert "payload checksum mismatch" in str(error)
+            seen, error = read_until_error(log, "t")
+            assert (seen, error.seq) == ([1], 2) and "does not decode" in str(error)
+            assert log.check_integrity() == (True, "ok")
+            ok, detail = log.check_integrity(deep=True)
+            assert not ok
+            assert [line.split(":")[0] for line in detail.splitlines()] == [
+                "session 's' (tenant default), event 1100",
+                "session 't' (tenant default), event 2",
+            ]
+        return
+
+    async def read_async() -> tuple[list[int], CorruptDatabaseError]:
+        seen: list[int] = []
+        async with AsyncPostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+            with pytest.raises(CorruptDatabaseError) as caught:
+                async for event in log.read("s"):
+                    seen.append(event.seq)
+        return seen, caught.value
+
+    seen, error = asyncio.run(read_async())
+    assert (seen, error.session_id, error.seq) == (list(range(1, 1100)), "s", 1100)
+
+
+def test_a_postgres_store_of_version_2_is_migrated_and_reads(tmp_path: Path, pg_admin: Any) -> None:
+    from agentlog import PostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        log.append("s", events(2))
+    pg_admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")
+    pg_admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        assert [e.seq for e in log.read("s")] == [1, 2]
+        log.append("s", events(1, 3))
+        log.fork("s", 3, "f")
+        assert log.check_integrity(deep=True) == (True, "ok")
+    crcs = pg_admin.execute(
+        f"SELECT crc FROM {schema}.events WHERE session = 'f' ORDER BY seq"
+    ).fetchall()
+    assert [row[0] is None for row in crcs] == [True, True, False]

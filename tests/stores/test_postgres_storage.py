@@ -99,9 +99,10 @@ def test_version_1_is_migrated_forward_in_place(
     with psycopg.connect(postgres_server, autocommit=True) as conn:
         for table in ("memory", "checkpoints", "blobs", "blob_chunks", "artifacts"):
             conn.execute(f"DROP TABLE {schema}.{table}")
+        conn.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # added by version 3
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 1")
     with PostgresStorage.open(postgres_server, schema=schema) as again:
-        assert again.database.schema_version == 2
+        assert again.database.schema_version == 3
         assert [e.event["content"] for e in again.checkpointer().read("kept")] == ["from version 1"]
         assert again.memory.put(DEFAULT_TENANT, "n", "k", 1, None).revision == 0
 

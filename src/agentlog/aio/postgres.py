@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
-import orjson
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -45,6 +44,7 @@ from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    CorruptDatabaseError,
     SessionExistsError,
     SessionNotFoundError,
     SessionTruncatedError,
@@ -60,6 +60,7 @@ from ..events import (
     check_session_id,
     encode_events,
 )
+from ..integrity import checked_payloads, checksum
 from ..lifecycle import AsyncClosable
 from ..log import DEFAULT_POLL_INTERVAL, check_fork
 from ..log.postgres import PostgresCheckpointer
@@ -409,6 +410,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             "exp": expected,
             "types": [kind for kind, _ in batch],
             "payloads": [payload for _, payload in batch],
+            "crcs": [checksum(payload) for _, payload in batch],
             "channel": self._channel,
             "key": notify_key(self._tenant, name),
         }
@@ -454,9 +456,17 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             want = _PAGE if remaining is None else min(_PAGE, remaining)
             if want == 0:
                 return
-            page = await self._scan(session_id, since, want)
+            try:
+                page, damage = await self._scan(session_id, since, want), None
+            except CorruptDatabaseError as exc:
+                # The events before a damaged one first (as the sync base class does).
+                if exc.seq is None or not since + 1 < exc.seq <= since + want:
+                    raise
+                page, damage = await self._scan(session_id, since, exc.seq - 1 - since), exc
             for event in page:
                 yield event
+            if damage is not None:
+                raise damage
             if len(page) < want:
                 return
             since = page[-1].seq
@@ -476,10 +486,10 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             rows = await self._read("reading", page)
         if not rows:
             return []
-        events = orjson.loads(b"[" + b",".join([bytes(row[3]) for row in rows]) + b"]")
+        events = checked_payloads(name, rows)
         return [
             StoredEvent(seq, seq - 1, ts, kind, event)
-            for (seq, ts, kind, _), event in zip(rows, events, strict=True)
+            for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
         ]
 
     async def head(self, session_id: str) -> int:

@@ -17,6 +17,8 @@ Layout (one schema per agentlog store, ``agentlog`` unless told otherwise):
 * version 2: the stores beside the log, as in SQLite — ``memory``,
   ``checkpoints``, ``artifacts`` (tenant first), ``blobs`` and
   ``blob_chunks`` (by sha256, shared by every tenant).
+* version 3: ``events.crc``, the CRC-32 of the payload (``zlib.crc32``),
+  verified on every read; ``NULL`` for events written before (read unverified).
 
 Payloads are ``bytea`` holding agentlog's own JSON encoding, byte for byte:
 ``jsonb`` would reorder keys and drop duplicate ones (and store numbers as
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import os
 import re
 import selectors
@@ -66,6 +69,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent
+from ..integrity import DamagedEvent, checked_payloads, checksum, payload_problem
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -92,13 +96,16 @@ _T = TypeVar("_T")
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Seqs are ``bigint``.
 MAX_SEQ = (1 << 63) - 1
 
 #: ``(session_id, expected_head, batch)``: one append of a group.
 AppendRequest = tuple[str, "int | None", EncodedBatch]
+
+#: Events per read of a deep check.
+_CHECK_PAGE = 1000
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}\Z")
 
@@ -191,8 +198,20 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, artifact_id)
         )""",
     ),
+    3: (
+        # The CRC-32 of each event's payload (zlib.crc32), verified on every
+        # read; NULL for an event written before this step.
+        "ALTER TABLE {s}.events ADD COLUMN crc bigint",
+    ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def _fetch(
+    statement: str, params: tuple[Any, ...], conn: psycopg.Connection[Any]
+) -> builtins.list[tuple[Any, ...]]:
+    """One page of a deep check (``params`` then the page size)."""
+    return conn.execute(statement, (*params, _CHECK_PAGE)).fetchall()
 
 
 def check_schema_name(schema: object) -> str:
@@ -306,10 +325,10 @@ class Statements:
     def __init__(self, schema: str) -> None:
         s = sql.Identifier(schema).as_string()
         self.schema = s
-        events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)
-            SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload
-            FROM h, unnest(%(types)b::text[], %(payloads)b::bytea[])
-                WITH ORDINALITY AS e(type, payload, ord)"""
+        events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, crc)
+            SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload, e.crc
+            FROM h, unnest(%(types)b::text[], %(payloads)b::bytea[], %(crcs)b::bigint[])
+                WITH ORDINALITY AS e(type, payload, crc, ord)"""
         notify = "pg_notify(%(channel)s, h.head::text || ' ' || %(key)s)"
         # A session that may be new (expected head None or 0).
         upsert = f"""INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime)
@@ -335,7 +354,13 @@ class Statements:
         self.head_for_update = self.head + " FOR UPDATE"
         self.head_mtime = f"SELECT head, mtime FROM {s}.sessions WHERE tenant = %s AND name = %s"
         self.scan = (
-            f"SELECT seq, ts, type, payload FROM {s}.events"
+            f"SELECT seq, ts, type, payload, crc FROM {s}.events"
+            " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
+        )
+        #: Every session of every tenant, for a deep check.
+        self.all_sessions = f"SELECT tenant, name, head FROM {s}.sessions ORDER BY tenant, name"
+        self.checked = (
+            f"SELECT seq, payload, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
         )
         self.list = (
@@ -363,8 +388,8 @@ class Statements:
             " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT DO NOTHING RETURNING head"
         )
         self.copy_events = (
-            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id)"
-            f" SELECT tenant, %s, seq, ts, type, payload, item_id FROM {s}.events"
+            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id, crc)"
+            f" SELECT tenant, %s, seq, ts, type, payload, item_id, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq <= %s"
         )
         self.copy_snapshots = (
@@ -598,6 +623,7 @@ class PostgresDatabase:
             "exp": expected,
             "types": [kind for kind, _ in batch],
             "payloads": [payload for _, payload in batch],
+            "crcs": [checksum(payload) for _, payload in batch],
             "channel": self.channel,
             "key": self.notify_key(tenant, name),
         }
@@ -686,11 +712,37 @@ class PostgresDatabase:
         rows = self.read("reading", page)
         if not rows:
             return []
-        events = orjson.loads(b"[" + b",".join([row[3] for row in rows]) + b"]")
+        events = checked_payloads(name, rows)
         return [
             StoredEvent(seq, seq - 1, ts, kind, event)
-            for (seq, ts, kind, _), event in zip(rows, events, strict=True)
+            for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
         ]
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every stored event of every session (every tenant) whose payload fails
+        its checksum or does not decode, and every missing seq (a deep check)."""
+        sessions = self.read("checking", lambda conn: conn.execute(self.q.all_sessions).fetchall())
+        damaged: builtins.list[DamagedEvent] = []
+        for tenant, name, head in sessions:
+            seen = 0
+            while True:
+                rows = self.read(
+                    "checking", functools.partial(_fetch, self.q.checked, (tenant, name, seen))
+                )
+                for seq, payload, crc in rows:
+                    if seq != seen + 1:
+                        damaged.append(
+                            DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})")
+                        )
+                    seen = seq
+                    problem = payload_problem(bytes(payload), crc)
+                    if problem is not None:
+                        damaged.append(DamagedEvent(tenant, name, seq, problem))
+                if len(rows) < _CHECK_PAGE:
+                    break
+            if seen < head:
+                damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})"))
+        return damaged
 
     def head(self, tenant: str, name: str) -> int:
         """The head of a session; 0 for an unknown one."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from ..events import EncodedBatch, StoredEvent, decode_json
-from ..integrity import first_damaged
+from ..events import EncodedBatch, StoredEvent
+from ..integrity import checked_payloads, checksum
 from . import sql as Q
 from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
 
@@ -159,12 +158,12 @@ class PyEngine(EngineBase[PyConnection]):
             super()._insert_batch(conn, first_key, ts, batch)
         elif len(batch) == 1:
             kind, data = batch[0]
-            conn.db.execute(Q.INSERT_EVENT, (first_key, ts, kind, data, _crc32(data)))
+            conn.db.execute(Q.INSERT_EVENT, (first_key, ts, kind, data, checksum(data)))
         else:
             conn.db.executemany(
                 Q.INSERT_EVENT,
                 [
-                    (first_key + i, ts, kind, data, _crc32(data))
+                    (first_key + i, ts, kind, data, checksum(data))
                     for i, (kind, data) in enumerate(batch)
                 ],
             )
@@ -175,17 +174,8 @@ class PyEngine(EngineBase[PyConnection]):
         rows = self.read("read", lambda conn: conn.rows(sql, (tenant, name, since_seq, limit)))
         if not rows:
             return []
-        crc32 = _crc32
-        for row in rows:
-            if crc32(row[3]) != row[4] and row[4] is not None:
-                raise first_damaged(name, rows)
-        # One decode call for the whole page instead of one per event.
-        try:
-            events = decode_json(b"[" + b",".join([row[3] for row in rows]) + b"]")
-        except ValueError:
-            raise first_damaged(name, rows) from None
-        if len(events) != len(rows):
-            raise first_damaged(name, rows)
+        # Each payload checked against its crc; one decode call for the page.
+        events = checked_payloads(name, rows)
         return [
             _new_stored(StoredEvent, (row[0], row[0] - 1, row[1], row[2], event))
             for row, event in zip(rows, events, strict=True)
@@ -195,6 +185,3 @@ class PyEngine(EngineBase[PyConnection]):
         """The session's head; 0 when it is empty or unknown."""
         rows = self.read("head", lambda conn: conn.rows(Q.SELECT_HEAD, (tenant, name)))
         return int(rows[0][0]) if rows else 0
-
-
-_crc32 = zlib.crc32
