@@ -1,0 +1,28 @@
+"""The C engine's CRC-32 is zlib's, at every length: the table path, the
+carry-less-multiplication folding (runs of 64 bytes and more) and their seam."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+from ..conftest import require_engine
+
+
+def test_the_c_crc32_is_zlibs_at_every_length() -> None:
+    require_engine("c")
+    from agentlog.engine import cengine
+
+    rng = random.Random(20261130)
+    lengths = [*range(0, 300), 1000, 4095, 4096, 4097, 65536 + 15, 1 << 20]
+    for size in lengths:
+        data = rng.randbytes(size)
+        assert cengine.crc32(data) == zlib.crc32(data), size
+        assert cengine.crc32(data, 0xDEADBEEF) == zlib.crc32(data, 0xDEADBEEF), size
+    # Unaligned views, and the bytes JSON payloads are made of.
+    data = rng.randbytes(5000)
+    for start in range(0, 17):
+        view = memoryview(data)[start : start + 777]
+        assert cengine.crc32(view) == zlib.crc32(view), start
+    text = b'{"type":"user","content":"' + b"x" * 500 + b'"}'
+    assert cengine.crc32(text) == zlib.crc32(text)
