@@ -35,6 +35,7 @@ __all__ = [
     "describe_damage",
     "first_damaged",
     "payload_problem",
+    "verify_checksums",
     "walk_chain",
 ]
 
@@ -79,10 +80,10 @@ def first_damaged(session_id: str, rows: Iterable[Sequence[Any]]) -> CorruptData
     return damaged_event(session_id, first or 0, "the page's payloads do not decode one to one")
 
 
-def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
-    """The decoded payloads of a page of ``(seq, ts, type, payload, crc)`` rows, each
-    checked against its crc (when it has one); the first damaged event raises
-    :class:`CorruptDatabaseError` naming it. One decode call for the page."""
+def verify_checksums(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Check a page of ``(seq, ts, type, payload, crc)`` rows against their crcs
+    (rows without one pass); return the payloads. The first mismatch raises
+    :class:`CorruptDatabaseError` naming it."""
     payloads = [row[3] for row in rows]
     # Compared as two lists (the loops in C); only a page that differs anywhere
     # (a damaged event, or rows written before checksums) is looked at row by row.
@@ -90,6 +91,14 @@ def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any
         for row in rows:
             if row[4] is not None and zlib.crc32(row[3]) != row[4]:
                 raise first_damaged(session_id, rows)
+    return payloads
+
+
+def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The decoded payloads of a page of ``(seq, ts, type, payload, crc)`` rows, each
+    checked against its crc (when it has one); the first damaged event raises
+    :class:`CorruptDatabaseError` naming it. One decode call for the page."""
+    payloads = verify_checksums(session_id, rows)
     try:
         events: list[Any] = decode_json(b"[" + b",".join(payloads) + b"]")
     except ValueError:

@@ -189,6 +189,25 @@ def test_a_version_7_file_reads_as_it_is_and_migrates_forward(tmp_path: Path, en
         assert (seen, error.seq) == ([1], 2)
 
 
+def test_the_session_store_verifies_the_items_it_loads(tmp_path: Path, engine: str) -> None:
+    from agentlog import SqliteStorage
+
+    db = tmp_path / "a.db"
+    with SqliteStorage.open(db, engine=engine) as storage:
+        record = storage.sessions.create("default", "s")
+        items = [{"id": f"i{n}", "type": "user", "content": f"item {n}"} for n in range(1, 4)]
+        storage.sessions.append("default", "s", record.revision, items)
+        assert [e.seq for e in storage.sessions.load("default", "s").items] == [1, 2, 3]
+    damage(db, 2, b'{"id":"i2","type":"user","content":"forged"}')
+    with SqliteStorage.open(db, engine=engine) as storage:
+        with pytest.raises(CorruptDatabaseError) as caught:
+            storage.sessions.load("default", "s")
+        assert (caught.value.session_id, caught.value.seq) == ("s", 2)
+    with SqliteCheckpointer(db, engine=engine) as cp:  # the same rows, through the log
+        seen, error = read_until_error(cp, "s")
+        assert (seen, error.seq) == ([1], 2)
+
+
 # -- the hash chain -------------------------------------------------------------------
 
 

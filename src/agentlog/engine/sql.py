@@ -85,6 +85,10 @@ EVENTS_CHECKED = (
 EVENT_DIGEST = "SELECT digest FROM events WHERE id = ?"
 #: Every session of the file: ``(sid, tenant, name, head)``.
 ALL_SESSIONS = "SELECT sid, tenant, name, head FROM sessions ORDER BY tenant, name"
+#: The SessionStore's items with keys in (?, ?]: ``(seq, ts, type, data, crc)``.
+ITEMS_BETWEEN = (
+    "SELECT id & 4294967295, ts, type, data, crc FROM events WHERE id > ? AND id <= ? ORDER BY id"
+)
 ITEM_TAKEN = "SELECT 1 FROM events WHERE (id >> 32) = ? AND item_id = ?"
 DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
 #: ``(source key base, target key base, source key base, last source key)``.

@@ -103,7 +103,7 @@ class _StoreStatements:
             " WHERE tenant = %s AND session = %s AND through_seq = %s"
         )
         self.items = (
-            f"SELECT seq, ts, type, payload FROM {s}.events"
+            f"SELECT seq, ts, type, payload, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s AND seq <= %s ORDER BY seq"
         )
         self.remove_events = f"DELETE FROM {s}.events WHERE tenant = %s AND session = %s"
