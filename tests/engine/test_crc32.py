@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from pathlib import Path
 
 from ..conftest import require_engine
 
@@ -26,3 +27,23 @@ def test_the_c_crc32_is_zlibs_at_every_length() -> None:
         assert cengine.crc32(view) == zlib.crc32(view), start
     text = b'{"type":"user","content":"' + b"x" * 500 + b'"}'
     assert cengine.crc32(text) == zlib.crc32(text)
+
+
+def test_the_c_check_of_file_lines_finds_the_first_bad_one(tmp_path: Path) -> None:
+    require_engine("c")
+    from agentlog import FileCheckpointer
+    from agentlog.engine import cengine
+    from agentlog.log.file import session_file_name
+
+    with FileCheckpointer(tmp_path) as store:
+        store.append("s", [{"type": "user", "content": f"m {n}"} for n in (1, 2, 3)])
+    lines = (tmp_path / session_file_name("s")).read_bytes().splitlines(keepends=True)[1:]
+    old = b'{"seq":4,"end":4,"ts":1.5,"event":{"type":"user","content":"old"}}\n'
+    assert cengine.first_bad_line(b"".join(lines) + old) == -1
+    assert cengine.first_bad_line(b"") == -1
+    for index in range(3):
+        damaged = list(lines)
+        damaged[index] = damaged[index].replace(b"m ", b"M ")
+        assert cengine.first_bad_line(b"".join(damaged) + old) == index
+    cut = lines[1][:-3] + b"\n"  # the event's closing bytes lost
+    assert cengine.first_bad_line(lines[0] + cut + lines[2]) == 1

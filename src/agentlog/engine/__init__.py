@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 from ..files import DEFAULT_FILE_MODE, check_file_mode
@@ -27,20 +28,25 @@ __all__ = [
     "EngineFactory",
     "engine_class",
     "engine_info",
+    "first_bad_crc_line",
     "open_engine",
 ]
 
 #: Engine classes by name, the default first.
 AVAILABLE_ENGINES: dict[str, EngineFactory] = {}
 _extension_error: str | None = "disabled by AGENTLOG_NO_EXTENSIONS"
+#: The C engine's check of a page of file-store lines against their crcs
+#: (``first_bad_line``), or None without it: the file store checks in Python.
+first_bad_crc_line: Callable[[bytes], int] | None = None
 
 if not os.environ.get("AGENTLOG_NO_EXTENSIONS") and platform.python_implementation() == "CPython":
     try:
-        from .cengine import CEngine
+        from .cengine import CEngine, first_bad_line
     except ImportError as exc:
         _extension_error = f"{type(exc).__name__}: {exc}"
     else:
         AVAILABLE_ENGINES["c"] = CEngine
+        first_bad_crc_line = first_bad_line
         _extension_error = None
 AVAILABLE_ENGINES["python"] = PyEngine
 

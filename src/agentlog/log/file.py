@@ -46,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from ..engine import first_bad_crc_line
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
@@ -834,23 +835,17 @@ class FileCheckpointer(BaseCheckpointer):
                 raise
         if len(data) != stop - start:
             raise CorruptDatabaseError(f"{session.path} is shorter than its log")
-        lines = data[:-1].split(b"\n")
+        if first_bad_crc_line is not None and first_bad_crc_line(data) >= 0:
+            # The C engine's loop found a line whose crc does not match.
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n"))
         try:
-            records = orjson.loads(b"[" + b",".join(lines) + b"]")
+            records = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
         except orjson.JSONDecodeError:
-            raise _first_damaged(session, since_seq, lines) from None
-        if len(records) != len(lines):
-            raise _first_damaged(session, since_seq, lines)
-        # Each line's event bytes against its crc, as two lists compared (the
-        # loops in C); a page that differs anywhere (damage, or lines written
-        # before checksums) is looked at line by line.
-        find = bytes.find
-        payloads = [line[find(line, _EVENT_KEY, 20) + 8 : -1] for line in lines]
-        if list(map(zlib.crc32, payloads)) != [record.get("crc") for record in records]:
-            for record, payload in zip(records, payloads, strict=True):
-                crc = record.get("crc")
-                if crc is not None and zlib.crc32(payload) != crc:
-                    raise _first_damaged(session, since_seq, lines)
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n")) from None
+        if len(records) != data.count(b"\n"):
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n"))
+        if first_bad_crc_line is None:
+            _check_crcs(session, since_seq, data, records)
         events = []
         for seq, record in enumerate(records, since_seq + 1):
             if record.get("seq") != seq:
@@ -949,6 +944,22 @@ class FileCheckpointer(BaseCheckpointer):
         if self._lock_fd is not None:
             self._finalizer.detach()
             self._lock_fd = None
+
+
+def _check_crcs(
+    session: _Session, since_seq: int, data: bytes, records: builtins.list[Any]
+) -> None:
+    """Each line's event bytes against its crc, in Python (without the C engine):
+    two lists compared (their loops in C); a page that differs anywhere (damage,
+    or lines written before checksums) is looked at line by line."""
+    lines = data[:-1].split(b"\n")
+    find = bytes.find
+    payloads = [line[find(line, _EVENT_KEY, 20) + 8 : -1] for line in lines]
+    if list(map(zlib.crc32, payloads)) != [record.get("crc") for record in records]:
+        for record, payload in zip(records, payloads, strict=True):
+            crc = record.get("crc")
+            if crc is not None and zlib.crc32(payload) != crc:
+                raise _first_damaged(session, since_seq, lines)
 
 
 def _first_damaged(
