@@ -18,7 +18,12 @@ import orjson
 import pytest
 
 from agentlog import CorruptDatabaseError, FileCheckpointer, SqliteCheckpointer
-from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from agentlog.engine.schema import (
+    APPLICATION_ID,
+    INTEGRITY_VERSION,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+)
 from agentlog.integrity import GENESIS, chain_digest
 from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
@@ -149,14 +154,14 @@ def test_both_engines_write_the_same_checksums(tmp_path: Path) -> None:
             assert cp.check_integrity(deep=True) == (True, "ok")
 
 
-def make_version_7_file(path: Path) -> None:
-    """A file as schema version 7 wrote it: events without a crc column."""
+def make_file_before_checksums(path: Path) -> None:
+    """A file as the version before checksums wrote it: events without a crc column."""
     conn = sqlite3.connect(path)
-    for version in range(1, 8):
+    for version in range(1, INTEGRITY_VERSION):
         for statement in MIGRATIONS[version]:
             conn.execute(statement)
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 7")
+    conn.execute(f"PRAGMA user_version = {INTEGRITY_VERSION - 1}")
     conn.execute("INSERT INTO sessions VALUES (1, 'default', 'old', 2, 1.0, 1.0, 1, NULL)")
     for seq in (1, 2):
         conn.execute(
@@ -167,9 +172,11 @@ def make_version_7_file(path: Path) -> None:
     conn.close()
 
 
-def test_a_version_7_file_reads_as_it_is_and_migrates_forward(tmp_path: Path, engine: str) -> None:
+def test_a_file_from_before_checksums_reads_as_it_is_and_migrates_forward(
+    tmp_path: Path, engine: str
+) -> None:
     db = tmp_path / "v7.db"
-    make_version_7_file(db)
+    make_file_before_checksums(db)
     with SqliteCheckpointer(db, engine=engine, read_only=True) as cp:
         assert [e.event["content"] for e in cp.read("old")] == ["v7 1", "v7 2"]
         assert cp.check_integrity(deep=True) == (True, "ok")
@@ -178,7 +185,7 @@ def test_a_version_7_file_reads_as_it_is_and_migrates_forward(tmp_path: Path, en
         cp.append("old", events(1, 3), expected_head=2)
         assert cp.check_integrity(deep=True) == (True, "ok")
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     crcs = [row[0] for row in conn.execute("SELECT crc FROM events ORDER BY id")]
     conn.close()
     assert crcs[:2] == [None, None] and crcs[2] is not None
@@ -486,14 +493,17 @@ def test_postgres_catches_a_changed_payload(tmp_path: Path, pg_admin: Any, flavo
     assert (seen, error.session_id, error.seq) == (list(range(1, 1100)), "s", 1100)
 
 
-def test_a_postgres_store_of_version_2_is_migrated_and_reads(tmp_path: Path, pg_admin: Any) -> None:
+def test_a_postgres_store_from_before_checksums_is_migrated_and_reads(
+    tmp_path: Path, pg_admin: Any
+) -> None:
     from agentlog import PostgresCheckpointer
+    from agentlog.engine.postgres import CHECKSUM_VERSION
 
     schema = postgres_schema(tmp_path)
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         log.append("s", events(2))
     pg_admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")
-    pg_admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
+    pg_admin.execute(f"UPDATE {schema}.agentlog_version SET version = {CHECKSUM_VERSION - 1}")
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         assert [e.seq for e in log.read("s")] == [1, 2]
         log.append("s", events(1, 3))

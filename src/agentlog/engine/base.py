@@ -346,8 +346,10 @@ class EngineBase(Generic[ConnectionT]):
             conn.rows(Q.SETTING_PUT, (_HASH_CHAIN, "1"))
 
     def _read_settings(self) -> None:
-        """Take the file's settings (a file older than version 8 has none)."""
-        if self.schema_version >= 8 and self._writer.rows(Q.SETTING_GET, (_HASH_CHAIN,)):
+        """Take the file's settings (a file older than INTEGRITY_VERSION has none)."""
+        if self.schema_version >= S.INTEGRITY_VERSION and self._writer.rows(
+            Q.SETTING_GET, (_HASH_CHAIN,)
+        ):
             self.hash_chain = True
 
     def _check_identity(self) -> int:
@@ -829,9 +831,9 @@ class EngineBase(Generic[ConnectionT]):
 
     def _checked_events(self, sid: int) -> Iterator[tuple[int, bytes, int | None, bytes | None]]:
         """Every stored ``(seq, payload, crc, digest)`` of session ``sid``, a page
-        (one read) at a time; a file older than version 8 has neither crc nor digest."""
+        (one read) at a time; a file older than INTEGRITY_VERSION has neither crc nor digest."""
         after, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
-        if self.schema_version < 8:
+        if self.schema_version < S.INTEGRITY_VERSION:
             sql, extra = Q.EVENTS_BETWEEN + " LIMIT ?", False
         else:
             sql, extra = Q.EVENTS_CHECKED, True

@@ -57,6 +57,7 @@ from agentlog.integrity import first_damaged
 __all__ = ["CEngine"]
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
+cdef int INTEGRITY_VERSION = S.INTEGRITY_VERSION
 
 agentlog_crc32_init()
 
@@ -360,10 +361,11 @@ class CEngine(EngineBase):
             with self._write_lock:
                 self._check_open()
                 return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit,
-                                  self.schema_version < 8)
+                                  self.schema_version < INTEGRITY_VERSION)
         conn = _borrow_reader(self)
         try:
-            return _scan_page(conn, tenant, name, since_seq, limit, self.schema_version < 8)
+            return _scan_page(conn, tenant, name, since_seq, limit,
+                              self.schema_version < INTEGRITY_VERSION)
         finally:
             _return_reader(self, conn)
 

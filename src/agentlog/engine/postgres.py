@@ -72,6 +72,7 @@ from ..events import EncodedBatch, StoredEvent
 from ..integrity import DamagedEvent, checked_payloads, checksum, payload_problem
 
 __all__ = [
+    "CHECKSUM_VERSION",
     "DEFAULT_SCHEMA",
     "MAX_SEQ",
     "SCHEMA_VERSION",
@@ -97,6 +98,9 @@ DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
 SCHEMA_VERSION = 3
+
+#: The version from which events carry ``crc``.
+CHECKSUM_VERSION = 3
 
 #: Seqs are ``bigint``.
 MAX_SEQ = (1 << 63) - 1
@@ -198,7 +202,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, artifact_id)
         )""",
     ),
-    3: (
+    CHECKSUM_VERSION: (
         # The CRC-32 of each event's payload (zlib.crc32), verified on every
         # read; NULL for an event written before this step.
         "ALTER TABLE {s}.events ADD COLUMN crc bigint",

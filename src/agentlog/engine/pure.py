@@ -17,6 +17,7 @@ from ..events import EncodedBatch, StoredEvent
 from ..integrity import checked_payloads, checksum
 from . import sql as Q
 from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
+from .schema import INTEGRITY_VERSION
 
 __all__ = ["PyConnection", "PyEngine", "sqlite_info"]
 
@@ -170,7 +171,8 @@ class PyEngine(EngineBase[PyConnection]):
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
-        sql = Q.SCAN_EVENTS if self.schema_version >= 8 else Q.SCAN_EVENTS_UNCHECKED
+        checked = self.schema_version >= INTEGRITY_VERSION
+        sql = Q.SCAN_EVENTS if checked else Q.SCAN_EVENTS_UNCHECKED
         rows = self.read("read", lambda conn: conn.rows(sql, (tenant, name, since_seq, limit)))
         if not rows:
             return []

@@ -20,6 +20,10 @@ APPLICATION_ID = 0x41474C47
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
 SCHEMA_VERSION = 8
 
+#: The version from which events carry ``crc`` and ``digest`` and the file has
+#: ``settings`` (read-only opens of an older file scan without them).
+INTEGRITY_VERSION = 8
+
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
 
@@ -158,7 +162,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE migration_ledger",
         "ALTER TABLE migration_ledger_7 RENAME TO migration_ledger",
     ),
-    8: (
+    INTEGRITY_VERSION: (
         # Integrity: the CRC-32 of each event's payload (zlib.crc32 of the
         # stored bytes), verified on every read; NULL for an event written
         # before this step (it reads as before, unverified). ``digest`` is the

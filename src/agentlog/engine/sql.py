@@ -69,7 +69,8 @@ SCAN_EVENTS = (
     " AND e.id > (s.sid << 32) + ? AND e.id <= (s.sid << 32) + 4294967295"
     " ORDER BY e.id LIMIT ?"
 )
-#: :data:`SCAN_EVENTS` on a file older than version 8 (read-only): no checksums.
+#: :data:`SCAN_EVENTS` on a file older than ``schema.INTEGRITY_VERSION`` (read-only):
+#: no checksums.
 SCAN_EVENTS_UNCHECKED = SCAN_EVENTS.replace("e.crc", "NULL")
 #: Events with keys in (?, ?]: ``(seq, ts, type, data)``.
 EVENTS_BETWEEN = (
