@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -488,6 +489,7 @@ def test_json_on_every_read_command(store: Path) -> None:
     assert check == {
         "store": str(store),
         "kind": "file" if store.is_dir() else "sqlite",
+        "deep": False,
         "ok": True,
         "detail": "ok",
     }
@@ -542,6 +544,104 @@ def test_a_damaged_sqlite_file_is_refused_not_passed(tmp_path: Path) -> None:
     digest = hashlib.sha256(db.read_bytes()).hexdigest()
     agentlog_run("check", db)
     assert hashlib.sha256(db.read_bytes()).hexdigest() == digest
+
+
+def test_check_deep_lists_every_damaged_event(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db) as cp:
+        cp.append("s1", EVENTS)
+        cp.append("s2", EVENTS)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE events SET data = ? WHERE id = ?", (b'{"type":"user"}', (1 << 32) | 2))
+    conn.execute("UPDATE events SET data = ? WHERE id = ?", (b"{", (2 << 32) | 3))
+    conn.commit()
+    conn.close()
+    assert ok("check", db) == "ok\n"  # SQLite's own pages are sound
+    run = agentlog_run("check", db, "--deep")
+    assert (run.returncode, run.stderr) == (1, "")
+    lines = run.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "session 's1' (tenant default), event 2",
+        "session 's2' (tenant default), event 3",
+    ]
+    assert "payload checksum mismatch" in lines[0] and "payload checksum mismatch" in lines[1]
+    report = json.loads(agentlog_run("check", db, "--deep", "--json").stdout)
+    assert (report["deep"], report["ok"], report["detail"]) == (True, False, run.stdout.strip())
+    files = tmp_path / "files"
+    with FileCheckpointer(files) as store:
+        store.append("s1", EVENTS)
+    assert ok("check", files, "--deep") == "ok\n"
+    path = files / session_file_name("s1")
+    path.write_bytes(path.read_bytes().replace(b'"yo"', b'"YO"'))
+    run = agentlog_run("check", files, "--deep")
+    assert run.returncode == 1
+    assert run.stdout.startswith("session 's1', event 2: ")
+
+
+def test_verify_proves_a_session_unchanged_or_names_what_changed(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db, hash_chain=True) as cp:
+        cp.append("s1", EVENTS)
+        cp.append("s2", EVENTS[:1])
+        digest = cp.verify("s1").digest
+    assert digest is not None
+    assert ok("verify", db, "s1") == f"s1  head 3  {digest}  ok\n"
+    assert ok("verify", db, "s1", "--expect", digest.upper()) == f"s1  head 3  {digest}  ok\n"
+    assert [line.split()[0] for line in ok("verify", db).splitlines()] == ["s1", "s2"]
+    row = json.loads(ok("verify", db, "s1", "--json"))
+    assert row == {"session": "s1", "head": 3, "digest": digest, "ok": True, "problem": None}
+    # Cut the last event (head and all): only the kept digest shows it.
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM events WHERE id = ?", ((1 << 32) | 3,))
+    conn.execute("UPDATE sessions SET head = 2 WHERE name = 's1'")
+    conn.commit()
+    assert agentlog_run("verify", db, "s1").returncode == 0
+    run = agentlog_run("verify", db, "s1", "--expect", digest)
+    assert run.returncode == 1 and "FAILED: head digest is not the expected" in run.stdout
+    # An edit, with its checksum made to match.
+    forged = b'{"type":"user","content":"HI"}'
+    conn.execute(
+        "UPDATE events SET data = ?, crc = ? WHERE id = ?",
+        (forged, zlib.crc32(forged), (1 << 32) | 1),
+    )
+    conn.commit()
+    conn.close()
+    run = agentlog_run("verify", db)
+    assert run.returncode == 1
+    assert run.stdout.splitlines()[0].endswith("FAILED: event 1 does not match its chain link")
+    assert run.stdout.splitlines()[1].endswith("  ok")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["s1", "--expect", "abc"], "--expect takes a sha256 digest"),
+        (["--expect", "0" * 64], "--expect needs exactly one SESSION"),
+        (["nobody"], "no session 'nobody'"),
+    ],
+)
+def test_verify_refuses_mistakes_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db) as cp:
+        cp.append("s1", EVENTS)
+    assert message in refused(agentlog_run("verify", db, *args))
+    files = tmp_path / "files"
+    with FileCheckpointer(files) as store:
+        store.append("s1", EVENTS)
+    assert "works on a SQLite file" in refused(agentlog_run("verify", files))
+
+
+def test_verify_of_a_file_without_the_chain_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db) as cp:
+        cp.append("s1", EVENTS)
+    run = agentlog_run("verify", db)
+    assert run.returncode == 1
+    assert run.stdout.endswith("FAILED: event 1 has no chain link (written without hash_chain)\n")
 
 
 # -- bench ----------------------------------------------------------------------------------

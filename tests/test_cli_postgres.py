@@ -104,6 +104,7 @@ class TestCommands(OnPostgres):
         assert json.loads(ok("check", *pg.args, "--json")) == {
             "store": pg.url.replace(quote(PASSWORD, safe=""), "***"),
             "kind": "postgresql",
+            "deep": False,
             "ok": True,
             "detail": "ok",
         }
@@ -138,7 +139,7 @@ class TestCommands(OnPostgres):
     def test_stats_counts_sessions_events_and_table_sizes(self, pg: Store) -> None:
         figures = json.loads(ok("stats", *pg.args, "--json"))
         assert (figures["sessions"], figures["tenants"], figures["events"]) == (2, 2, 4)
-        assert figures["schema"] == pg.schema and figures["schema_version"] == 3
+        assert figures["schema"] == pg.schema and figures["schema_version"] == 4
         assert [
             (row["tenant"], row["session"], row["events"]) for row in figures["largest_sessions"]
         ] == [("default", "s1", 3), ("acme", "chat-9", 1)]
@@ -146,7 +147,7 @@ class TestCommands(OnPostgres):
         assert figures["total_bytes"] == sum(figures["relation_bytes"].values())
         text = ok("stats", *pg.args).splitlines()
         assert text[0].endswith(
-            f"schema {pg.schema}: version 3, PostgreSQL {figures['server_version']}"
+            f"schema {pg.schema}: version 4, PostgreSQL {figures['server_version']}"
         )
         assert text[1] == "sessions 2 in 2 tenant(s), events 4"
         assert text[2].startswith("tables ") and "events " in text[2]

@@ -227,12 +227,13 @@ def test_a_version_2_store_gains_the_ledger_when_migrated_into(
     with PostgresCheckpointer(url, schema=schema) as log:
         log.append("old", [{"type": "user", "content": "written before schema 3"}])
     admin.execute(f"DROP TABLE {schema}.migration_ledger")
+    admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # version 4's
     admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
     plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
     assert {s.action for s in plan.sessions} == {"migrate"}  # no ledger yet: nothing skipped
     migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b")
     version = admin.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
-    assert version == (3,)
+    assert version == (4,)
     assert admin.execute(f"SELECT count(*) FROM {schema}.migration_ledger").fetchone() == (3,)
     with PostgresCheckpointer(url, schema=schema) as log:
         assert log.head("old") == 1
@@ -258,3 +259,29 @@ def test_the_cli_takes_a_libpq_string_and_never_prints_a_password(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "s3cr3t-pw" not in err
     assert "unavailable" in err
+
+
+def test_migrated_events_carry_checksums_and_damage_is_never_copied(
+    sqlite_source: Path, tmp_path: Path, url: str, schema: str, admin: Any
+) -> None:
+    import sqlite3
+    import zlib
+
+    from agentlog import PostgresCheckpointer
+
+    migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b1")
+    rows = admin.execute(f"SELECT payload, crc FROM {schema}.events").fetchall()
+    assert rows and all(crc == zlib.crc32(bytes(payload)) for payload, crc in rows)
+    with PostgresCheckpointer(url, schema=schema, tenant="acme") as log:
+        assert log.check_integrity(deep=True) == (True, "ok")
+    # A damaged event in the source stops the plan, naming its session and seq.
+    db = sqlite3.connect(sqlite_source)
+    ((key, data),) = [
+        (key, data) for key, data in db.execute("SELECT id, data FROM events") if b'"hi"' in data
+    ]
+    # Valid JSON, other bytes: only the checksum can tell.
+    db.execute("UPDATE events SET data = ? WHERE id = ?", (data.replace(b"hi", b"HI"), key))
+    db.commit()
+    db.close()
+    with pytest.raises(MigrationError, match=r"session 'plain': event 1: payload checksum"):
+        migrate(sqlite_source, tmp_path / "other.db", tenant="acme", dry_run=True)

@@ -137,7 +137,7 @@ class _Operable(_Tenanted, Protocol):
 class _Checkable(Protocol):
     """A store that checks itself (every kind agentlog opens)."""
 
-    def check_integrity(self) -> tuple[bool, str]: ...
+    def check_integrity(self, deep: bool = False) -> tuple[bool, str]: ...
 
 
 def _open(args: argparse.Namespace, *, write: bool = False) -> BaseCheckpointer:
@@ -401,15 +401,69 @@ def _cmd_truncate(args: argparse.Namespace) -> None:
 def _cmd_check(args: argparse.Namespace) -> None:
     with open_store(args.store, schema=args.schema) as log:
         assert isinstance(log, _Checkable)
-        ok, detail = log.check_integrity()
+        ok, detail = log.check_integrity(deep=args.deep)
     if args.json:
         kind = "file" if os.path.isdir(args.store) else "sqlite"
         if is_postgres(args.store):
             kind = "postgresql"
-        _print_json({"store": shown(args.store), "kind": kind, "ok": ok, "detail": detail})
+        _print_json(
+            {
+                "store": shown(args.store),
+                "kind": kind,
+                "deep": args.deep,
+                "ok": ok,
+                "detail": detail,
+            }
+        )
     else:
         print("\n".join(_safe(line) for line in detail.split("\n")))
     if not ok:
+        raise SystemExit(1)
+
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _cmd_verify(args: argparse.Namespace) -> None:
+    expect = None
+    if args.expect is not None:
+        expect = args.expect.strip().lower()
+        if not _DIGEST.fullmatch(expect):
+            raise UsageError(f"--expect takes a sha256 digest (64 hex digits), not {args.expect!r}")
+        if len(args.sessions) != 1:
+            raise UsageError("--expect needs exactly one SESSION")
+    failed = False
+    with _open_database(args, write=False) as log:
+        if not isinstance(log, SqliteCheckpointer):
+            raise UsageError("verify works on a SQLite file: only SQLite keeps hash chains")
+        names = args.sessions or sorted(info.id for info in log.list())
+        reports = []
+        for name in names:
+            if not _exists(log, name):
+                raise UsageError(f"no session {name!r} in {shown(args.store)}")
+            report = log.verify(name)
+            problem = report.problem
+            if problem is None and expect is not None and report.digest != expect:
+                problem = (
+                    f"head digest is not the expected {expect} (cut, or changed and re-chained)"
+                )
+            failed = failed or problem is not None
+            reports.append((report, problem))
+    for report, problem in reports:
+        if args.json:
+            _print_json(
+                {
+                    "session": report.session_id,
+                    "head": report.head,
+                    "digest": report.digest,
+                    "ok": problem is None,
+                    "problem": problem,
+                }
+            )
+        else:
+            verdict = "ok" if problem is None else f"FAILED: {problem}"
+            print(_safe(f"{report.session_id}  head {report.head}  {report.digest}  {verdict}"))
+    if failed:
         raise SystemExit(1)
 
 
@@ -781,7 +835,29 @@ def _parser() -> argparse.ArgumentParser:
         _cmd_check,
     )
     store(check)
+    check.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read every event of every session and list each damaged one",
+    )
     check.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    verify = command(
+        "verify",
+        "recompute the hash chain of sessions of a SQLite file and print each head digest",
+        _cmd_verify,
+    )
+    store(verify, "a SQLite file")
+    verify.add_argument(
+        "sessions", metavar="SESSION", nargs="*", help="the sessions (default: every one)"
+    )
+    verify.add_argument(
+        "--expect",
+        metavar="DIGEST",
+        help="the head digest kept from before: fail unless the session still has it",
+    )
+    verify.add_argument("--json", action="store_true", help="one JSON object per session")
+    tenant(verify)
 
     info = command("info", "which engine and SQLite run", _cmd_info)
     info.add_argument("--json", action="store_true", help="print every detail as JSON")

@@ -8,6 +8,8 @@ against the standard exceptions keeps working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentlogError",
     "CheckpointConflictError",
@@ -26,6 +28,7 @@ __all__ = [
     "StorageNotFoundError",
     "StorageUnavailableError",
     "UnserializableEventError",
+    "damaged_event",
 ]
 
 
@@ -138,7 +141,38 @@ class SchemaVersionError(AgentlogError):
 
 
 class CorruptDatabaseError(AgentlogError):
-    """The store is damaged or is not an agentlog store at all."""
+    """The store is damaged or is not an agentlog store at all.
+
+    When one stored event is damaged (its payload does not match its checksum
+    or does not decode), ``session_id`` and ``seq`` name it; otherwise both
+    are ``None``. A read yields every event before a damaged one first.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str | None = None, seq: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.seq = seq
+
+    def __reduce__(
+        self,
+    ) -> tuple[Any, ...]:
+        return (_corrupt, (type(self), str(self), self.session_id, self.seq))
+
+
+def _corrupt(
+    kind: type[CorruptDatabaseError], message: str, session_id: str | None, seq: int | None
+) -> CorruptDatabaseError:
+    """Unpickle a :class:`CorruptDatabaseError` with its keyword fields."""
+    return kind(message, session_id=session_id, seq=seq)
+
+
+def damaged_event(session_id: str, seq: int, what: str) -> CorruptDatabaseError:
+    """The error for event ``seq`` of ``session_id``, damaged as ``what`` says."""
+    return CorruptDatabaseError(
+        f"session {session_id!r}, event {seq}: {what}", session_id=session_id, seq=seq
+    )
 
 
 class DirectoryLockedError(AgentlogError):

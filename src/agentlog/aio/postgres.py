@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
-import orjson
 import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -46,6 +45,7 @@ from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    CorruptDatabaseError,
     EventsPrunedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -66,6 +66,7 @@ from ..events import (
     encode_events,
     encode_metadata,
 )
+from ..integrity import checked_payloads, checksum
 from ..lifecycle import AsyncClosable
 from ..log import (
     DEFAULT_POLL_INTERVAL,
@@ -422,6 +423,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             "exp": expected,
             "types": [kind for kind, _ in batch],
             "payloads": [payload for _, payload in batch],
+            "crcs": [checksum(payload) for _, payload in batch],
             "channel": self._channel,
             "key": notify_key(self._tenant, name),
         }
@@ -467,9 +469,18 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             want = _PAGE if remaining is None else min(_PAGE, remaining)
             if want == 0:
                 return
-            page = await self._checked_scan(session_id, since, want)
+            try:
+                page, damage = await self._checked_scan(session_id, since, want), None
+            except CorruptDatabaseError as exc:
+                # The events before a damaged one first (as the sync base class does).
+                if exc.seq is None or not since + 1 < exc.seq <= since + want:
+                    raise
+                page = await self._checked_scan(session_id, since, exc.seq - 1 - since)
+                damage = exc
             for event in page:
                 yield event
+            if damage is not None:
+                raise damage
             if len(page) < want:
                 return
             since = page[-1].seq
@@ -518,10 +529,10 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             rows = await self._read("reading", page)
         if not rows:
             return []
-        events = orjson.loads(b"[" + b",".join([bytes(row[3]) for row in rows]) + b"]")
+        events = checked_payloads(name, rows)
         return [
             StoredEvent(seq, seq - 1, ts, kind, event)
-            for (seq, ts, kind, _), event in zip(rows, events, strict=True)
+            for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
         ]
 
     async def head(self, session_id: str) -> int:

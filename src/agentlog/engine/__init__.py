@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 from ..files import DEFAULT_FILE_MODE, check_file_mode
@@ -27,20 +28,25 @@ __all__ = [
     "EngineFactory",
     "engine_class",
     "engine_info",
+    "first_bad_crc_line",
     "open_engine",
 ]
 
 #: Engine classes by name, the default first.
 AVAILABLE_ENGINES: dict[str, EngineFactory] = {}
 _extension_error: str | None = "disabled by AGENTLOG_NO_EXTENSIONS"
+#: The C engine's check of a page of file-store lines against their crcs
+#: (``first_bad_line``), or None without it: the file store checks in Python.
+first_bad_crc_line: Callable[[bytes], int] | None = None
 
 if not os.environ.get("AGENTLOG_NO_EXTENSIONS") and platform.python_implementation() == "CPython":
     try:
-        from .cengine import CEngine
+        from .cengine import CEngine, first_bad_line
     except ImportError as exc:
         _extension_error = f"{type(exc).__name__}: {exc}"
     else:
         AVAILABLE_ENGINES["c"] = CEngine
+        first_bad_crc_line = first_bad_line
         _extension_error = None
 AVAILABLE_ENGINES["python"] = PyEngine
 
@@ -71,6 +77,7 @@ def open_engine(
     wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
     file_mode: int = DEFAULT_FILE_MODE,
     immutable: bool = False,
+    hash_chain: bool = False,
 ) -> Engine:
     """Open the agentlog database at ``path`` with the engine called ``engine``.
 
@@ -79,7 +86,9 @@ def open_engine(
     (the owner's only by default), and so do its ``-wal`` and ``-shm``.
     ``immutable`` (with ``read_only``) reads a file that no process has open
     — no ``-wal`` or ``-shm`` beside it — without creating them or taking
-    locks; a writer that starts meanwhile is not seen.
+    locks; a writer that starts meanwhile is not seen. ``hash_chain`` makes
+    the file keep a hash chain per session from now on (for every later
+    writer too; see :mod:`agentlog.integrity`).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
@@ -103,6 +112,7 @@ def open_engine(
         wal_size_limit=wal_size_limit,
         file_mode=check_file_mode(file_mode),
         immutable=bool(immutable),
+        hash_chain=bool(hash_chain),
     )
 
 

@@ -43,6 +43,15 @@ from ..errors import (
 )
 from ..events import EncodedBatch, StoredEvent, check_retained
 from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
+from ..integrity import (
+    GENESIS,
+    ChainReport,
+    DamagedEvent,
+    chain_digest,
+    checksum,
+    payload_problem,
+    walk_chain,
+)
 from . import schema as S
 from . import sql as Q
 from .interface import Connection
@@ -70,6 +79,11 @@ _VACUUM_STEP = 256
 _AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}
 
 _T = TypeVar("_T")
+
+#: The setting that says the file keeps a hash chain.
+_HASH_CHAIN = "hash_chain"
+#: Events per read of a deep check or a verify.
+_CHECK_PAGE = 1000
 
 # -- one table from SQLite's primary result codes to agentlog's errors ---------------
 
@@ -169,12 +183,16 @@ class EngineBase(Generic[ConnectionT]):
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
         file_mode: int = DEFAULT_FILE_MODE,
         immutable: bool = False,
+        hash_chain: bool = False,
     ) -> None:
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = path
         self.read_only = bool(read_only)
         self.schema_version = 0
+        # Whether appends link each event into its session's hash chain: asked
+        # for here, or kept by the file since an earlier open asked (_prepare).
+        self.hash_chain = bool(hash_chain)
         self._memory = path == ":memory:"
         # A read of a file no process has open (no -wal, no -shm): SQLite
         # creates nothing beside it and takes no locks (read_only only).
@@ -313,6 +331,7 @@ class EngineBase(Generic[ConnectionT]):
             if not ok:
                 raise CorruptDatabaseError(f"{self.path!r} failed its integrity check: {detail}")
         if self.read_only:
+            self._read_settings()
             return
         if self.schema_version == 0 and not self._value(Q.ANY_TABLE):
             # A new file keeps a map of its pages, so that vacuum() can give
@@ -329,6 +348,21 @@ class EngineBase(Generic[ConnectionT]):
         self._writer.rows(Q.journal_size_limit(self.wal_size_limit))
         if self.schema_version < S.SCHEMA_VERSION:
             self.write("migrate schema", self._migrate)
+        if self.hash_chain:
+            self.write("hash chain", self._keep_hash_chain)
+        self._read_settings()
+
+    def _keep_hash_chain(self, conn: ConnectionT) -> None:
+        """Inside a write: the file keeps a hash chain from now on, for every writer."""
+        if not conn.rows(Q.SETTING_GET, (_HASH_CHAIN,)):
+            conn.rows(Q.SETTING_PUT, (_HASH_CHAIN, "1"))
+
+    def _read_settings(self) -> None:
+        """Take the file's settings (a file older than INTEGRITY_VERSION has none)."""
+        if self.schema_version >= S.INTEGRITY_VERSION and self._writer.rows(
+            Q.SETTING_GET, (_HASH_CHAIN,)
+        ):
+            self.hash_chain = True
 
     def _check_identity(self) -> int:
         """Refuse a file of another application or a newer version; return its version."""
@@ -573,8 +607,25 @@ class EngineBase(Generic[ConnectionT]):
         """Inside a write: insert ``(ts, type, json, item_id)`` events at ``after_seq + 1``…."""
         if after_seq + len(events) > S.MAX_SEQ:
             raise ValueError(f"a session cannot exceed {S.MAX_SEQ} events")
+        previous = self._previous_digest(conn, sid, after_seq)
         for seq, (ts, kind, data, item_id) in enumerate(events, after_seq + 1):
-            conn.rows(Q.INSERT_ITEM, (S.event_key(sid, seq), ts, kind, data, item_id))
+            digest = None
+            if previous is not None:
+                digest = previous = chain_digest(previous, data, seq)
+            key = S.event_key(sid, seq)
+            conn.rows(Q.INSERT_ITEM, (key, ts, kind, data, checksum(data), digest, item_id))
+
+    def _previous_digest(self, conn: Connection, sid: int, seq: int) -> bytes | None:
+        """Inside a write: the chain link to extend after event ``seq`` of ``sid``,
+        or None when this file keeps no hash chain."""
+        if not self.hash_chain:
+            return None
+        if seq == 0:
+            return GENESIS
+        rows = conn.rows(Q.EVENT_DIGEST, (S.event_key(sid, seq),))
+        # An event written before the chain was kept has no link: the chain
+        # starts again from nothing (verify names the event that lacks one).
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else GENESIS
 
     def _append_in(
         self,
@@ -608,9 +659,10 @@ class EngineBase(Generic[ConnectionT]):
     def _insert_batch(
         self, conn: ConnectionT, first_key: int, ts: float, batch: EncodedBatch
     ) -> None:
-        """Insert ``batch`` at consecutive keys from ``first_key`` (a twin may do it faster)."""
-        for key, (kind, data) in enumerate(batch, first_key):
-            conn.rows(Q.INSERT_EVENT, (key, ts, kind, data))
+        """Insert ``batch`` at consecutive keys from ``first_key`` (a twin may do it
+        faster, without a hash chain)."""
+        sid, after_seq = first_key >> S.SEQ_BITS, (first_key & S.MAX_SEQ) - 1
+        self.insert_events(conn, sid, after_seq, [(ts, kind, data, None) for kind, data in batch])
 
     def append_many(
         self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
@@ -885,6 +937,57 @@ class EngineBase(Generic[ConnectionT]):
             return False, str(exc)
         return (True, "ok") if not problems else (False, "\n".join(problems))
 
+    def _session_rows(self) -> list[tuple[int, str, str, int]]:
+        rows = self.read("check", lambda conn: conn.rows(Q.ALL_SESSIONS))
+        return [(int(sid), str(tenant), str(name), int(head)) for sid, tenant, name, head in rows]
+
+    def _checked_events(self, sid: int) -> Iterator[tuple[int, bytes, int | None, bytes | None]]:
+        """Every stored ``(seq, payload, crc, digest)`` of session ``sid``, a page
+        (one read) at a time; a file older than INTEGRITY_VERSION has neither crc nor digest."""
+        after, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
+        if self.schema_version < S.INTEGRITY_VERSION:
+            sql, extra = Q.EVENTS_BETWEEN + " LIMIT ?", False
+        else:
+            sql, extra = Q.EVENTS_CHECKED, True
+        while True:
+            rows = self.read(
+                "check", functools.partial(_page_rows, sql, (after, last, _CHECK_PAGE))
+            )
+            for row in rows:
+                if extra:
+                    yield int(row[0]), bytes(row[1]), row[2], row[3]
+                else:
+                    yield int(row[0]), bytes(row[3]), None, None
+            if len(rows) < _CHECK_PAGE:
+                return
+            after = S.event_key(sid, int(rows[-1][0]))
+
+    def damaged_events(self) -> list[DamagedEvent]:
+        """Every stored event of every session whose payload fails its checksum or
+        does not decode, and every gap in a session's seqs (a deep check)."""
+        damaged: list[DamagedEvent] = []
+        for sid, tenant, name, head in self._session_rows():
+            seen = 0
+            for seq, payload, crc, _ in self._checked_events(sid):
+                if seq != seen + 1:
+                    damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})"))
+                seen = seq
+                problem = payload_problem(payload, crc)
+                if problem is not None:
+                    damaged.append(DamagedEvent(tenant, name, seq, problem))
+            if seen < head:
+                damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})"))
+        return damaged
+
+    def verify_chain(self, tenant: str, name: str) -> ChainReport:
+        """Recompute session ``name``'s hash chain and compare it with the stored links."""
+        rows = self.read("verify", lambda conn: conn.rows(Q.SELECT_SESSION, (tenant, name)))
+        if not rows:
+            raise SessionNotFoundError(f"no session {name!r}")
+        sid, head = int(rows[0][0]), int(rows[0][1])
+        events = ((seq, data, digest) for seq, data, _, digest in self._checked_events(sid))
+        return walk_chain(name, head, events)
+
     def backup_to(self, path: str) -> None:
         """Write a consistent copy of the whole database to the new file ``path``.
 
@@ -1110,6 +1213,11 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _page_rows(sql: str, params: tuple[Any, ...], conn: DriverConnection) -> list[tuple[Any, ...]]:
+    """The rows of one statement (a page of a deep check, bound with its params)."""
+    return conn.rows(sql, params)
 
 
 def _release_claim(key: tuple[int, int] | None) -> None:

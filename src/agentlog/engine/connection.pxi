@@ -17,6 +17,7 @@ cdef enum:
     ST_NEXT_SID
     ST_SCAN
     ST_HEAD
+    ST_SCAN_UNCHECKED
     N_STATEMENTS
 
 cdef list _SQL = [
@@ -30,6 +31,7 @@ cdef list _SQL = [
     Q.NEXT_SID.encode(),
     Q.SCAN_EVENTS.encode(),
     Q.SELECT_HEAD.encode(),
+    Q.SCAN_EVENTS_UNCHECKED.encode(),
 ]
 
 

@@ -146,6 +146,7 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
         sqlite3_bind_int64(insert, 1, base + i + 1)
         sqlite3_bind_text(insert, 3, r.kinds[i], r.kind_sizes[i], SQLITE_STATIC)
         sqlite3_bind_blob(insert, 4, r.payloads[i], r.payload_sizes[i], SQLITE_STATIC)
+        sqlite3_bind_int64(insert, 5, agentlog_crc32(0, r.payloads[i], r.payload_sizes[i]))
         rc = sqlite3_step(insert)
         sqlite3_reset(insert)
         if rc != SQLITE_DONE:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import CheckpointConflictError
 from ..events import EncodedBatch, StoredEvent
+from ..integrity import ChainReport, DamagedEvent
 
 __all__ = ["Connection", "Engine", "EngineFactory"]
 
@@ -54,6 +55,12 @@ class Engine(Protocol):
     @property
     def schema_version(self) -> int:
         """The file's schema version (older than current only when read-only)."""
+        ...
+
+    @property
+    def hash_chain(self) -> bool:
+        """Whether appends link each event into its session's hash chain (the
+        file keeps one: asked for at this open or an earlier one)."""
         ...
 
     # -- the session log -----------------------------------------------------------
@@ -206,6 +213,16 @@ class Engine(Protocol):
         covered by a snapshot): ``(True, "ok")``, or ``(False, detail)``."""
         ...
 
+    def damaged_events(self) -> list[DamagedEvent]:
+        """Every stored event of every session whose payload fails its checksum or
+        does not decode, and every missing seq (a deep check)."""
+        ...
+
+    def verify_chain(self, tenant: str, name: str) -> ChainReport:
+        """Recompute a session's hash chain and compare it with the stored links
+        (:class:`SessionNotFoundError` for an unknown session)."""
+        ...
+
     def backup_to(self, path: str) -> None:
         """Write a consistent copy of the whole database to the new file ``path``,
         while writers (in this process and others) go on."""
@@ -252,6 +269,7 @@ class EngineFactory(Protocol):
         wal_size_limit: int = ...,
         file_mode: int = 0o600,
         immutable: bool = False,
+        hash_chain: bool = False,
     ) -> Engine:
         """Open (creating and migrating forward, unless ``read_only``) ``path``."""
         ...

@@ -17,6 +17,8 @@ Layout (one schema per agentlog store, ``agentlog`` unless told otherwise):
 * version 2: the stores beside the log, as in SQLite — ``memory``,
   ``checkpoints``, ``artifacts`` (tenant first), ``blobs`` and
   ``blob_chunks`` (by sha256, shared by every tenant).
+* version 3: ``events.crc``, the CRC-32 of the payload (``zlib.crc32``),
+  verified on every read; ``NULL`` for events written before (read unverified).
 
 Payloads are ``bytea`` holding agentlog's own JSON encoding, byte for byte:
 ``jsonb`` would reorder keys and drop duplicate ones (and store numbers as
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import os
 import re
 import selectors
@@ -68,8 +71,10 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent, check_retained
+from ..integrity import DamagedEvent, checked_payloads, checksum, payload_problem
 
 __all__ = [
+    "CHECKSUM_VERSION",
     "DEFAULT_SCHEMA",
     "MAX_SEQ",
     "SCHEMA_VERSION",
@@ -95,13 +100,19 @@ _T = TypeVar("_T")
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+#: The version from which events carry ``crc``.
+CHECKSUM_VERSION = 4
 
 #: Seqs are ``bigint``.
 MAX_SEQ = (1 << 63) - 1
 
 #: ``(session_id, expected_head, batch)``: one append of a group.
 AppendRequest = tuple[str, "int | None", EncodedBatch]
+
+#: Events per read of a deep check.
+_CHECK_PAGE = 1000
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}\Z")
 
@@ -208,8 +219,20 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (source_id, tenant, source_key)
         )""",
     ),
+    CHECKSUM_VERSION: (
+        # The CRC-32 of each event's payload (zlib.crc32), verified on every
+        # read; NULL for an event written before this step.
+        "ALTER TABLE {s}.events ADD COLUMN crc bigint",
+    ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def _fetch(
+    statement: str, params: tuple[Any, ...], conn: psycopg.Connection[Any]
+) -> builtins.list[tuple[Any, ...]]:
+    """One page of a deep check (``params`` then the page size)."""
+    return conn.execute(statement, (*params, _CHECK_PAGE)).fetchall()
 
 
 def check_schema_name(schema: object) -> str:
@@ -330,10 +353,10 @@ class Statements:
     def __init__(self, schema: str) -> None:
         s = sql.Identifier(schema).as_string()
         self.schema = s
-        events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload)
-            SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload
-            FROM h, unnest(%(types)b::text[], %(payloads)b::bytea[])
-                WITH ORDINALITY AS e(type, payload, ord)"""
+        events = f"""INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, crc)
+            SELECT %(t)s, %(name)s, h.head - %(n)s + e.ord, %(ts)s, e.type, e.payload, e.crc
+            FROM h, unnest(%(types)b::text[], %(payloads)b::bytea[], %(crcs)b::bigint[])
+                WITH ORDINALITY AS e(type, payload, crc, ord)"""
         notify = "pg_notify(%(channel)s, h.head::text || ' ' || %(key)s)"
         # A session that may be new (expected head None or 0).
         upsert = f"""INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime)
@@ -371,7 +394,13 @@ class Statements:
             f"SELECT min(through_seq) FROM {s}.snapshots WHERE tenant = %s AND session = %s"
         )
         self.scan = (
-            f"SELECT seq, ts, type, payload FROM {s}.events"
+            f"SELECT seq, ts, type, payload, crc FROM {s}.events"
+            " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
+        )
+        #: Every session of every tenant, for a deep check.
+        self.all_sessions = f"SELECT tenant, name, head FROM {s}.sessions ORDER BY tenant, name"
+        self.checked = (
+            f"SELECT seq, payload, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
         )
         self.list = (
@@ -399,8 +428,8 @@ class Statements:
             " VALUES (%s, %s, %s, 1, %s, %s) ON CONFLICT DO NOTHING RETURNING head"
         )
         self.copy_events = (
-            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id)"
-            f" SELECT tenant, %s, seq, ts, type, payload, item_id FROM {s}.events"
+            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id, crc)"
+            f" SELECT tenant, %s, seq, ts, type, payload, item_id, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq <= %s"
         )
         self.copy_snapshots = (
@@ -429,16 +458,23 @@ class Statements:
         self.delete_snapshots_of = (
             f"DELETE FROM {s}.snapshots WHERE tenant = %s AND session = ANY(%s)"
         )
-        # Every session whose events are not exactly 1..head, and events
-        # that belong to no session.
+        # Every session whose events are not a gapless run ending at its head
+        # and starting at 1 or after what a snapshot covers (retention), and
+        # events that belong to no session.
+        covered = (
+            f"EXISTS (SELECT 1 FROM {s}.snapshots p WHERE p.tenant = s.tenant"
+            " AND p.session = s.name AND p.through_seq >= {seq})"
+        )
         self.damaged = (
             "SELECT s.tenant, s.name, s.head, coalesce(e.n, 0), coalesce(e.lo, 0),"
             f" coalesce(e.hi, 0) FROM {s}.sessions s LEFT JOIN (SELECT tenant, session,"
             f" count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM {s}.events"
             " GROUP BY tenant, session) e ON e.tenant = s.tenant AND e.session = s.name"
-            " WHERE (coalesce(e.n, 0) <> s.head"
-            " OR coalesce(e.hi, 0) <> s.head OR (s.head > 0 AND e.lo <> 1))"
-            " ORDER BY s.tenant, s.name LIMIT %s"
+            " WHERE NOT (CASE WHEN e.n IS NULL THEN s.head = 0 OR "
+            + covered.format(seq="s.head")
+            + " ELSE e.hi = s.head AND e.n = e.hi - e.lo + 1 AND (e.lo = 1 OR "
+            + covered.format(seq="e.lo - 1")
+            + ") END) ORDER BY s.tenant, s.name LIMIT %s"
         )
         self.orphans = (
             f"SELECT e.tenant, e.session, count(*) FROM {s}.events e WHERE NOT EXISTS"
@@ -752,6 +788,7 @@ class PostgresDatabase:
             "exp": expected,
             "types": [kind for kind, _ in batch],
             "payloads": [payload for _, payload in batch],
+            "crcs": [checksum(payload) for _, payload in batch],
             "channel": self.channel,
             "key": self.notify_key(tenant, name),
         }
@@ -842,11 +879,37 @@ class PostgresDatabase:
         rows = self.read("reading", page)
         if not rows:
             return []
-        events = orjson.loads(b"[" + b",".join([row[3] for row in rows]) + b"]")
+        events = checked_payloads(name, rows)
         return [
             StoredEvent(seq, seq - 1, ts, kind, event)
-            for (seq, ts, kind, _), event in zip(rows, events, strict=True)
+            for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
         ]
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every stored event of every session (every tenant) whose payload fails
+        its checksum or does not decode, and every missing seq (a deep check)."""
+        sessions = self.read("checking", lambda conn: conn.execute(self.q.all_sessions).fetchall())
+        damaged: builtins.list[DamagedEvent] = []
+        for tenant, name, head in sessions:
+            seen = 0
+            while True:
+                rows = self.read(
+                    "checking", functools.partial(_fetch, self.q.checked, (tenant, name, seen))
+                )
+                for seq, payload, crc in rows:
+                    if seq != seen + 1:
+                        damaged.append(
+                            DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})")
+                        )
+                    seen = seq
+                    problem = payload_problem(bytes(payload), crc)
+                    if problem is not None:
+                        damaged.append(DamagedEvent(tenant, name, seq, problem))
+                if len(rows) < _CHECK_PAGE:
+                    break
+            if seen < head:
+                damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})"))
+        return damaged
 
     def head(self, tenant: str, name: str) -> int:
         """The head of a session; 0 for an unknown one."""
@@ -1041,8 +1104,9 @@ class PostgresDatabase:
                 return deleted
 
     def check_integrity(self, limit: int = 20) -> tuple[bool, str]:
-        """Every session's events are exactly 1…head, and every event has its
-        session: ``(True, "ok")``, or ``(False, one line per problem)``."""
+        """Every session's events run without a gap up to its head, from 1 or
+        from after what a snapshot covers (retention), and every event has
+        its session: ``(True, "ok")``, or ``(False, one line per problem)``."""
 
         def work(conn: psycopg.Connection[Any]) -> tuple[Any, Any]:
             with conn.transaction():

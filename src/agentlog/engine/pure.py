@@ -13,9 +13,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from ..events import EncodedBatch, StoredEvent, decode_json
+from ..events import EncodedBatch, StoredEvent
+from ..integrity import checked_payloads, checksum
 from . import sql as Q
 from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
+from .schema import INTEGRITY_VERSION
 
 __all__ = ["PyConnection", "PyEngine", "sqlite_info"]
 
@@ -153,23 +155,29 @@ class PyEngine(EngineBase[PyConnection]):
     def _insert_batch(
         self, conn: PyConnection, first_key: int, ts: float, batch: EncodedBatch
     ) -> None:
-        if len(batch) == 1:
-            conn.db.execute(Q.INSERT_EVENT, (first_key, ts, batch[0][0], batch[0][1]))
+        if self.hash_chain:
+            super()._insert_batch(conn, first_key, ts, batch)
+        elif len(batch) == 1:
+            kind, data = batch[0]
+            conn.db.execute(Q.INSERT_EVENT, (first_key, ts, kind, data, checksum(data)))
         else:
             conn.db.executemany(
                 Q.INSERT_EVENT,
-                [(first_key + i, ts, kind, data) for i, (kind, data) in enumerate(batch)],
+                [
+                    (first_key + i, ts, kind, data, checksum(data))
+                    for i, (kind, data) in enumerate(batch)
+                ],
             )
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
-        rows = self.read(
-            "read", lambda conn: conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit))
-        )
+        checked = self.schema_version >= INTEGRITY_VERSION
+        sql = Q.SCAN_EVENTS if checked else Q.SCAN_EVENTS_UNCHECKED
+        rows = self.read("read", lambda conn: conn.rows(sql, (tenant, name, since_seq, limit)))
         if not rows:
             return []
-        # One decode call for the whole page instead of one per event.
-        events = decode_json(b"[" + b",".join([row[3] for row in rows]) + b"]")
+        # Each payload checked against its crc; one decode call for the page.
+        events = checked_payloads(name, rows)
         return [
             _new_stored(StoredEvent, (row[0], row[0] - 1, row[1], row[2], event))
             for row, event in zip(rows, events, strict=True)

@@ -30,6 +30,7 @@ cdef struct Page:
     char *others  # [int size][bytes] for any kind outside the canonical nine
     size_t others_size
     size_t others_capacity
+    Py_ssize_t damaged  # the index of the first event whose checksum fails, or -1
 
 
 cdef int _grow(char **buffer, size_t *capacity, size_t needed) noexcept nogil:
@@ -90,6 +91,11 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
             page.others_size += sizeof(int) + kind_size
         blob = sqlite3_column_blob(st, 3)
         blob_size = sqlite3_column_bytes(st, 3)
+        if (sqlite3_column_type(st, 4) != SQLITE_NULL
+                and <int64_t>agentlog_crc32(0, blob, blob_size) != sqlite3_column_int64(st, 4)):
+            # Verified here, in the loop: the page ends before a damaged event.
+            page.damaged = page.count
+            return SQLITE_DONE
         if _grow(&page.payloads, &page.capacity, page.size + <size_t>blob_size + 2) < 0:
             return SQLITE_NOMEM
         if page.count:
@@ -100,8 +106,9 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
         page.count += 1
 
 
-cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit):
-    cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
+cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit,
+                     bint unchecked):
+    cdef sqlite3_stmt *st = conn.statement(ST_SCAN_UNCHECKED if unchecked else ST_SCAN)
     cdef Py_ssize_t tenant_size, name_size, i
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
     cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
@@ -109,6 +116,7 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
     cdef int rc, k, other_size
     cdef list result = []
     memset(&page, 0, sizeof(Page))
+    page.damaged = -1
     page.size = 1  # room for the opening bracket
     sqlite3_bind_text(st, 1, tenant_text, <int>tenant_size, SQLITE_STATIC)
     sqlite3_bind_text(st, 2, name_text, <int>name_size, SQLITE_STATIC)
@@ -122,6 +130,9 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
             raise MemoryError("read: out of memory")
         if rc != SQLITE_DONE:
             raise _error(rc, sqlite3_errmsg(conn.db), "read")
+        if page.damaged >= 0:
+            # The same words as the pure twin's: the page read again, in Python.
+            raise first_damaged(name, conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit)))
         if page.count == 0:
             return result
         page.payloads[0] = b"["
@@ -131,10 +142,14 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
         view = PyMemoryView_FromMemory(page.payloads, page.size, PyBUF_READ)
         try:
             events = decode_json(view)
+        except ValueError:
+            events = None
         finally:
             view.release()
-        if len(events) != page.count:
-            raise CorruptDatabaseError("stored event payloads do not decode one to one")
+        if events is None or len(events) != page.count:
+            # Written unchecked (before checksums) and damaged since: name it.
+            sql = Q.SCAN_EVENTS_UNCHECKED if unchecked else Q.SCAN_EVENTS
+            raise first_damaged(name, conn.rows(sql, (tenant, name, since_seq, limit)))
         stored_type = StoredEvent
         seqs, stamps = page.seqs, page.stamps
         previous_seq = PyLong_FromLongLong(seqs[0] - 1)

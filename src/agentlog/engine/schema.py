@@ -18,7 +18,11 @@ from __future__ import annotations
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
+
+#: The version from which events carry ``crc`` and ``digest`` and the file has
+#: ``settings`` (read-only opens of an older file scan without them).
+INTEGRITY_VERSION = 9
 
 #: The tenant the Checkpointer face of the log uses.
 DEFAULT_TENANT = "default"
@@ -162,6 +166,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # Provenance: the format each migrated source file had ("json-v1",
         # "agentlog-file"); NULL for the rows of earlier releases.
         "ALTER TABLE migration_ledger ADD COLUMN source_format TEXT",
+    ),
+    INTEGRITY_VERSION: (
+        # Integrity: the CRC-32 of each event's payload (zlib.crc32 of the
+        # stored bytes), verified on every read; NULL for an event written
+        # before this step (it reads as before, unverified). ``digest`` is the
+        # event's link in its session's hash chain, NULL unless the file
+        # keeps one (the setting ``hash_chain``).
+        "ALTER TABLE events ADD COLUMN crc INTEGER",
+        "ALTER TABLE events ADD COLUMN digest BLOB",
+        """CREATE TABLE settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        ) WITHOUT ROWID""",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -63,21 +63,41 @@ SESSION_NAMES = "SELECT name FROM sessions WHERE tenant = ?"
 
 # -- events ------------------------------------------------------------------------
 
-INSERT_EVENT = "INSERT INTO events (id, ts, type, data) VALUES (?, ?, ?, ?)"
-INSERT_ITEM = "INSERT INTO events (id, ts, type, data, item_id) VALUES (?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events (id, ts, type, data, crc) VALUES (?, ?, ?, ?, ?)"
+#: ``(id, ts, type, data, crc, digest, item_id)``: the cold path's insert.
+INSERT_ITEM = (
+    "INSERT INTO events (id, ts, type, data, crc, digest, item_id) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 #: One page of a forward scan: ``(tenant, name, since_seq, limit)``. The session
 #: lookup and the range are one statement so a page is one consistent snapshot.
 #: (Plain ``?`` placeholders only: Python 3.12+ treats ``?NNN`` as named.)
 SCAN_EVENTS = (
-    "SELECT e.id & 4294967295, e.ts, e.type, e.data"
+    "SELECT e.id & 4294967295, e.ts, e.type, e.data, e.crc"
     " FROM sessions s JOIN events e"
     " ON s.tenant = ? AND s.name = ?"
     " AND e.id > (s.sid << 32) + ? AND e.id <= (s.sid << 32) + 4294967295"
     " ORDER BY e.id LIMIT ?"
 )
+#: :data:`SCAN_EVENTS` on a file older than ``schema.INTEGRITY_VERSION`` (read-only):
+#: no checksums.
+SCAN_EVENTS_UNCHECKED = SCAN_EVENTS.replace("e.crc", "NULL")
 #: Events with keys in (?, ?]: ``(seq, ts, type, data)``.
 EVENTS_BETWEEN = (
     "SELECT id & 4294967295, ts, type, data FROM events WHERE id > ? AND id <= ? ORDER BY id"
+)
+#: What a deep check and ``verify`` look at, a page of keys in (?, ?]:
+#: ``(seq, data, crc, digest)``.
+EVENTS_CHECKED = (
+    "SELECT id & 4294967295, data, crc, digest FROM events"
+    " WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
+)
+#: The chain link of one event (``NULL`` when it has none), by key.
+EVENT_DIGEST = "SELECT digest FROM events WHERE id = ?"
+#: Every session of the file: ``(sid, tenant, name, head)``.
+ALL_SESSIONS = "SELECT sid, tenant, name, head FROM sessions ORDER BY tenant, name"
+#: The SessionStore's items with keys in (?, ?]: ``(seq, ts, type, data, crc)``.
+ITEMS_BETWEEN = (
+    "SELECT id & 4294967295, ts, type, data, crc FROM events WHERE id > ? AND id <= ? ORDER BY id"
 )
 ITEM_TAKEN = "SELECT 1 FROM events WHERE (id >> 32) = ? AND item_id = ?"
 #: The seq of the first event stored in key range (?, ?] (one seek): a session's
@@ -104,8 +124,9 @@ EVENT_COUNT = "SELECT count(*) FROM events"
 DELETE_EVENTS_BETWEEN = "DELETE FROM events WHERE id > ? AND id <= ?"
 #: ``(source key base, target key base, source key base, last source key)``.
 COPY_EVENTS = (
-    "INSERT INTO events (id, ts, type, data, item_id)"
-    " SELECT id - ? + ?, ts, type, data, item_id FROM events WHERE id > ? AND id <= ?"
+    "INSERT INTO events (id, ts, type, data, item_id, crc, digest)"
+    " SELECT id - ? + ?, ts, type, data, item_id, crc, digest FROM events"
+    " WHERE id > ? AND id <= ?"
 )
 
 # -- snapshots ---------------------------------------------------------------------
@@ -203,7 +224,12 @@ MIGRATE_SESSION = (
 )
 #: ``(first key, last key)``: a session's events with their seqs.
 MIGRATE_EVENTS = (
-    "SELECT id & 4294967295, ts, type, data, item_id FROM events"
+    "SELECT id & 4294967295, ts, type, data, item_id, crc FROM events"
+    " WHERE id BETWEEN ? AND ? ORDER BY id"
+)
+#: The same, from a file written before events carried checksums.
+MIGRATE_EVENTS_UNCHECKED = (
+    "SELECT id & 4294967295, ts, type, data, item_id, NULL FROM events"
     " WHERE id BETWEEN ? AND ? ORDER BY id"
 )
 MIGRATE_SNAPSHOTS = (
@@ -214,6 +240,11 @@ LEDGER_INSERT = (
     " (source_id, source_key, sha256, tenant, session_id, migrated, source_format)"
     " VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+
+# -- settings of the file ----------------------------------------------------------
+
+SETTING_GET = "SELECT value FROM settings WHERE key = ?"
+SETTING_PUT = "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)"
 
 # -- the file ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload, 
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    CorruptDatabaseError,
     EventsPrunedError,
     SessionTruncatedError,
     StorageConflictError,
@@ -455,8 +456,11 @@ class BaseCheckpointer(Closable, ABC):
             want = page_size if remaining is None else min(page_size, remaining)
             if want == 0:
                 return
-            page = self._check_page(session_id, since_seq, self._scan(session_id, since_seq, want))
+            page, damage = self._scan_to_damage(session_id, since_seq, want)
+            page = self._check_page(session_id, since_seq, page)
             yield from page
+            if damage is not None:
+                raise damage
             if len(page) < want:
                 return
             since_seq = page[-1].seq
@@ -608,8 +612,21 @@ class BaseCheckpointer(Closable, ABC):
             raise SessionTruncatedError(session_id, after_seq, head)
         if head == after_seq:
             return []
-        page = self._scan(session_id, after_seq, self._page_size)
+        # Up to a damaged event; the next step starts at it and raises.
+        page = self._scan_to_damage(session_id, after_seq, self._page_size)[0]
         return self._check_page(session_id, after_seq, page)
+
+    def _scan_to_damage(
+        self, session_id: str, since_seq: int, limit: int
+    ) -> tuple[builtins.list[StoredEvent], CorruptDatabaseError | None]:
+        """A page, or when it holds a damaged event, the events before it and
+        the error naming it (raised at once when the damaged event is the first)."""
+        try:
+            return self._scan(session_id, since_seq, limit), None
+        except CorruptDatabaseError as exc:
+            if exc.seq is None or not since_seq + 1 < exc.seq <= since_seq + limit:
+                raise
+            return self._scan(session_id, since_seq, exc.seq - 1 - since_seq), exc
 
     def follow(
         self,

@@ -3,9 +3,9 @@
 Layout of a session file::
 
     {"agentlog":1,"session":"<id>","created":<ts>}          <- header
-    {"seq":1,"end":2,"ts":<ts>,"event":{...}}               <- batch 1..2
-    {"seq":2,"end":2,"ts":<ts>,"event":{...}}
-    {"seq":3,"end":3,"ts":<ts>,"event":{...}}               <- batch 3..3
+    {"seq":1,"end":2,"ts":<ts>,"crc":<crc>,"event":{...}}   <- batch 1..2
+    {"seq":2,"end":2,"ts":<ts>,"crc":<crc>,"event":{...}}
+    {"seq":3,"end":3,"ts":<ts>,"crc":<crc>,"event":{...}}   <- batch 3..3
 
 A batch is written with one ``write`` call (and an ``fsync`` with
 ``fsync=True``). Every line carries the seq of its batch's last event
@@ -19,6 +19,12 @@ File names are ``<slug>.<hash>.jsonl``: a lower-case, readable slug of the id
 plus 96 bits of its SHA-256, so no id can escape the directory and ids that
 differ only by case never share a file, even on case-insensitive file systems.
 The header holds the exact id.
+
+``crc`` is the CRC-32 (``zlib.crc32``) of the line's event bytes exactly as
+written after ``"event":``; every read verifies it, and a line that does not
+match (or does not decode) raises :class:`CorruptDatabaseError` naming the
+session and seq, after the events before it. Lines written before checksums
+existed have no ``crc`` and are read as before.
 
 A session's metadata lives beside its log, in ``<slug>.<hash>.jsonl.meta``::
 
@@ -45,11 +51,14 @@ import secrets
 import stat
 import threading
 import weakref
+import zlib
 from array import array
 from pathlib import Path
+from typing import Any
 
 import orjson
 
+from ..engine import first_bad_crc_line
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
@@ -59,9 +68,11 @@ from ..errors import (
     SessionNotFoundError,
     StorageNotFoundError,
     StorageUnavailableError,
+    damaged_event,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
 from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
+from ..integrity import DamagedEvent, describe_damage, payload_problem
 from .contract import BaseCheckpointer, metadata_conflict
 
 try:
@@ -97,7 +108,45 @@ def _header(session_id: str, created: float) -> bytes:
 
 
 def _line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
-    return b'{"seq":%d,"end":%d,"ts":%s,"event":%s}\n' % (seq, end, repr(ts).encode(), payload)
+    return b'{"seq":%d,"end":%d,"ts":%s,"crc":%d,"event":%s}\n' % (
+        seq,
+        end,
+        repr(ts).encode(),
+        zlib.crc32(payload),
+        payload,
+    )
+
+
+#: The start of every event line agentlog writes: seq and end, read without
+#: decoding the line (so a damaged payload does not hide them).
+_LINE_START = re.compile(rb'\{"seq":(\d+),"end":(\d+),')
+_EVENT_KEY = b'"event":'
+
+
+def _payload(line: bytes) -> bytes:
+    """The event bytes of an event line (its newline, if any, left out)."""
+    end = -2 if line.endswith(b"\n") else -1
+    return line[line.index(_EVENT_KEY) + 8 : end]
+
+
+def _line_problem(line: bytes) -> str | None:
+    """What is wrong with one event line's event: its checksum (when it has one)
+    or its decoding; ``None`` when sound."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        try:
+            payload = _payload(line)
+        except ValueError:
+            return f"unreadable event line ({exc})"
+        crc = re.search(rb'"crc":(\d+),"event":', line)
+        return payload_problem(payload, int(crc.group(1)) if crc else None) or (
+            f"unreadable event line ({exc})"
+        )
+    if not isinstance(record, dict):
+        return "not an event line"
+    crc = record.get("crc")
+    return payload_problem(_payload(line), crc if isinstance(crc, int) else None)
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int, int]:
@@ -159,6 +208,18 @@ def _is_regular(path: Path) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def _record(session: _Session, seq: int, line: bytes) -> dict[str, Any]:
+    """Event line ``seq`` of ``session`` decoded; :class:`CorruptDatabaseError`
+    naming it when it does not decode."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise damaged_event(session.session_id, seq, f"unreadable event line ({exc})") from None
+    if not isinstance(record, dict):
+        raise damaged_event(session.session_id, seq, "not an event line")
+    return record
 
 
 class _Session:
@@ -236,9 +297,14 @@ def parse_session_file(
     # Leave out a torn tail: complete lines of a batch whose last line is missing.
     while len(offsets) > 1:
         line = data[offsets[-2] : offsets[-1]]
+        start_of = _LINE_START.match(line)
         try:
-            record = orjson.loads(line)
-            seq, end = record["seq"], record["end"]
+            # A damaged payload still leaves seq and end readable (checked on read).
+            if start_of is not None:
+                seq, end = int(start_of.group(1)), int(start_of.group(2))
+            else:
+                record = orjson.loads(line)
+                seq, end = record["seq"], record["end"]
         except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
             raise CorruptDatabaseError(f"{name}: unreadable event line {len(offsets) - 1}") from exc
         if seq != len(offsets) - 1:
@@ -293,6 +359,25 @@ def _require_store(directory: Path) -> None:
         raise StorageNotFoundError(
             f"'{directory}' holds no agentlog file store (no {_LOCK_NAME}, no session files)"
         )
+
+
+def _damaged_lines(path: Path) -> builtins.list[DamagedEvent]:
+    """Every damaged event line of one session file (a deep check); a file that
+    cannot be read or parsed at all is left to :func:`_check_session_file`."""
+    try:
+        data, _ = _read_regular(path)
+        parsed = parse_session_file(data, str(path))
+    except (OSError, CorruptDatabaseError):
+        return []
+    if parsed is None:
+        return []
+    session_id, offsets = parsed
+    damaged = []
+    for seq in range(1, len(offsets)):
+        problem = _line_problem(data[offsets[seq - 1] : offsets[seq]])
+        if problem is not None:
+            damaged.append(DamagedEvent("", session_id, seq, problem))
+    return damaged
 
 
 def _check_session_file(path: Path) -> str | None:
@@ -374,9 +459,11 @@ def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, st
     events = []
     for seq in range(1, len(offsets)):
         line = data[offsets[seq - 1] : offsets[seq]]
+        problem = _line_problem(line)
+        if problem is not None:
+            raise damaged_event(session_id, seq, f"{name}: {problem}")
         record = orjson.loads(line)
-        payload = line[line.index(b'"event":') + 8 : -2]
-        events.append((float(record["ts"]), str(record["event"]["type"]), payload))
+        events.append((float(record["ts"]), str(record["event"]["type"]), _payload(line)))
     return session_id, events
 
 
@@ -753,14 +840,18 @@ class FileCheckpointer(BaseCheckpointer):
         keep = to_seq
         closing: builtins.list[bytes] = []
         if to_seq:
-            batch_end = orjson.loads(data[offsets[to_seq - 1] : offsets[to_seq]])["end"]
+            batch_end = _record(session, to_seq, data[offsets[to_seq - 1] : offsets[to_seq]])["end"]
             # Every line of a batch carries the same end; rewrite those up to to_seq.
             while batch_end != to_seq and keep >= 1:
                 line = data[offsets[keep - 1] : offsets[keep]]
-                record = orjson.loads(line)
+                record = _record(session, keep, line)
                 if record["end"] != batch_end:
                     break
-                payload = line[line.index(b'"event":') + 8 : -2]
+                payload = _payload(line)
+                crc = record.get("crc")
+                if crc is not None and zlib.crc32(payload) != crc:
+                    # Rewriting it would give the damage a fresh checksum.
+                    raise damaged_event(session.session_id, keep, "payload checksum mismatch")
                 closing.append(_line(keep, to_seq, record["ts"], payload))
                 keep -= 1
         return data[offsets[0] : offsets[keep]] + b"".join(reversed(closing)), bool(closing)
@@ -887,10 +978,17 @@ class FileCheckpointer(BaseCheckpointer):
                 raise
         if len(data) != stop - start:
             raise CorruptDatabaseError(f"{session.path} is shorter than its log")
+        if first_bad_crc_line is not None and first_bad_crc_line(data) >= 0:
+            # The C engine's loop found a line whose crc does not match.
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n"))
         try:
             records = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
-        except orjson.JSONDecodeError as exc:
-            raise CorruptDatabaseError(f"{session.path}: unreadable events: {exc}") from exc
+        except orjson.JSONDecodeError:
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n")) from None
+        if len(records) != data.count(b"\n"):
+            raise _first_damaged(session, since_seq, data[:-1].split(b"\n"))
+        if first_bad_crc_line is None:
+            _check_crcs(session, since_seq, data, records)
         events = []
         for seq, record in enumerate(records, since_seq + 1):
             if record.get("seq") != seq:
@@ -928,10 +1026,12 @@ class FileCheckpointer(BaseCheckpointer):
         found.sort(key=lambda s: (s.mtime, s.activity), reverse=True)
         return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
 
-    def check_integrity(self) -> tuple[bool, str]:
+    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
         """Read every session file and check each committed line: ``(True, "ok")``,
         or ``(False, detail)`` with one line per damaged file.
 
+        ``deep=True`` also checks every event line against its checksum, and
+        lists each damaged event on a line of its own (see :meth:`damaged_events`).
         A torn tail (what a crash leaves) is not damage; files that are not
         agentlog session files are left out, as :meth:`list` leaves them out.
         Metadata files are checked too (each must be whole, valid JSON).
@@ -939,17 +1039,27 @@ class FileCheckpointer(BaseCheckpointer):
         """
         with self._lock:
             self._check_open()
-            problems = [
-                problem
-                for path in sorted(self.directory.glob(f"*{_SUFFIX}"))
-                if (problem := _check_session_file(path)) is not None
-            ]
+            problems = []
+            for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+                # Deep: each damaged event on its own line, instead of the file's first.
+                damaged = describe_damage(_damaged_lines(path)) if deep else []
+                problem = None if damaged else _check_session_file(path)
+                problems += damaged if problem is None else [problem]
             problems += [
                 problem
                 for path in sorted(self.directory.glob(f"*{_SUFFIX}{METADATA_SUFFIX}"))
                 if (problem := _check_metadata_file(path)) is not None
             ]
         return (not problems, "\n".join(problems) or "ok")
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every damaged event line of every session file: its event does not
+        match its checksum or does not decode (``tenant`` is ``""``: a file
+        store has none)."""
+        with self._lock:
+            self._check_open()
+            paths = sorted(self.directory.glob(f"*{_SUFFIX}"))
+            return [d for path in paths for d in _damaged_lines(path)]
 
     def _close(self) -> None:
         with self._lock:
@@ -983,6 +1093,33 @@ class FileCheckpointer(BaseCheckpointer):
         if self._lock_fd is not None:
             self._finalizer.detach()
             self._lock_fd = None
+
+
+def _check_crcs(
+    session: _Session, since_seq: int, data: bytes, records: builtins.list[Any]
+) -> None:
+    """Each line's event bytes against its crc, in Python (without the C engine):
+    two lists compared (their loops in C); a page that differs anywhere (damage,
+    or lines written before checksums) is looked at line by line."""
+    lines = data[:-1].split(b"\n")
+    find = bytes.find
+    payloads = [line[find(line, _EVENT_KEY, 20) + 8 : -1] for line in lines]
+    if list(map(zlib.crc32, payloads)) != [record.get("crc") for record in records]:
+        for record, payload in zip(records, payloads, strict=True):
+            crc = record.get("crc")
+            if crc is not None and zlib.crc32(payload) != crc:
+                raise _first_damaged(session, since_seq, lines)
+
+
+def _first_damaged(
+    session: _Session, since_seq: int, lines: builtins.list[bytes]
+) -> CorruptDatabaseError:
+    """The error naming the first damaged line of a page (read after ``since_seq``)."""
+    for seq, line in enumerate(lines, since_seq + 1):
+        problem = _line_problem(line)
+        if problem is not None:
+            return damaged_event(session.session_id, seq, f"{session.path}: {problem}")
+    return CorruptDatabaseError(f"{session.path}: the page's lines do not decode one to one")
 
 
 # File stores open in this process; a fork child abandons each (see

@@ -19,6 +19,7 @@ from ..engine.postgres import DEFAULT_SCHEMA, MAX_SEQ, Listener, PostgresDatabas
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, StorageDataError
 from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
+from ..integrity import DamagedEvent, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["PostgresCheckpointer"]
@@ -146,12 +147,6 @@ class PostgresCheckpointer(BaseCheckpointer):
         self._check_open()
         return self._db.stats()
 
-    def check_integrity(self) -> tuple[bool, str]:
-        """Every session's events are exactly 1…head and every event has its
-        session: ``(True, "ok")``, or ``(False, detail)`` (one line a problem)."""
-        self._check_open()
-        return self._db.check_integrity()
-
     def delete_idle(self, idle_for: float) -> builtins.list[str]:
         """Retention: delete this tenant's sessions not changed for ``idle_for``
         seconds; return their ids, oldest first.
@@ -178,6 +173,29 @@ class PostgresCheckpointer(BaseCheckpointer):
             (tenant, SessionInfo(name, mtime, head))
             for tenant, name, mtime, head in self._db.list_all_sessions()
         ]
+
+    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
+        """The log's shape, for every tenant: each session's events run without
+        a gap up to its head (from 1, or from after what a snapshot covers)
+        and every event has its session. ``deep=True`` also reads every event
+        and checks its payload against its checksum (and that it decodes).
+        ``(True, "ok")``, or ``(False, detail)``: one line per problem, and
+        per damaged event (see :meth:`damaged_events`). The server keeps its
+        own pages sound (checksummed pages are a cluster setting).
+        """
+        self._check_open()
+        ok, detail = self._db.check_integrity()
+        if not deep:
+            return ok, detail
+        lines = [] if ok else [detail]
+        lines += describe_damage(self._db.damaged_events())
+        return (not lines, "\n".join(lines) or "ok")
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every damaged event of the store (every tenant), in session order: its
+        payload fails its checksum or does not decode, or its seq is missing."""
+        self._check_open()
+        return self._db.damaged_events()
 
     # -- the primitives ------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..events import (
     check_session_id,
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
+from ..integrity import ChainReport, DamagedEvent, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["SqliteCheckpointer"]
@@ -68,6 +69,10 @@ class SqliteCheckpointer(BaseCheckpointer):
       (:data:`DEFAULT_TENANT` unless told otherwise; the stores write any).
     * ``file_mode`` is the mode of a file it creates, and of its ``-wal`` and
       ``-shm``: the owner's only (``0o600``) unless told otherwise.
+    * Every event is stored with the CRC-32 of its payload and verified on
+      every read (see :mod:`agentlog.integrity`). ``hash_chain=True`` makes
+      the file also keep a hash chain per session from now on, for every
+      later writer (it is a setting of the file); :meth:`verify` checks it.
 
     One object is safe to share between threads.
     """
@@ -85,6 +90,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         tenant: str = DEFAULT_TENANT,
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
         file_mode: int = DEFAULT_FILE_MODE,
+        hash_chain: bool = False,
     ) -> None:
         tenant = check_identifier(tenant, "tenant", StorageDataError)
         check_file_mode(file_mode)
@@ -102,6 +108,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             read_only=read_only,
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
+            hash_chain=hash_chain and not read_only,
         )
         if read_only:
             _require_agentlog(self._engine)
@@ -143,13 +150,52 @@ class SqliteCheckpointer(BaseCheckpointer):
             for tenant, name, mtime, head in self._engine.list_all_sessions()
         ]
 
-    def check_integrity(self) -> tuple[bool, str]:
+    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
         """Run ``PRAGMA quick_check``, then check the log's shape: every session
         holds its events without a gap from its first stored seq to its head,
         and one whose first events were pruned has a snapshot covering them.
-        ``(True, "ok")``, or ``(False, detail)``."""
+        ``(True, "ok")``, or ``(False, detail)``.
+
+        ``deep=True`` also reads every event of every session of every tenant
+        and checks its payload against its checksum (and that it decodes);
+        ``detail`` then holds one line per damaged event (see
+        :meth:`damaged_events`).
+        """
         self._check_open()
-        return self._engine.check_integrity()
+        ok, detail = self._engine.check_integrity()
+        if not deep:
+            return ok, detail
+        lines = [] if ok else [detail]
+        try:
+            lines += describe_damage(self._engine.damaged_events())
+        except CorruptDatabaseError as exc:
+            lines.append(f"cannot read every event: {exc}")
+        return (not lines, "\n".join(lines) or "ok")
+
+    def damaged_events(self) -> builtins.list[DamagedEvent]:
+        """Every damaged event of the file (every tenant), in session order: its
+        payload fails its checksum or does not decode, or its seq is missing."""
+        self._check_open()
+        return self._engine.damaged_events()
+
+    @property
+    def hash_chain(self) -> bool:
+        """Whether the file keeps a hash chain per session (see :meth:`verify`)."""
+        return self._engine.hash_chain
+
+    def verify(self, session_id: str) -> ChainReport:
+        """Recompute ``session_id``'s hash chain from its stored events and compare
+        every stored link with it.
+
+        The report's ``digest`` is the head digest (hex): equal to one kept
+        elsewhere, it proves that the session is what it was when that digest
+        was taken — not edited, reordered or cut. ``problem`` names the first
+        event whose stored link does not match, or that has none (written
+        while the file kept no chain). An unknown session raises
+        :class:`SessionNotFoundError`.
+        """
+        self._check_open()
+        return self._engine.verify_chain(self._tenant, check_session_id(session_id))
 
     # -- operations ----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from ..engine import Connection, Engine, open_engine
 from ..engine import schema as S
 from ..engine import sql as Q
 from ..errors import CorruptDatabaseError, StorageUnavailableError
+from ..integrity import payload_problem
 from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
 from .common import Converted, Event, MigrationError, PlannedSession
 from .json_v1 import convert_json_v1
@@ -167,27 +168,33 @@ class SqliteSource:
         return db
 
     def _read(self, db: Engine, name: str) -> tuple[str, Converted] | None:
+        checked = db.schema_version >= S.INTEGRITY_VERSION  # events carry checksums
+
         def work(conn: Connection) -> tuple[str, Converted] | None:
             rows = conn.rows(Q.MIGRATE_SESSION, (self.tenant, name))
             if not rows:
                 return None
             sid, name_, head, revision, created, mtime, metadata = rows[0]
             first, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
-            stored = conn.rows(Q.MIGRATE_EVENTS, (first, last))
+            scan = Q.MIGRATE_EVENTS if checked else Q.MIGRATE_EVENTS_UNCHECKED
+            stored = conn.rows(scan, (first, last))
             snapshots = tuple(
                 (int(t), bytes(state), float(c))
                 for t, state, c in conn.rows(Q.MIGRATE_SNAPSHOTS, (sid,))
             )
             digest = hashlib.sha256(repr((head, revision, created, mtime)).encode())
             digest.update(bytes(metadata or b""))
-            for seq, ts, type_, data, item_id in stored:
+            for seq, ts, type_, data, item_id, crc in stored:
+                problem = payload_problem(bytes(data), crc)
+                if problem is not None:  # never copied on, under a fresh checksum
+                    raise MigrationError(f"session {name_!r}: event {seq}: {problem}")
                 digest.update(repr((seq, ts, type_, item_id, len(data))).encode())
                 digest.update(data)
             for through, state, taken in snapshots:
                 digest.update(repr((through, taken, len(state))).encode())
                 digest.update(state)
             first_seq = int(stored[0][0]) if stored else 1
-            events = [(float(ts), str(t), bytes(d), i) for _, ts, t, d, i in stored]
+            events = [(float(ts), str(t), bytes(d), i) for _, ts, t, d, i, _ in stored]
             meta = bytes(metadata) if metadata is not None else None
             converted = Converted(
                 name_, None, events, meta, created, mtime, revision, (), first_seq, snapshots

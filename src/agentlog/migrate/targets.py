@@ -17,6 +17,7 @@ from ..engine import Connection, open_engine
 from ..engine import sql as Q
 from ..errors import CorruptDatabaseError, SchemaVersionError, StorageUnavailableError
 from ..files import remove_created
+from ..integrity import checksum
 from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession
 
@@ -242,15 +243,14 @@ class PostgresTarget:
                             f"session {planned.session_id!r} appeared in the target"
                         )
                     with cur.copy(
-                        f"COPY {s}.events (tenant, session, seq, ts, type, payload, item_id)"
+                        f"COPY {s}.events (tenant, session, seq, ts, type, payload, item_id, crc)"
                         " FROM STDIN"
                     ) as copy:
                         for seq, (ts, type_, payload, item_id) in enumerate(
                             unit.events, unit.first_seq
                         ):
-                            copy.write_row(
-                                (tenant, planned.session_id, seq, ts, type_, payload, item_id)
-                            )
+                            row = (tenant, planned.session_id, seq, ts, type_, payload, item_id)
+                            copy.write_row((*row, checksum(payload)))
                     cur.executemany(
                         f"INSERT INTO {s}.snapshots (tenant, session, through_seq, state, created)"
                         " VALUES (%s, %s, %s, %s, %s)",

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from ..engine.postgres import DEFAULT_SCHEMA, PostgresDatabase, Rows
 from ..errors import CheckpointerClosedError
+from ..integrity import checksum
 from ..lifecycle import Closable
 from ..log.postgres import PostgresCheckpointer
 from .artifacts import ArtifactStore
@@ -80,10 +81,10 @@ class _StoreStatements:
             f"SELECT 1 FROM {s}.events WHERE tenant = %s AND session = %s AND item_id = %s"
         )
         self.add_items = (
-            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id)"
-            " SELECT %s, %s, %s + e.ord, e.ts, e.type, e.payload, e.item_id"
-            " FROM unnest(%b::float8[], %b::text[], %b::bytea[], %b::text[])"
-            " WITH ORDINALITY AS e(ts, type, payload, item_id, ord)"
+            f"INSERT INTO {s}.events (tenant, session, seq, ts, type, payload, item_id, crc)"
+            " SELECT %s, %s, %s + e.ord, e.ts, e.type, e.payload, e.item_id, e.crc"
+            " FROM unnest(%b::float8[], %b::text[], %b::bytea[], %b::text[], %b::bigint[])"
+            " WITH ORDINALITY AS e(ts, type, payload, item_id, crc, ord)"
         )
         self.move_head = (
             f"UPDATE {s}.sessions SET head = %s, mtime = %s, revision = revision + 1"
@@ -102,7 +103,7 @@ class _StoreStatements:
             " WHERE tenant = %s AND session = %s AND through_seq = %s"
         )
         self.items = (
-            f"SELECT seq, ts, type, payload FROM {s}.events"
+            f"SELECT seq, ts, type, payload, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s AND seq <= %s ORDER BY seq"
         )
         self.first_item = (
@@ -226,6 +227,7 @@ class PostgresSessionStore(PostgresTransactions, SessionStore):
             [entry[1] for entry in entries],
             [entry[2] for entry in entries],
             [entry[3] for entry in entries],
+            [checksum(entry[2]) for entry in entries],
         )
         ctx.rows(self.q.add_items, (*handle, head, *columns))
         ctx.rows(self.q.move_head, (head + len(entries), now, *handle))

@@ -36,6 +36,7 @@ from ..errors import (
     StorageNotFoundError,
 )
 from ..events import StoredEvent, check_seq, decode_json, encode_events
+from ..integrity import verify_checksums
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -258,11 +259,12 @@ class SessionStore(Transactions):
             return record, snapshot, rows
 
         record, snapshot, rows = self._reading("session load", work, snapshot=True)
-        # One decode call for all the items, as the engines decode a page.
-        values = decode_value(b"[" + b",".join([row[3] for row in rows]) + b"]", _resource(*key))
+        # Each item against its checksum; one decode call for all, as the engines decode a page.
+        payloads = verify_checksums(key[1], rows)
+        values = decode_value(b"[" + b",".join(payloads) + b"]", _resource(*key))
         items = [
             StoredEvent(seq, seq - 1, ts, kind, value)
-            for (seq, ts, kind, _), value in zip(rows, values, strict=True)
+            for (seq, ts, kind, _, _), value in zip(rows, values, strict=True)
         ]
         return SessionLoad(record, snapshot, items)
 
@@ -427,7 +429,8 @@ class SessionStore(Transactions):
     def _get_items(
         self, ctx: Any, handle: Any, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
-        """``(seq, ts, type, json)`` of the items ``start`` < seq <= ``stop``."""
+        """``(seq, ts, type, json, crc)`` of the items ``start`` < seq <= ``stop``
+        (``crc`` None where none is stored)."""
         raise NotImplementedError
 
     def _select(
@@ -507,9 +510,12 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _get_items(
         self, ctx: Any, handle: _Session, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
+        # Python objects, not stored bytes: nothing to checksum.
         low = max(start, handle.dropped)
         entries = handle.journal[low - handle.dropped : max(low, stop) - handle.dropped]
-        return [(seq, ts, kind, data) for seq, (ts, kind, data, _) in enumerate(entries, low + 1)]
+        return [
+            (seq, ts, kind, data, None) for seq, (ts, kind, data, _) in enumerate(entries, low + 1)
+        ]
 
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
@@ -561,7 +567,7 @@ class SqliteSessionStore(EngineTransactions, SessionStore):
         self, ctx: Any, handle: int, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
         bounds = (S.event_key(handle, start), S.event_key(handle, stop))
-        rows: builtins.list[tuple[Any, ...]] = ctx.rows(Q.EVENTS_BETWEEN, bounds)
+        rows: builtins.list[tuple[Any, ...]] = ctx.rows(Q.ITEMS_BETWEEN, bounds)
         return rows
 
     def _select(

@@ -1,0 +1,166 @@
+"""Integrity the log can prove: a checksum per stored event, an optional hash chain.
+
+Every backend that stores bytes (SQLite, both engines; the file backend;
+PostgreSQL) keeps with each event the CRC-32 of its payload — the JSON bytes
+as stored, :func:`checksum` (``zlib.crc32``; the C engine computes the same in
+C) — and verifies it on every read. An event whose payload does not match or
+does not decode raises :class:`~agentlog.errors.CorruptDatabaseError` naming
+its session and seq, after every event before it was returned. Events written
+before checksums existed carry none and are read unverified.
+
+The hash chain (opt-in, SQLite) links each event of a session to the one
+before it: ``digest(seq) = sha256(digest(seq - 1) || payload || seq)``, with
+32 zero bytes before event 1 and ``seq`` as 8 bytes big-endian. The last
+event's digest (the *head digest*) covers the whole session in order: kept
+elsewhere, it proves the session was not edited, reordered or cut since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .errors import CorruptDatabaseError, damaged_event
+from .events import decode_json
+
+__all__ = [
+    "GENESIS",
+    "ChainReport",
+    "DamagedEvent",
+    "chain_digest",
+    "checked_payloads",
+    "checksum",
+    "describe_damage",
+    "first_damaged",
+    "payload_problem",
+    "verify_checksums",
+    "walk_chain",
+]
+
+#: The digest before a session's first event.
+GENESIS = bytes(32)
+
+
+def checksum(payload: bytes) -> int:
+    """The CRC-32 of ``payload`` as stored with it (``zlib.crc32``)."""
+    return zlib.crc32(payload)
+
+
+def chain_digest(previous: bytes, payload: bytes, seq: int) -> bytes:
+    """The chain link of event ``seq``: ``sha256(previous || payload || seq)``."""
+    return hashlib.sha256(previous + payload + seq.to_bytes(8, "big")).digest()
+
+
+def payload_problem(payload: bytes, crc: int | None) -> str | None:
+    """What is wrong with a stored payload, or ``None``: a checksum that does not
+    match (when it has one), or bytes that are not one JSON object."""
+    computed = zlib.crc32(payload)
+    if crc is not None and computed != crc:
+        return f"payload checksum mismatch (stored {crc:#010x}, computed {computed:#010x})"
+    try:
+        value = decode_json(payload)
+    except ValueError as exc:
+        return f"payload does not decode ({exc})"
+    if not isinstance(value, dict):
+        return "payload is not a JSON object"
+    return None
+
+
+def first_damaged(session_id: str, rows: Iterable[Sequence[Any]]) -> CorruptDatabaseError:
+    """The error naming the first damaged event of a page of ``(seq, ts, type,
+    payload, crc)`` rows (a page that a decode refused as a whole)."""
+    first = None
+    for row in rows:
+        first = int(row[0]) if first is None else first
+        problem = payload_problem(bytes(row[3]), row[4])
+        if problem is not None:
+            return damaged_event(session_id, int(row[0]), problem)
+    return damaged_event(session_id, first or 0, "the page's payloads do not decode one to one")
+
+
+def verify_checksums(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Check a page of ``(seq, ts, type, payload, crc)`` rows against their crcs
+    (rows without one pass); return the payloads. The first mismatch raises
+    :class:`CorruptDatabaseError` naming it."""
+    payloads = [row[3] for row in rows]
+    # Compared as two lists (the loops in C); only a page that differs anywhere
+    # (a damaged event, or rows written before checksums) is looked at row by row.
+    if list(map(zlib.crc32, payloads)) != [row[4] for row in rows]:
+        for row in rows:
+            if row[4] is not None and zlib.crc32(row[3]) != row[4]:
+                raise first_damaged(session_id, rows)
+    return payloads
+
+
+def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The decoded payloads of a page of ``(seq, ts, type, payload, crc)`` rows, each
+    checked against its crc (when it has one); the first damaged event raises
+    :class:`CorruptDatabaseError` naming it. One decode call for the page."""
+    payloads = verify_checksums(session_id, rows)
+    try:
+        events: list[Any] = decode_json(b"[" + b",".join(payloads) + b"]")
+    except ValueError:
+        raise first_damaged(session_id, rows) from None
+    if len(events) != len(rows):
+        raise first_damaged(session_id, rows)
+    return events
+
+
+class DamagedEvent(NamedTuple):
+    """One damaged event a deep check found."""
+
+    tenant: str
+    session_id: str
+    seq: int
+    problem: str
+
+
+def describe_damage(damaged: Iterable[DamagedEvent]) -> list[str]:
+    """One line per damaged event: ``session 'id' (tenant t), event 7: problem``
+    (no tenant for a store that has none)."""
+    return [
+        f"session {d.session_id!r}{f' (tenant {d.tenant})' if d.tenant else ''}, "
+        f"event {d.seq}: {d.problem}"
+        for d in damaged
+    ]
+
+
+class ChainReport(NamedTuple):
+    """What ``verify`` found for one session.
+
+    ``digest`` is the head digest (hex) recomputed from the stored events,
+    ``None`` for an empty session. ``problem`` is ``None`` when every event's
+    stored link matches the recomputed chain; otherwise it names the first
+    event that does not (or that carries no link).
+    """
+
+    session_id: str
+    head: int
+    digest: str | None
+    problem: str | None
+
+
+def walk_chain(
+    session_id: str, head: int, events: Iterable[tuple[int, bytes, bytes | None]]
+) -> ChainReport:
+    """Recompute a session's chain from ``(seq, payload, stored digest)`` in seq
+    order and compare each stored link with it."""
+    previous = GENESIS
+    problem: str | None = None
+    expected_seq = 0
+    for seq, payload, stored in events:
+        expected_seq += 1
+        if problem is None and seq != expected_seq:
+            problem = f"event {expected_seq} is missing (found {seq})"
+        computed = chain_digest(previous, payload, seq)
+        if problem is None:
+            if stored is None:
+                problem = f"event {seq} has no chain link (written without hash_chain)"
+            elif bytes(stored) != computed:
+                problem = f"event {seq} does not match its chain link"
+        previous = computed
+    if problem is None and expected_seq != head:
+        problem = f"the session holds {expected_seq} events, its head says {head}"
+    return ChainReport(session_id, head, previous.hex() if expected_seq else None, problem)
