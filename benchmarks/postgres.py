@@ -47,6 +47,8 @@ from typing import Any
 
 import orjson
 
+from agentlog.integrity import checksum
+
 from .workload import events as workload
 
 S1_EVENTS = 10_000
@@ -308,6 +310,7 @@ def raw_append(conninfo: str, schema: str, events: list[Any], batch: int) -> flo
                 "exp": head,
                 "types": [kind for kind, _ in chunk],
                 "payloads": [payload for _, payload in chunk],
+                "crcs": [checksum(payload) for _, payload in chunk],
                 "channel": channel,
                 "key": key,
             }
@@ -418,6 +421,7 @@ def batch_methods(conninfo: str, schema: str, batches: int) -> dict[str, float]:
                 "exp": head,
                 "types": [kind for kind, _ in encoded],
                 "payloads": [data for _, data in encoded],
+                "crcs": [checksum(data) for _, data in encoded],
             }
             return int(conn.execute(statements[binary], params).fetchone()[0])
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .errors import CorruptDatabaseError, damaged_event
@@ -34,6 +34,7 @@ __all__ = [
     "checksum",
     "describe_damage",
     "first_damaged",
+    "missing_events",
     "payload_problem",
     "verify_checksums",
     "walk_chain",
@@ -108,6 +109,23 @@ def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any
     return events
 
 
+def missing_events(
+    tenant: str, name: str, head: int, covered: int, seqs: Iterable[int]
+) -> Iterator[DamagedEvent]:
+    """The gaps in a session's stored ``seqs`` (in order) up to ``head``. Events
+    up to ``covered`` (what the newest snapshot covers) may be gone from the
+    start: retention prunes them, and that is no gap."""
+    seen = 0
+    for seq in seqs:
+        if seen == 0 and 1 < seq <= covered + 1:
+            seen = seq - 1  # pruned after a snapshot
+        if seq != seen + 1:
+            yield DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})")
+        seen = seq
+    if seen < head and not (seen == 0 and head <= covered):
+        yield DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})")
+
+
 class DamagedEvent(NamedTuple):
     """One damaged event a deep check found."""
 
@@ -143,14 +161,25 @@ class ChainReport(NamedTuple):
 
 
 def walk_chain(
-    session_id: str, head: int, events: Iterable[tuple[int, bytes, bytes | None]]
+    session_id: str,
+    head: int,
+    events: Iterable[tuple[int, bytes, bytes | None]],
+    covered: int = 0,
 ) -> ChainReport:
     """Recompute a session's chain from ``(seq, payload, stored digest)`` in seq
-    order and compare each stored link with it."""
+    order and compare each stored link with it.
+
+    A session whose first events retention pruned (up to ``covered``, what its
+    newest snapshot covers) is checked from its first kept event on: that
+    event's stored link is the anchor, since what it was computed from is gone.
+    """
     previous = GENESIS
     problem: str | None = None
     expected_seq = 0
     for seq, payload, stored in events:
+        if expected_seq == 0 and 1 < seq <= covered + 1 and stored is not None:
+            expected_seq, previous = seq, bytes(stored)  # the anchor
+            continue
         expected_seq += 1
         if problem is None and seq != expected_seq:
             problem = f"event {expected_seq} is missing (found {seq})"
@@ -161,6 +190,9 @@ def walk_chain(
             elif bytes(stored) != computed:
                 problem = f"event {seq} does not match its chain link"
         previous = computed
+    if expected_seq == 0 and 0 < head <= covered:
+        expected_seq = head  # every event pruned after a snapshot: nothing to walk
     if problem is None and expected_seq != head:
-        problem = f"the session holds {expected_seq} events, its head says {head}"
-    return ChainReport(session_id, head, previous.hex() if expected_seq else None, problem)
+        problem = f"the session holds events up to {expected_seq}, its head says {head}"
+    digest = previous.hex() if expected_seq and previous != GENESIS else None
+    return ChainReport(session_id, head, digest, problem)

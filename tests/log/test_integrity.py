@@ -513,3 +513,59 @@ def test_a_postgres_store_from_before_checksums_is_migrated_and_reads(
         f"SELECT crc FROM {schema}.events WHERE session = 'f' ORDER BY seq"
     ).fetchall()
     assert [row[0] is None for row in crcs] == [True, True, False]
+
+
+# -- with retention: a pruned start is not damage ----------------------------------------
+
+
+def pruned_session(storage: Any) -> None:
+    """Session 'job' of tenant 'default': 10 items, a snapshot through 6, the first
+    4 pruned (keep 2), then 2 more appended; and 'gone': a snapshot through its
+    head, every item pruned."""
+    sessions = storage.sessions
+
+    def items(n: int, start: int = 1) -> list[dict[str, object]]:
+        return [{**event, "id": f"i{event['content']}"} for event in events(n, start)]
+
+    sessions.create("default", "job")
+    record = sessions.append("default", "job", 0, items(10))
+    record = sessions.compact("default", "job", record.revision, 6, {"summary": "1..6"})
+    assert sessions.prune("default", "job", keep=2) == 4
+    sessions.append("default", "job", record.revision, items(2, start=11))
+    sessions.create("default", "gone")
+    record = sessions.append("default", "gone", 0, items(3, start=20))
+    sessions.compact("default", "gone", record.revision, 3, {"summary": "all"})
+    assert sessions.prune("default", "gone", keep=0) == 3
+
+
+def test_a_deep_check_and_verify_accept_what_retention_pruned(tmp_path: Path, engine: str) -> None:
+    from agentlog import SqliteStorage
+
+    db = tmp_path / "pruned.db"
+    SqliteCheckpointer(db, engine=engine, hash_chain=True).close()
+    with SqliteStorage.open(db, engine=engine) as storage:
+        pruned_session(storage)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert cp.check_integrity(deep=True) == (True, "ok")
+        report = cp.verify("job")
+        assert (report.head, report.problem) == (12, None)
+        assert cp.verify("gone").problem is None
+    # Damage after the retained start is still found, by both.
+    stored = dict(((key & 0xFFFFFFFF), data) for key, data, _ in rows(db) if key >> 32 == 1)
+    damage(db, 8, stored[8].replace(b"message", b"massage"))
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        ok, detail = cp.check_integrity(deep=True)
+        assert not ok and "event 8: payload checksum mismatch" in detail
+        assert "event 8" in (cp.verify("job").problem or "")
+
+
+def test_postgres_deep_check_accepts_what_retention_pruned(
+    tmp_path: Path, postgres_server: str
+) -> None:
+    from agentlog import PostgresCheckpointer, PostgresStorage
+
+    schema = postgres_schema(tmp_path)
+    with PostgresStorage.open(postgres_conninfo(), schema=schema) as storage:
+        pruned_session(storage)
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        assert log.check_integrity(deep=True) == (True, "ok")

@@ -49,6 +49,7 @@ from ..integrity import (
     DamagedEvent,
     chain_digest,
     checksum,
+    missing_events,
     payload_problem,
     walk_chain,
 )
@@ -937,9 +938,10 @@ class EngineBase(Generic[ConnectionT]):
             return False, str(exc)
         return (True, "ok") if not problems else (False, "\n".join(problems))
 
-    def _session_rows(self) -> list[tuple[int, str, str, int]]:
+    def _session_rows(self) -> list[tuple[int, str, str, int, int]]:
+        """``(sid, tenant, name, head, seq the newest snapshot covers)`` of every session."""
         rows = self.read("check", lambda conn: conn.rows(Q.ALL_SESSIONS))
-        return [(int(sid), str(tenant), str(name), int(head)) for sid, tenant, name, head in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     def _checked_events(self, sid: int) -> Iterator[tuple[int, bytes, int | None, bytes | None]]:
         """Every stored ``(seq, payload, crc, digest)`` of session ``sid``, a page
@@ -966,17 +968,15 @@ class EngineBase(Generic[ConnectionT]):
         """Every stored event of every session whose payload fails its checksum or
         does not decode, and every gap in a session's seqs (a deep check)."""
         damaged: list[DamagedEvent] = []
-        for sid, tenant, name, head in self._session_rows():
-            seen = 0
+        for sid, tenant, name, head, covered in self._session_rows():
+            found, seqs = [], []
             for seq, payload, crc, _ in self._checked_events(sid):
-                if seq != seen + 1:
-                    damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})"))
-                seen = seq
+                seqs.append(seq)
                 problem = payload_problem(payload, crc)
                 if problem is not None:
-                    damaged.append(DamagedEvent(tenant, name, seq, problem))
-            if seen < head:
-                damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})"))
+                    found.append(DamagedEvent(tenant, name, seq, problem))
+            found += missing_events(tenant, name, head, covered, seqs)
+            damaged += sorted(found, key=lambda event: event.seq)
         return damaged
 
     def verify_chain(self, tenant: str, name: str) -> ChainReport:
@@ -985,8 +985,9 @@ class EngineBase(Generic[ConnectionT]):
         if not rows:
             raise SessionNotFoundError(f"no session {name!r}")
         sid, head = int(rows[0][0]), int(rows[0][1])
+        covered = self.read("verify", lambda conn: conn.rows(Q.SNAPSHOT_COVERS, (sid,)))[0][0]
         events = ((seq, data, digest) for seq, data, _, digest in self._checked_events(sid))
-        return walk_chain(name, head, events)
+        return walk_chain(name, head, events, int(covered))
 
     def backup_to(self, path: str) -> None:
         """Write a consistent copy of the whole database to the new file ``path``.

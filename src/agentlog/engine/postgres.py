@@ -71,7 +71,13 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..events import EncodedBatch, StoredEvent, check_retained
-from ..integrity import DamagedEvent, checked_payloads, checksum, payload_problem
+from ..integrity import (
+    DamagedEvent,
+    checked_payloads,
+    checksum,
+    missing_events,
+    payload_problem,
+)
 
 __all__ = [
     "CHECKSUM_VERSION",
@@ -398,7 +404,12 @@ class Statements:
             " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
         )
         #: Every session of every tenant, for a deep check.
-        self.all_sessions = f"SELECT tenant, name, head FROM {s}.sessions ORDER BY tenant, name"
+        # With the seq each newest snapshot covers: retention may have pruned up to it.
+        self.all_sessions = (
+            "SELECT tenant, name, head, coalesce((SELECT max(through_seq)"
+            f" FROM {s}.snapshots p WHERE p.tenant = s.tenant AND p.session = s.name), 0)"
+            f" FROM {s}.sessions s ORDER BY tenant, name"
+        )
         self.checked = (
             f"SELECT seq, payload, crc FROM {s}.events"
             " WHERE tenant = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s"
@@ -890,25 +901,23 @@ class PostgresDatabase:
         its checksum or does not decode, and every missing seq (a deep check)."""
         sessions = self.read("checking", lambda conn: conn.execute(self.q.all_sessions).fetchall())
         damaged: builtins.list[DamagedEvent] = []
-        for tenant, name, head in sessions:
-            seen = 0
+        for tenant, name, head, covered in sessions:
+            found: builtins.list[DamagedEvent] = []
+            seqs: builtins.list[int] = []
             while True:
+                after = seqs[-1] if seqs else 0
                 rows = self.read(
-                    "checking", functools.partial(_fetch, self.q.checked, (tenant, name, seen))
+                    "checking", functools.partial(_fetch, self.q.checked, (tenant, name, after))
                 )
                 for seq, payload, crc in rows:
-                    if seq != seen + 1:
-                        damaged.append(
-                            DamagedEvent(tenant, name, seen + 1, f"missing (next is {seq})")
-                        )
-                    seen = seq
+                    seqs.append(seq)
                     problem = payload_problem(bytes(payload), crc)
                     if problem is not None:
-                        damaged.append(DamagedEvent(tenant, name, seq, problem))
+                        found.append(DamagedEvent(tenant, name, seq, problem))
                 if len(rows) < _CHECK_PAGE:
                     break
-            if seen < head:
-                damaged.append(DamagedEvent(tenant, name, seen + 1, f"missing (head is {head})"))
+            found += missing_events(tenant, name, head, covered, seqs)
+            damaged += sorted(found, key=lambda event: event.seq)
         return damaged
 
     def head(self, tenant: str, name: str) -> int:

@@ -94,7 +94,13 @@ EVENTS_CHECKED = (
 #: The chain link of one event (``NULL`` when it has none), by key.
 EVENT_DIGEST = "SELECT digest FROM events WHERE id = ?"
 #: Every session of the file: ``(sid, tenant, name, head)``.
-ALL_SESSIONS = "SELECT sid, tenant, name, head FROM sessions ORDER BY tenant, name"
+#: Every session with the seq its newest snapshot covers (0 without one): a
+#: deep check's list, where events up to that seq may have been pruned.
+ALL_SESSIONS = (
+    "SELECT sid, tenant, name, head,"
+    " coalesce((SELECT max(through_seq) FROM snapshots p WHERE p.sid = s.sid), 0)"
+    " FROM sessions s ORDER BY tenant, name"
+)
 #: The SessionStore's items with keys in (?, ?]: ``(seq, ts, type, data, crc)``.
 ITEMS_BETWEEN = (
     "SELECT id & 4294967295, ts, type, data, crc FROM events WHERE id > ? AND id <= ? ORDER BY id"
@@ -135,6 +141,8 @@ INSERT_SNAPSHOT = "INSERT INTO snapshots (sid, through_seq, state, created) VALU
 SELECT_SNAPSHOT = (
     "SELECT through_seq, state, created FROM snapshots WHERE sid = ? AND through_seq = ?"
 )
+#: The seq a session's newest snapshot covers (0 without one).
+SNAPSHOT_COVERS = "SELECT coalesce(max(through_seq), 0) FROM snapshots WHERE sid = ?"
 DELETE_SNAPSHOTS_AFTER = "DELETE FROM snapshots WHERE sid = ? AND through_seq > ?"
 #: Retention: the snapshots older than the retained start serve nothing.
 DELETE_SNAPSHOTS_BEFORE = "DELETE FROM snapshots WHERE sid = ? AND through_seq < ?"
