@@ -145,3 +145,14 @@ def test_a_plain_progress_bar_counts_to_the_end() -> None:
     for done in range(1, 5):
         advance(done)
     assert stream.getvalue().endswith("[" + "#" * 30 + "] 4/4 sessions\n")
+
+
+def test_check_deep_shows_a_progress_bar_on_a_terminal(store: Path) -> None:
+    with SqliteCheckpointer(store) as log:
+        for n in range(5):
+            log.append(f"more-{n}", [{"type": "user", "content": "x"}])
+    out = SGR.sub("", on_terminal("check", store, "--deep"))
+    assert "sessions checked" in out and "100%" in out
+    assert out.rstrip().endswith("ok")
+    piped = agentlog_run("check", store, "--deep")
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, "ok\n", "")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from .errors import CorruptDatabaseError, damaged_event
@@ -29,6 +29,7 @@ __all__ = [
     "GENESIS",
     "ChainReport",
     "DamagedEvent",
+    "Progress",
     "chain_digest",
     "checked_payloads",
     "checksum",
@@ -39,6 +40,9 @@ __all__ = [
     "verify_checksums",
     "walk_chain",
 ]
+
+#: Told ``(sessions checked, sessions in all)`` as a deep check goes.
+Progress = Callable[[int, int], None]
 
 #: The digest before a session's first event.
 GENESIS = bytes(32)

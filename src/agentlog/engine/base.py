@@ -47,6 +47,7 @@ from ..integrity import (
     GENESIS,
     ChainReport,
     DamagedEvent,
+    Progress,
     chain_digest,
     checksum,
     missing_events,
@@ -964,11 +965,12 @@ class EngineBase(Generic[ConnectionT]):
                 return
             after = S.event_key(sid, int(rows[-1][0]))
 
-    def damaged_events(self) -> list[DamagedEvent]:
+    def damaged_events(self, progress: Progress | None = None) -> list[DamagedEvent]:
         """Every stored event of every session whose payload fails its checksum or
         does not decode, and every gap in a session's seqs (a deep check)."""
         damaged: list[DamagedEvent] = []
-        for sid, tenant, name, head, covered in self._session_rows():
+        sessions = self._session_rows()
+        for done, (sid, tenant, name, head, covered) in enumerate(sessions, 1):
             found, seqs = [], []
             for seq, payload, crc, _ in self._checked_events(sid):
                 seqs.append(seq)
@@ -977,6 +979,8 @@ class EngineBase(Generic[ConnectionT]):
                     found.append(DamagedEvent(tenant, name, seq, problem))
             found += missing_events(tenant, name, head, covered, seqs)
             damaged += sorted(found, key=lambda event: event.seq)
+            if progress is not None:
+                progress(done, len(sessions))
         return damaged
 
     def verify_chain(self, tenant: str, name: str) -> ChainReport:

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import CheckpointConflictError
 from ..events import EncodedBatch, StoredEvent
-from ..integrity import ChainReport, DamagedEvent
+from ..integrity import ChainReport, DamagedEvent, Progress
 
 __all__ = ["Connection", "Engine", "EngineFactory"]
 
@@ -213,7 +213,7 @@ class Engine(Protocol):
         covered by a snapshot): ``(True, "ok")``, or ``(False, detail)``."""
         ...
 
-    def damaged_events(self) -> list[DamagedEvent]:
+    def damaged_events(self, progress: Progress | None = None) -> list[DamagedEvent]:
         """Every stored event of every session whose payload fails its checksum or
         does not decode, and every missing seq (a deep check)."""
         ...

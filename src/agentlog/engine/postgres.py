@@ -73,6 +73,7 @@ from ..errors import (
 from ..events import EncodedBatch, StoredEvent, check_retained
 from ..integrity import (
     DamagedEvent,
+    Progress,
     checked_payloads,
     checksum,
     missing_events,
@@ -896,12 +897,12 @@ class PostgresDatabase:
             for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
         ]
 
-    def damaged_events(self) -> builtins.list[DamagedEvent]:
+    def damaged_events(self, progress: Progress | None = None) -> builtins.list[DamagedEvent]:
         """Every stored event of every session (every tenant) whose payload fails
         its checksum or does not decode, and every missing seq (a deep check)."""
         sessions = self.read("checking", lambda conn: conn.execute(self.q.all_sessions).fetchall())
         damaged: builtins.list[DamagedEvent] = []
-        for tenant, name, head, covered in sessions:
+        for done, (tenant, name, head, covered) in enumerate(sessions, 1):
             found: builtins.list[DamagedEvent] = []
             seqs: builtins.list[int] = []
             while True:
@@ -918,6 +919,8 @@ class PostgresDatabase:
                     break
             found += missing_events(tenant, name, head, covered, seqs)
             damaged += sorted(found, key=lambda event: event.seq)
+            if progress is not None:
+                progress(done, len(sessions))
         return damaged
 
     def head(self, tenant: str, name: str) -> int:

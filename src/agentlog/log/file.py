@@ -72,7 +72,7 @@ from ..errors import (
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent
 from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
-from ..integrity import DamagedEvent, describe_damage, payload_problem
+from ..integrity import DamagedEvent, Progress, describe_damage, payload_problem
 from .contract import BaseCheckpointer, metadata_conflict
 
 try:
@@ -1026,9 +1026,12 @@ class FileCheckpointer(BaseCheckpointer):
         found.sort(key=lambda s: (s.mtime, s.activity), reverse=True)
         return [SessionInfo(s.session_id, s.mtime, s.head) for s in found]
 
-    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
+    def check_integrity(
+        self, deep: bool = False, progress: Progress | None = None
+    ) -> tuple[bool, str]:
         """Read every session file and check each committed line: ``(True, "ok")``,
-        or ``(False, detail)`` with one line per damaged file.
+        or ``(False, detail)`` with one line per damaged file. ``progress``, if
+        given, is told ``(files checked, files in all)`` as it goes.
 
         ``deep=True`` also checks every event line against its checksum, and
         lists each damaged event on a line of its own (see :meth:`damaged_events`).
@@ -1040,11 +1043,14 @@ class FileCheckpointer(BaseCheckpointer):
         with self._lock:
             self._check_open()
             problems = []
-            for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
+            paths = sorted(self.directory.glob(f"*{_SUFFIX}"))
+            for done, path in enumerate(paths, 1):
                 # Deep: each damaged event on its own line, instead of the file's first.
                 damaged = describe_damage(_damaged_lines(path)) if deep else []
                 problem = None if damaged else _check_session_file(path)
                 problems += damaged if problem is None else [problem]
+                if progress is not None:
+                    progress(done, len(paths))
             problems += [
                 problem
                 for path in sorted(self.directory.glob(f"*{_SUFFIX}{METADATA_SUFFIX}"))

@@ -19,7 +19,7 @@ from ..engine.postgres import DEFAULT_SCHEMA, MAX_SEQ, Listener, PostgresDatabas
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, StorageDataError
 from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
-from ..integrity import DamagedEvent, describe_damage
+from ..integrity import DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["PostgresCheckpointer"]
@@ -174,28 +174,31 @@ class PostgresCheckpointer(BaseCheckpointer):
             for tenant, name, mtime, head in self._db.list_all_sessions()
         ]
 
-    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
+    def check_integrity(
+        self, deep: bool = False, progress: Progress | None = None
+    ) -> tuple[bool, str]:
         """The log's shape, for every tenant: each session's events run without
         a gap up to its head (from 1, or from after what a snapshot covers)
         and every event has its session. ``deep=True`` also reads every event
         and checks its payload against its checksum (and that it decodes).
         ``(True, "ok")``, or ``(False, detail)``: one line per problem, and
-        per damaged event (see :meth:`damaged_events`). The server keeps its
-        own pages sound (checksummed pages are a cluster setting).
+        per damaged event (see :meth:`damaged_events`); ``progress``, if given,
+        is told ``(sessions checked, sessions in all)`` as it goes. The server
+        keeps its own pages sound (checksummed pages are a cluster setting).
         """
         self._check_open()
         ok, detail = self._db.check_integrity()
         if not deep:
             return ok, detail
         lines = [] if ok else [detail]
-        lines += describe_damage(self._db.damaged_events())
+        lines += describe_damage(self._db.damaged_events(progress))
         return (not lines, "\n".join(lines) or "ok")
 
-    def damaged_events(self) -> builtins.list[DamagedEvent]:
+    def damaged_events(self, progress: Progress | None = None) -> builtins.list[DamagedEvent]:
         """Every damaged event of the store (every tenant), in session order: its
         payload fails its checksum or does not decode, or its seq is missing."""
         self._check_open()
-        return self._db.damaged_events()
+        return self._db.damaged_events(progress)
 
     # -- the primitives ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from ..events import (
     check_session_id,
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
-from ..integrity import ChainReport, DamagedEvent, describe_damage
+from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["SqliteCheckpointer"]
@@ -150,7 +150,9 @@ class SqliteCheckpointer(BaseCheckpointer):
             for tenant, name, mtime, head in self._engine.list_all_sessions()
         ]
 
-    def check_integrity(self, deep: bool = False) -> tuple[bool, str]:
+    def check_integrity(
+        self, deep: bool = False, progress: Progress | None = None
+    ) -> tuple[bool, str]:
         """Run ``PRAGMA quick_check``, then check the log's shape: every session
         holds its events without a gap from its first stored seq to its head,
         and one whose first events were pruned has a snapshot covering them.
@@ -159,7 +161,8 @@ class SqliteCheckpointer(BaseCheckpointer):
         ``deep=True`` also reads every event of every session of every tenant
         and checks its payload against its checksum (and that it decodes);
         ``detail`` then holds one line per damaged event (see
-        :meth:`damaged_events`).
+        :meth:`damaged_events`); ``progress``, if given, is told ``(sessions
+        checked, sessions in all)`` as it goes.
         """
         self._check_open()
         ok, detail = self._engine.check_integrity()
@@ -167,16 +170,16 @@ class SqliteCheckpointer(BaseCheckpointer):
             return ok, detail
         lines = [] if ok else [detail]
         try:
-            lines += describe_damage(self._engine.damaged_events())
+            lines += describe_damage(self._engine.damaged_events(progress))
         except CorruptDatabaseError as exc:
             lines.append(f"cannot read every event: {exc}")
         return (not lines, "\n".join(lines) or "ok")
 
-    def damaged_events(self) -> builtins.list[DamagedEvent]:
+    def damaged_events(self, progress: Progress | None = None) -> builtins.list[DamagedEvent]:
         """Every damaged event of the file (every tenant), in session order: its
         payload fails its checksum or does not decode, or its seq is missing."""
         self._check_open()
-        return self._engine.damaged_events()
+        return self._engine.damaged_events(progress)
 
     @property
     def hash_chain(self) -> bool:
