@@ -37,6 +37,7 @@ __all__ = [
     "first_damaged",
     "missing_events",
     "payload_problem",
+    "session_damage",
     "verify_checksums",
     "walk_chain",
 ]
@@ -111,6 +112,26 @@ def checked_payloads(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any
     if len(events) != len(rows):
         raise first_damaged(session_id, rows)
     return events
+
+
+def session_damage(
+    tenant: str,
+    name: str,
+    head: int,
+    covered: int,
+    events: Iterable[tuple[int, bytes, int | None]],
+) -> list[DamagedEvent]:
+    """What a deep check finds in one session, from its stored ``(seq, payload,
+    crc)`` in order: each payload that fails its checksum or does not decode,
+    and each gap (see :func:`missing_events`), by seq."""
+    found, seqs = [], []
+    for seq, payload, crc in events:
+        seqs.append(seq)
+        problem = payload_problem(payload, crc)
+        if problem is not None:
+            found.append(DamagedEvent(tenant, name, seq, problem))
+    found += missing_events(tenant, name, head, covered, seqs)
+    return sorted(found, key=lambda event: event.seq)
 
 
 def missing_events(

@@ -50,8 +50,7 @@ from ..integrity import (
     Progress,
     chain_digest,
     checksum,
-    missing_events,
-    payload_problem,
+    session_damage,
     walk_chain,
 )
 from . import schema as S
@@ -971,14 +970,8 @@ class EngineBase(Generic[ConnectionT]):
         damaged: list[DamagedEvent] = []
         sessions = self._session_rows()
         for done, (sid, tenant, name, head, covered) in enumerate(sessions, 1):
-            found, seqs = [], []
-            for seq, payload, crc, _ in self._checked_events(sid):
-                seqs.append(seq)
-                problem = payload_problem(payload, crc)
-                if problem is not None:
-                    found.append(DamagedEvent(tenant, name, seq, problem))
-            found += missing_events(tenant, name, head, covered, seqs)
-            damaged += sorted(found, key=lambda event: event.seq)
+            stored = ((seq, data, crc) for seq, data, crc, _ in self._checked_events(sid))
+            damaged += session_damage(tenant, name, head, covered, stored)
             if progress is not None:
                 progress(done, len(sessions))
         return damaged

@@ -76,8 +76,7 @@ from ..integrity import (
     Progress,
     checked_payloads,
     checksum,
-    missing_events,
-    payload_problem,
+    session_damage,
 )
 
 __all__ = [
@@ -903,25 +902,24 @@ class PostgresDatabase:
         sessions = self.read("checking", lambda conn: conn.execute(self.q.all_sessions).fetchall())
         damaged: builtins.list[DamagedEvent] = []
         for done, (tenant, name, head, covered) in enumerate(sessions, 1):
-            found: builtins.list[DamagedEvent] = []
-            seqs: builtins.list[int] = []
-            while True:
-                after = seqs[-1] if seqs else 0
-                rows = self.read(
-                    "checking", functools.partial(_fetch, self.q.checked, (tenant, name, after))
-                )
-                for seq, payload, crc in rows:
-                    seqs.append(seq)
-                    problem = payload_problem(bytes(payload), crc)
-                    if problem is not None:
-                        found.append(DamagedEvent(tenant, name, seq, problem))
-                if len(rows) < _CHECK_PAGE:
-                    break
-            found += missing_events(tenant, name, head, covered, seqs)
-            damaged += sorted(found, key=lambda event: event.seq)
+            stored = self._stored_events(tenant, name)
+            damaged += session_damage(tenant, name, head, covered, stored)
             if progress is not None:
                 progress(done, len(sessions))
         return damaged
+
+    def _stored_events(self, tenant: str, name: str) -> Iterator[tuple[int, bytes, int | None]]:
+        """Every stored ``(seq, payload, crc)`` of a session, a page (one read) at a time."""
+        after = 0
+        while True:
+            rows = self.read(
+                "checking", functools.partial(_fetch, self.q.checked, (tenant, name, after))
+            )
+            for seq, payload, crc in rows:
+                yield int(seq), bytes(payload), crc
+            if len(rows) < _CHECK_PAGE:
+                return
+            after = int(rows[-1][0])
 
     def head(self, tenant: str, name: str) -> int:
         """The head of a session; 0 for an unknown one."""

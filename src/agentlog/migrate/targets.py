@@ -21,7 +21,7 @@ from ..integrity import checksum
 from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession
 
-__all__ = ["PostgresTarget", "SqliteTarget", "Target", "open_target"]
+__all__ = ["PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_target"]
 
 #: Reads one planned unit from the (backed-up) source, for the write.
 Load = Callable[[PlannedSession], Converted]
@@ -52,6 +52,15 @@ class Target(Protocol):
     ) -> None:
         """Every pending unit and a ledger row each, in one transaction."""
         ...
+
+
+def ledger_row(
+    planned: PlannedSession, tenant: str, source_id: str, source_format: str
+) -> tuple[str, str, str, str, str, float, str]:
+    """A migrated unit's ledger row, in both targets' column order: (source_id,
+    source_key, sha256, tenant, session_id, migrated, source_format)."""
+    key, sha, session = planned.source_key, planned.sha256, planned.session_id
+    return (source_id, key, sha, tenant, session, time.time(), source_format)
 
 
 class SqliteTarget:
@@ -127,18 +136,7 @@ class SqliteTarget:
                 db.insert_events(conn, sid, unit.first_seq - 1, unit.events)
                 for through, state, taken in unit.snapshots:
                     conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
-                conn.rows(
-                    Q.LEDGER_INSERT,
-                    (
-                        source_id,
-                        planned.source_key,
-                        planned.sha256,
-                        tenant,
-                        planned.session_id,
-                        time.time(),
-                        source_format,
-                    ),
-                )
+                conn.rows(Q.LEDGER_INSERT, ledger_row(planned, tenant, source_id, source_format))
                 if progress:
                     progress(done)
 
@@ -260,15 +258,7 @@ class PostgresTarget:
                         f"INSERT INTO {s}.migration_ledger (source_id, source_key, sha256,"
                         " tenant, session_id, migrated, source_format)"
                         " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        (
-                            source_id,
-                            planned.source_key,
-                            planned.sha256,
-                            tenant,
-                            planned.session_id,
-                            time.time(),
-                            source_format,
-                        ),
+                        ledger_row(planned, tenant, source_id, source_format),
                     )
                     if progress:
                         progress(done)
