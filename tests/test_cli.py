@@ -740,3 +740,14 @@ def test_errors_never_carry_terminal_escapes(tmp_path: Path) -> None:
     assert_inert(line)
     line = refused(agentlog_run("list", tmp_path / "missing\x1b]0;x\x07.db"))
     assert_inert(line)
+
+
+def test_a_seq_beyond_any_store_is_one_line(tmp_path: Path) -> None:
+    """A seq no store can hold (beyond 64 bits) is refused as an argument, not
+    passed down to a driver that overflows."""
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db) as log:
+        log.append("s1", EVENTS)
+    for argv in (["show", db, "s1", "--since", str(1 << 64)], ["truncate", db, "s1", str(1 << 70)]):
+        line = refused(agentlog_run(*argv))
+        assert "must be at most 9223372036854775807" in line

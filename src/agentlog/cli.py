@@ -29,7 +29,7 @@ from typing import Any, NoReturn, Protocol, runtime_checkable
 from . import __version__
 from .engine import engine_info
 from .errors import AgentlogError, CheckpointConflictError, EventsPrunedError
-from .events import SessionInfo, StoredEvent
+from .events import MAX_POSITION, SessionInfo, StoredEvent
 from .fold import fold_events
 from .locations import is_postgres, scrub, shown
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
@@ -727,6 +727,8 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    if value > MAX_POSITION:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_POSITION}, not {value}")
     return value
 
 

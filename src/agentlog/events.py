@@ -31,6 +31,7 @@ from .errors import (
 
 __all__ = [
     "EVENT_TYPES",
+    "MAX_POSITION",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
     "SessionEvent",
@@ -349,14 +350,22 @@ def encode_metadata(value: object) -> bytes:
         raise StorageDataError(f"metadata {exc}") from None
 
 
+#: The largest seq, head or revision any backend can hold (a signed 64-bit
+#: integer); a larger one is refused before it reaches a database driver.
+MAX_POSITION = (1 << 63) - 1
+
+
 def check_seq(name: str, value: object) -> int:
-    """Return ``value`` if it is a non-negative ``int`` (not a bool), else raise."""
+    """Return ``value`` if it is an ``int`` (not a bool) from 0 to
+    :data:`MAX_POSITION`, else raise ``TypeError`` / ``ValueError``."""
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         value = int(value)
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
+    if value > MAX_POSITION:
+        raise ValueError(f"{name} must be at most {MAX_POSITION}, got {value}")
     return value
 
 

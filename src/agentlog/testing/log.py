@@ -479,7 +479,7 @@ class CheckpointerConformance:
         assert (cp.head("Session"), cp.head("session"), cp.head("SESSION")) == (1, 2, 3)
         assert {info.id for info in cp.list()} == {"Session", "session", "SESSION"}
 
-    @pytest.mark.parametrize("bad", [-1, "1", 1.5, True, None])
+    @pytest.mark.parametrize("bad", [-1, "1", 1.5, True, None, 1 << 64])
     def test_bad_numbers_are_refused(self, cp: Checkpointer, bad: Any) -> None:
         cp.append("s", _conversation(2))
         if bad is not None:
