@@ -86,22 +86,27 @@ def migrate(
     existing, ledger = dst.read(tenant, source_name)
     report = MigrationReport(src.kind, source_name, dry_run)
     seen: dict[str, str] = {}
-    for key, old_key, sha, converted in src.units():
-        if converted is None:
-            continue  # an unfinished or foreign file in a FileCheckpointer directory
-        session_id = converted.session_id
-        if session_id in seen:
-            raise MigrationError(f"{key} and {seen[session_id]} both hold session {session_id!r}")
-        seen[session_id] = key
-        recorded = ledger.get(key, ledger.get(old_key))
-        if recorded is not None:
-            action = "skip" if recorded == sha else "changed"
-        else:
-            action = "exists" if session_id in existing else "migrate"
-        report.sessions.append(
-            PlannedSession(key, session_id, sha, action, converted.original_id, converted.notes)
-        )
-        del converted  # one unit at a time
+    try:
+        for key, old_key, sha, converted in src.units():
+            if converted is None:
+                continue  # an unfinished or foreign file in a FileCheckpointer directory
+            session_id = converted.session_id
+            if session_id in seen:
+                raise MigrationError(
+                    f"{key} and {seen[session_id]} both hold session {session_id!r}"
+                )
+            seen[session_id] = key
+            recorded = ledger.get(key, ledger.get(old_key))
+            if recorded is not None:
+                action = "skip" if recorded == sha else "changed"
+            else:
+                action = "exists" if session_id in existing else "migrate"
+            report.sessions.append(
+                PlannedSession(key, session_id, sha, action, converted.original_id, converted.notes)
+            )
+            del converted  # one unit at a time
+    finally:
+        src.close()
     report.skipped = sum(1 for s in report.sessions if s.action == "skip")
     if dry_run:
         return report
@@ -129,6 +134,9 @@ def migrate(
         if (sys.stderr.isatty() if progress is None else progress)
         else None
     )
-    dst.write(pending, copy.load, tenant, source_name, SOURCE_FORMATS[src.kind], show)
+    try:
+        dst.write(pending, copy.load, tenant, source_name, SOURCE_FORMATS[src.kind], show)
+    finally:
+        copy.close()
     report.migrated = len(pending)
     return report

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import StorageDataError
+from ..engine import Engine, open_engine
+from ..errors import CorruptDatabaseError, StorageDataError, StorageUnavailableError
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -15,6 +16,7 @@ __all__ = [
     "MigrationError",
     "MigrationReport",
     "PlannedSession",
+    "open_read_only",
 ]
 
 #: The provenance recorded for each kind of source (the ledger's
@@ -86,3 +88,14 @@ class Converted:
     """The seq of ``events[0]``."""
     snapshots: tuple[tuple[int, bytes, float], ...] = ()
     """``(through seq, state, created)`` of a SQLite source's snapshots."""
+
+
+def open_read_only(path: Path, engine: str | None, error: type[Exception]) -> Engine:
+    """The SQLite file at ``path``, read-only; one no process has open is read
+    without creating its ``-wal`` and ``-shm`` beside it. A file that is not
+    a readable SQLite database raises ``error``."""
+    idle = not any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm", "-journal"))
+    try:
+        return open_engine(path, engine=engine, read_only=True, immutable=idle)
+    except (CorruptDatabaseError, StorageUnavailableError) as exc:
+        raise error(f"{path} is not a readable SQLite database ({exc})") from None

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from ..engine import Connection, Engine, open_engine
+from ..engine import Connection, Engine
 from ..engine import schema as S
 from ..engine import sql as Q
-from ..errors import CorruptDatabaseError, StorageUnavailableError
+from ..errors import CorruptDatabaseError
 from ..integrity import payload_problem
 from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
-from .common import Converted, Event, MigrationError, PlannedSession
+from .common import Converted, Event, MigrationError, PlannedSession, open_read_only
 from .json_v1 import convert_json_v1
 
 __all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
@@ -38,6 +38,10 @@ class Source(Protocol):
 
     def units(self) -> Iterator[Unit]:
         """Every unit, converted as the apply would convert it, one at a time."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what reading the source holds open."""
         ...
 
     def backup(self, into: Path) -> Source:
@@ -124,6 +128,9 @@ class FileSource:
         meta = path.with_name(path.name + METADATA_SUFFIX)
         return meta.read_bytes() if self.kind == "file" and meta.is_file() else None
 
+    def close(self) -> None:
+        """Nothing: each file is read and closed at once."""
+
     def backup(self, into: Path) -> FileSource:
         resolved = into.resolve()
         if resolved == self.root.resolve() or self.root.resolve() in resolved.parents:
@@ -155,17 +162,22 @@ class SqliteSource:
 
     def __init__(self, path: Path, tenant: str, engine: str | None) -> None:
         self.path, self.tenant, self.engine = path, tenant, engine
+        self._db: Engine | None = None
 
     def _open(self) -> Engine:
-        idle = not any(Path(f"{self.path}{end}").exists() for end in ("-wal", "-shm"))
-        try:
-            db = open_engine(self.path, engine=self.engine, read_only=True, immutable=idle)
-        except (CorruptDatabaseError, StorageUnavailableError) as exc:
-            raise MigrationError(f"{self.path} is not a readable SQLite database ({exc})") from None
-        if db.schema_version == 0:
-            db.close()
-            raise MigrationError(f"{self.path} holds no agentlog store")
-        return db
+        """The file, opened once (read-only) for every read until :meth:`close`."""
+        if self._db is None:
+            db = open_read_only(self.path, self.engine, MigrationError)
+            if db.schema_version == 0:
+                db.close()
+                raise MigrationError(f"{self.path} holds no agentlog store")
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
     def _read(self, db: Engine, name: str) -> tuple[str, Converted] | None:
         checked = db.schema_version >= S.INTEGRITY_VERSION  # events carry checksums
@@ -205,34 +217,27 @@ class SqliteSource:
 
     def units(self) -> Iterator[Unit]:
         db = self._open()
-        try:
-            names = db.read(
-                "list source sessions",
-                lambda conn: [row[1] for row in conn.rows(Q.MIGRATE_SESSIONS, (self.tenant,))],
-            )
-            for name in names:
-                read = self._read(db, name)
-                if read is not None:  # deleted since the list: nothing to move
-                    yield name, name, read[0], read[1]
-        finally:
-            db.close()
+        names = db.read(
+            "list source sessions",
+            lambda conn: [row[1] for row in conn.rows(Q.MIGRATE_SESSIONS, (self.tenant,))],
+        )
+        for name in names:
+            read = self._read(db, name)
+            if read is not None:  # deleted since the list: nothing to move
+                yield name, name, read[0], read[1]
 
     def backup(self, into: Path) -> SqliteSource:
         into.mkdir(mode=0o700)
         copy = into / self.path.name
-        db = self._open()
+        self.close()  # opened afresh: the plan's read may have been of an idle file
         try:
-            db.backup_to(str(copy))
+            self._open().backup_to(str(copy))
         finally:
-            db.close()
+            self.close()
         return SqliteSource(copy, self.tenant, self.engine)
 
     def load(self, planned: PlannedSession) -> Converted:
-        db = self._open()
-        try:
-            read = self._read(db, planned.source_key)
-        finally:
-            db.close()
+        read = self._read(self._open(), planned.source_key)
         if read is None or read[0] != planned.sha256:
             raise MigrationError(f"session {planned.source_key!r} changed while migrating")
         return read[1]

@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 from ..engine import Connection, open_engine
 from ..engine import sql as Q
-from ..errors import CorruptDatabaseError, SchemaVersionError, StorageUnavailableError
+from ..errors import SchemaVersionError
 from ..files import remove_created
 from ..integrity import checksum
 from ..locations import is_postgres
-from .common import Converted, MigrationError, PlannedSession
+from .common import Converted, MigrationError, PlannedSession, open_read_only
 
 __all__ = ["PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_target"]
 
@@ -70,16 +70,9 @@ class SqliteTarget:
         self.path, self.engine = path, engine
 
     def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
-        # A target no process has open is read without creating its -wal and -shm.
         if not self.path.exists():
             return set(), {}
-        idle = not any(os.path.lexists(f"{self.path}{end}") for end in ("-wal", "-shm", "-journal"))
-        try:
-            db = open_engine(self.path, engine=self.engine, read_only=True, immutable=idle)
-        except (CorruptDatabaseError, StorageUnavailableError) as exc:
-            raise SchemaVersionError(
-                f"{self.path} is not a readable SQLite database ({exc})"
-            ) from None
+        db = open_read_only(self.path, self.engine, SchemaVersionError)
         try:
             version = db.schema_version
             if version == 0:
