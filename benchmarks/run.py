@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     rounds = 1 if args.quick and args.rounds == 3 else max(1, args.rounds)
 
     from agentlog import engine_info
-    from agentlog.terminal import screen_for
+    from agentlog.terminal import progress_bar, screen_for
 
     info = engine_info()
     chosen = [
@@ -367,15 +367,14 @@ def main(argv: list[str] | None = None) -> None:
     systems.baseline_binary()
     results: list[tuple[Scenario, list[Cell]]] = []
     # A progress bar on a terminal (with the cli extra), a line per scenario otherwise.
-    screen = screen_for(sys.stderr)
-    advance = screen.progress(len(chosen), "scenarios") if screen.colour else None
+    advance = progress_bar(sys.stderr, "scenarios") if screen_for(sys.stderr).colour else None
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-") as tmp:
         for done, scenario in enumerate(chosen, 1):
             if advance is None:
                 print(f"  running {scenario.title} …", file=sys.stderr, flush=True)
             results.append((scenario, run_scenario(scenario, rounds, Path(tmp))))
             if advance is not None:
-                advance(done)
+                advance(done, len(chosen))
     s1_raw = next(
         (
             c.rate

@@ -34,7 +34,7 @@ from .fold import fold_events
 from .locations import is_postgres, scrub, shown
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
 from .stores import DEFAULT_TENANT
-from .terminal import inert, screen_for
+from .terminal import inert, progress_bar, screen_for
 
 __all__ = ["main"]
 
@@ -175,22 +175,6 @@ def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
 _safe = inert
 # In JSON text, C0 is escaped by the encoder already; the rest is escaped as \uXXXX.
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-
-
-def _progress_on_terminal() -> Callable[[int, int], None] | None:
-    """A ``(done, total)`` callback drawing a progress bar on standard error when
-    it is a terminal (rich's with the cli extra), else ``None``."""
-    if not sys.stderr.isatty():
-        return None
-    bar: Callable[[int], None] | None = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if bar is None:
-            bar = screen_for(sys.stderr).progress(total, "sessions checked")
-        bar(done)
-
-    return progress
 
 
 def _print_transcript(messages: list[dict[str, Any]], indent: str = "  ") -> None:
@@ -419,7 +403,8 @@ def _cmd_truncate(args: argparse.Namespace) -> None:
 def _cmd_check(args: argparse.Namespace) -> None:
     with open_store(args.store, schema=args.schema) as log:
         assert isinstance(log, _Checkable)
-        ok, detail = log.check_integrity(deep=args.deep, progress=_progress_on_terminal())
+        bar = progress_bar(sys.stderr, "sessions checked") if sys.stderr.isatty() else None
+        ok, detail = log.check_integrity(deep=args.deep, progress=bar)
     if args.json:
         kind = "file" if os.path.isdir(args.store) else "sqlite"
         if is_postgres(args.store):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Screen", "inert", "screen_for"]
+__all__ = ["Screen", "inert", "progress_bar", "screen_for"]
 
 # What a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, …), DEL,
 # C1 controls (a one-code-point CSI or OSC), the line and paragraph separators
@@ -219,6 +219,20 @@ def _message_lines(message: dict[str, Any]) -> list[tuple[str, str]]:
         name = inert(str(function.get("name", "?")))
         lines.append((f"→ {name}({_short(function.get('arguments', ''), 80)})", "magenta"))
     return lines or [("", "")]
+
+
+def progress_bar(stream: TextIO, what: str) -> Callable[[int, int], None]:
+    """A ``(done, total)`` callback drawing :meth:`Screen.progress` on ``stream``,
+    the bar made at the first call (when the total is known)."""
+    bar: Callable[[int], None] | None = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = screen_for(stream).progress(total, what)
+        bar(done)
+
+    return progress
 
 
 def screen_for(stream: TextIO) -> Screen:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from ..stores.common import DEFAULT_TENANT, check_name
-from ..terminal import screen_for
+from ..terminal import progress_bar
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import open_source
@@ -129,11 +129,8 @@ def migrate(
     copy = src.backup(backup / "source")
     dst.backup(backup)
     report.backup = backup
-    show = (
-        screen_for(sys.stderr).progress(len(pending), "sessions")
-        if (sys.stderr.isatty() if progress is None else progress)
-        else None
-    )
+    wanted = sys.stderr.isatty() if progress is None else progress
+    show = progress_bar(sys.stderr, "sessions") if wanted else None
     try:
         dst.write(pending, copy.load, tenant, source_name, SOURCE_FORMATS[src.kind], show)
     finally:

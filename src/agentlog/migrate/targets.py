@@ -17,7 +17,7 @@ from ..engine import Connection, open_engine
 from ..engine import sql as Q
 from ..errors import SchemaVersionError
 from ..files import remove_created
-from ..integrity import checksum
+from ..integrity import Progress, checksum
 from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession, open_read_only
 
@@ -25,8 +25,6 @@ __all__ = ["PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_targe
 
 #: Reads one planned unit from the (backed-up) source, for the write.
 Load = Callable[[PlannedSession], Converted]
-#: Told how many units are written so far.
-Progress = Callable[[int], None]
 
 
 class Target(Protocol):
@@ -131,7 +129,7 @@ class SqliteTarget:
                     conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
                 conn.rows(Q.LEDGER_INSERT, ledger_row(planned, tenant, source_id, source_format))
                 if progress:
-                    progress(done)
+                    progress(done, len(pending))
 
         try:
             db.write("migrate", work)
@@ -254,7 +252,7 @@ class PostgresTarget:
                         ledger_row(planned, tenant, source_id, source_format),
                     )
                     if progress:
-                        progress(done)
+                        progress(done, len(pending))
 
 
 def open_target(target: str | os.PathLike[str], engine: str | None, schema: str | None) -> Target:
