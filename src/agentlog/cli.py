@@ -76,6 +76,11 @@ def _open_postgres(
     )
 
 
+_SCHEMA_IS_FOR_POSTGRES = (
+    "--schema is for a PostgreSQL store (a postgresql:// URL or a libpq 'host=… dbname=…' string)"
+)
+
+
 def open_store(
     location: str,
     *,
@@ -93,10 +98,7 @@ def open_store(
     if is_postgres(location):
         return _open_postgres(location, write=write, tenant=tenant, schema=schema)
     if schema is not None:
-        raise UsageError(
-            "--schema is for a PostgreSQL store (a postgresql:// URL or a libpq "
-            "'host=… dbname=…' string)"
-        )
+        raise UsageError(_SCHEMA_IS_FOR_POSTGRES)
     if not os.path.lexists(location):
         raise UsageError(f"no such file or directory: {location}")
     if os.path.isdir(location):
@@ -498,13 +500,20 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
             print(_safe(f"backup (source, and the target as it was): {report.backup}"))
 
 
-def _open_database(args: argparse.Namespace, *, write: bool) -> Any:
-    """The SQLite file or PostgreSQL store ``args`` names (operations commands
-    have no file-store form): a checkpointer with stats and gc."""
+def _refuse_file_store(args: argparse.Namespace) -> None:
+    """Operations commands work on a database: a directory is one line, exit 2."""
     if os.path.isdir(args.store):
         raise UsageError(
             f"{args.store} is a directory: this command works on a SQLite file or PostgreSQL"
         )
+    if args.schema is not None and not is_postgres(args.store):
+        raise UsageError(_SCHEMA_IS_FOR_POSTGRES)
+
+
+def _open_database(args: argparse.Namespace, *, write: bool) -> Any:
+    """The SQLite file or PostgreSQL store ``args`` names (operations commands
+    have no file-store form): a checkpointer with stats and gc."""
+    _refuse_file_store(args)
     tenant = getattr(args, "tenant", DEFAULT_TENANT)
     log = open_store(args.store, write=write, tenant=tenant, schema=args.schema)
     assert isinstance(log, _Operable)
@@ -648,8 +657,8 @@ def _open_storage(args: argparse.Namespace, *, write: bool) -> Any:
         return PostgresStorage.open(args.store, create=False, read_only=not write, **schema)
     from .stores import SqliteStorage
 
-    _open_database(args, write=False).close()  # the same checks and errors as the other commands
-    return SqliteStorage.open(args.store, read_only=not write)
+    _refuse_file_store(args)
+    return SqliteStorage.open(args.store, read_only=not write, create=False)
 
 
 #: Compile options that only the C engine's own build of the pinned SQLite

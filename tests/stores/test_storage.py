@@ -171,3 +171,14 @@ def test_a_read_only_storage_reads_and_changes_nothing(tmp_path: Path, engine: s
         with pytest.raises(StorageUnavailableError):
             storage.checkpointer("t").vacuum()
     assert digest(db) == before
+
+
+def test_create_false_opens_an_existing_database_only(tmp_path: Path, engine: str) -> None:
+    from agentlog import SqliteStorage, StorageNotFoundError
+
+    with pytest.raises(StorageNotFoundError):
+        SqliteStorage.open(tmp_path / "missing.db", create=False, engine=engine)
+    assert not (tmp_path / "missing.db").exists()
+    SqliteStorage.open(tmp_path / "there.db", engine=engine).close()
+    with SqliteStorage.open(tmp_path / "there.db", create=False, engine=engine) as storage:
+        storage.memory.put("t", "n", "k", 1, None)

@@ -31,7 +31,7 @@ from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
-__all__ = ["SqliteCheckpointer"]
+__all__ = ["SqliteCheckpointer", "open_database"]
 
 
 class SqliteCheckpointer(BaseCheckpointer):
@@ -94,24 +94,18 @@ class SqliteCheckpointer(BaseCheckpointer):
     ) -> None:
         tenant = check_identifier(tenant, "tenant", StorageDataError)
         check_file_mode(file_mode)
-        if read_only or not create:
-            _refuse_missing(file)
-            if not read_only:
-                # Look without changing anything before opening to write.
-                _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
-        self._engine = open_engine(
+        self._engine = open_database(
             file,
+            read_only=read_only,
+            create=create,
             engine=engine,
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
             integrity_check_on_open=integrity_check_on_open,
-            read_only=read_only,
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
             hash_chain=hash_chain and not read_only,
         )
-        if read_only:
-            _require_agentlog(self._engine)
         self.file = self._engine.path
         self._tenant = tenant
 
@@ -364,6 +358,28 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _close(self) -> None:
         if self._owns_engine:
             self._engine.close()
+
+
+def open_database(
+    file: str | os.PathLike[str], *, read_only: bool = False, create: bool = True, **options: Any
+) -> Engine:
+    """The engine on the agentlog database ``file`` (``options`` as
+    :func:`~agentlog.engine.open_engine` takes them), for the checkpointer and
+    the storage alike.
+
+    ``read_only=True`` or ``create=False`` open an existing agentlog database
+    only: a missing file raises :class:`StorageNotFoundError`, one that holds
+    no agentlog database :class:`SchemaVersionError`, and nothing is created
+    or changed before that is known.
+    """
+    if read_only or not create:
+        _refuse_missing(file)
+        if not read_only:
+            # Look without changing anything before opening to write.
+            engine = options.get("engine")
+            _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
+    opened = open_engine(file, read_only=read_only, **options)
+    return _require_agentlog(opened) if read_only else opened
 
 
 def _refuse_missing(file: str | os.PathLike[str]) -> None:

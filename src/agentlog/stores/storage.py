@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from typing import Protocol, runtime_checkable
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_engine
-from ..errors import CheckpointerClosedError, SchemaVersionError, StorageNotFoundError
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine
+from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
-from ..log.sqlite import SqliteCheckpointer
+from ..log.sqlite import SqliteCheckpointer, open_database
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
 from .common import DEFAULT_TENANT, check_name
@@ -80,30 +80,28 @@ class SqliteStorage(Closable):
         wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
         file_mode: int = DEFAULT_FILE_MODE,
         read_only: bool = False,
+        create: bool = True,
     ) -> SqliteStorage:
         """Open (creating or migrating forward) the database at ``path``; a file
         it creates gets ``file_mode`` (the owner's only unless told otherwise).
 
         ``read_only=True`` opens an existing agentlog database to read:
         nothing is created, migrated or written, and every write raises
-        :class:`StorageUnavailableError`; a missing file raises
-        :class:`StorageNotFoundError`, one that holds no agentlog database
-        :class:`SchemaVersionError`.
+        :class:`StorageUnavailableError`. ``create=False`` opens an existing
+        one to read and write but never creates one. With either, a missing
+        file raises :class:`StorageNotFoundError`, one that holds no agentlog
+        database :class:`SchemaVersionError` (as for :class:`SqliteCheckpointer`).
         """
-        if read_only and not os.path.exists(path):
-            raise StorageNotFoundError(f"no such file: {os.fspath(path)!r}")
-        opened = open_engine(
+        opened = open_database(
             path,
+            read_only=read_only,
+            create=create,
             engine=engine,
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
-            read_only=read_only,
         )
-        if read_only and opened.schema_version == 0:
-            opened.close()
-            raise SchemaVersionError(f"{os.fspath(path)!r} is not an agentlog database")
         return cls(opened)
 
     @property
