@@ -653,7 +653,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         """Remove the events after ``to_seq``; return the new head."""
         self._check_open()
         session_id = check_session_id(session_id)
-        to_seq = min(check_seq("to_seq", to_seq), MAX_SEQ)
+        to_seq = check_seq("to_seq", to_seq)
         key = (self._tenant, session_id)
         async with (
             self._call(),

@@ -70,7 +70,7 @@ from ..errors import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from ..events import EncodedBatch, StoredEvent, check_retained
+from ..events import MAX_POSITION, EncodedBatch, StoredEvent, check_retained
 from ..integrity import (
     DamagedEvent,
     Progress,
@@ -111,8 +111,8 @@ SCHEMA_VERSION = 4
 #: The version from which events carry ``crc``.
 CHECKSUM_VERSION = 4
 
-#: Seqs are ``bigint``.
-MAX_SEQ = (1 << 63) - 1
+#: Seqs are ``bigint``: the contract's own bound (events.MAX_POSITION).
+MAX_SEQ = MAX_POSITION
 
 #: ``(session_id, expected_head, batch)``: one append of a group.
 AppendRequest = tuple[str, "int | None", EncodedBatch]

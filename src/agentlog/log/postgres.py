@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from ..engine.postgres import DEFAULT_SCHEMA, MAX_SEQ, Listener, PostgresDatabase
+from ..engine.postgres import DEFAULT_SCHEMA, Listener, PostgresDatabase
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, StorageDataError
 from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
@@ -241,7 +241,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         self._db.delete(self._tenant, session_id)
 
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
-        return self._db.truncate(self._tenant, session_id, min(to_seq, MAX_SEQ), ts)
+        return self._db.truncate(self._tenant, session_id, to_seq, ts)
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
         return self._db.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
