@@ -34,7 +34,7 @@ from .fold import fold_events
 from .locations import is_postgres, scrub, shown
 from .log import BaseCheckpointer, FileCheckpointer, SqliteCheckpointer, is_file_store
 from .stores import DEFAULT_TENANT
-from .terminal import inert, progress_bar, screen_for
+from .terminal import inert, inert_json, progress_bar, screen_for
 
 __all__ = ["main"]
 
@@ -175,8 +175,6 @@ def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
 # Stored content and ids come from models, tools and whoever wrote the store:
 # they are shown, never obeyed (terminal.inert escapes what a terminal acts on).
 _safe = inert
-# In JSON text, C0 is escaped by the encoder already; the rest is escaped as \uXXXX.
-_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def _print_transcript(messages: list[dict[str, Any]], indent: str = "  ") -> None:
@@ -188,10 +186,7 @@ def _print_event(event: StoredEvent) -> None:
 
 
 def _print_json(value: Any, indent: int | None = None) -> None:
-    # Exact JSON still: the characters escaped here can only occur in strings,
-    # and \uXXXX decodes to the same value.
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
-    print(_UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text))
+    print(inert_json(json.dumps(value, ensure_ascii=False, indent=indent)))
 
 
 def _event_json(event: StoredEvent) -> dict[str, Any]:

@@ -26,12 +26,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Screen", "inert", "progress_bar", "screen_for"]
+__all__ = ["Screen", "inert", "inert_json", "progress_bar", "screen_for"]
 
 # What a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, …), DEL,
 # C1 controls (a one-code-point CSI or OSC), the line and paragraph separators
 # and the bidirectional marks and overrides.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_ACTED_ON = "\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x1f{_ACTED_ON}]")
+# In JSON text, C0 is escaped by the encoder already.
+_UNSAFE_IN_JSON = re.compile(f"[{_ACTED_ON}]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -45,6 +48,13 @@ def inert(text: str) -> str:
     """``text`` with every control and bidirectional character written as a
     visible escape (``\\x1b``, ``\\u202e``, ``\\n``): one inert line."""
     return _UNSAFE.sub(_escape, text)
+
+
+def inert_json(text: str) -> str:
+    """JSON ``text`` with the characters :func:`inert` escapes written as
+    ``\\uXXXX``: exact JSON still (they can only occur in strings, and the
+    escape decodes to the same value), and inert on a terminal."""
+    return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 def _short(value: Any, width: int) -> str:
