@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentlog import CheckpointerClosedError, SqliteCheckpointer, StorageUnavailableError
+from agentlog import (
+    CheckpointConflictError,
+    CheckpointerClosedError,
+    SqliteCheckpointer,
+    StorageUnavailableError,
+)
 from agentlog.aio import (
     AsyncCheckpointer,
     AsyncFileCheckpointer,
@@ -193,16 +198,22 @@ def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(
 
     async def main() -> None:
         async with AsyncSqliteCheckpointer(tmp_path / "c.db", engine=engine) as cp:
+            # Two tasks append in one turn: the first is written at once, the
+            # second queued (and every later one, until a group of one).
+            first = asyncio.ensure_future(cp.append("t", [EVENT]))
             early = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
             await asyncio.sleep(0)  # queued; its group is written on the next turn
+            assert first.done() and first.result() == 1
             early.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await early
             assert await cp.head("s") == 0  # never written
 
+            second = asyncio.ensure_future(cp.append("t", [EVENT]))
             late = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
             await asyncio.sleep(0)
             await asyncio.sleep(0)  # its group has been written
+            assert second.done() and second.result() == 2
             late.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await late
@@ -250,3 +261,47 @@ class TestAsyncPostgresCheckpointer(OnPostgres, AsyncCheckpointerConformance):
         return AsyncPostgresCheckpointer(
             postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
         )
+
+
+def test_a_task_appending_alone_is_written_without_a_turn_of_the_loop(
+    tmp_path: Path, engine: str
+) -> None:
+    """One task appending: each append is written in the call (no other task
+    runs meanwhile), but never more than 16 in a row, so a tight loop of
+    appends still lets the loop turn; several tasks appending group again."""
+
+    async def main() -> tuple[int, int, int, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        async with AsyncSqliteCheckpointer(tmp_path / "alone.db", engine=engine) as cp:
+            running = asyncio.ensure_future(ticker())
+            await asyncio.sleep(0)
+            start = ticks
+            for seq in range(1, 6):
+                assert await cp.append("s", [EVENT], expected_head=seq - 1) == seq
+            no_turn = ticks - start
+            start = ticks
+            for seq in range(6, 106):
+                assert await cp.append("s", [EVENT], expected_head=seq - 1) == seq
+            turns = ticks - start
+            with pytest.raises(CheckpointConflictError):
+                await cp.append("s", [EVENT], expected_head=3)
+            groups = cp.write_groups
+            await asyncio.gather(*(cp.append(f"g{n}", [EVENT]) for n in range(64)))
+            await asyncio.gather(*(cp.append(f"g{n}", [EVENT]) for n in range(64)))
+            together = cp.write_groups - groups
+            running.cancel()
+            assert await cp.head("s") == 105
+            return no_turn, turns, groups, together
+
+    no_turn, turns, groups, together = asyncio.run(main())
+    assert no_turn == 0
+    assert turns >= 100 // 17, turns
+    assert groups >= 105  # one transaction per append: nothing waited to group
+    assert together <= 4, together  # 128 appends of 64 tasks: grouped

@@ -21,7 +21,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
-from ..errors import CheckpointerClosedError
+from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import (
     SessionEvent,
     SessionInfo,
@@ -52,6 +52,10 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+# How many appends one task may have written at once (see
+# AsyncBaseCheckpointer._append_now) before the loop gets a turn.
+_APPENDS_NOW_PER_TURN = 16
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -129,6 +133,11 @@ class AsyncBaseCheckpointer(AsyncClosable):
         # thread (written only if that needs no waiting), then to the writer.
         self._appends_on_loop = appends_on_loop
         self._loop_groups: dict[asyncio.AbstractEventLoop, builtins.list[Job]] = {}
+        # Per loop, in this turn of it: the task whose appends are written at
+        # once, and how many were; and the loops where several tasks append
+        # (see _append_now).
+        self._loop_turns: dict[asyncio.AbstractEventLoop, builtins.list[Any]] = {}
+        self._loop_shared: set[asyncio.AbstractEventLoop] = set()
         self._loop_flushes = 0
         self._closed = False
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
@@ -167,14 +176,19 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._check_open()
         prepared = self._backend.prepare_append(session_id, events, expected_head)
         loop = asyncio.get_running_loop()
-        job = Job(loop, append=prepared)
         if not self._appends_on_loop:
-            head: int = await self._writer.run(job)
+            head: int = await self._writer.run(Job(loop, append=prepared))
             return head
         group = self._loop_groups.get(loop)
         if group is None:
+            written = self._append_now(loop, prepared)
+            if written is not None:
+                if isinstance(written, Exception):
+                    raise written
+                return written
             group = self._loop_groups[loop] = []
             loop.call_soon(self._flush_loop_group, loop)
+        job = Job(loop, append=prepared)
         group.append(job)
         try:
             head = await job.future
@@ -188,10 +202,48 @@ class AsyncBaseCheckpointer(AsyncClosable):
             raise
         return head
 
+    def _append_now(
+        self, loop: asyncio.AbstractEventLoop, prepared: PreparedAppend
+    ) -> int | CheckpointConflictError | ValueError | None:
+        """An append alone in its turn of the loop, written at once if that needs
+        no waiting; None when it is to be queued instead.
+
+        A task appending one event at a time (the common agent loop) then
+        costs about what a synchronous append does: no future, no turn of the
+        loop. Only while one task appends alone: once another task appends in
+        the same turn, or a group of several is written, every append is
+        queued and grouped (see _flush_loop_group) until a group of one shows
+        the others have stopped. A task that keeps appending without awaiting
+        anything else is queued after _APPENDS_NOW_PER_TURN, so that other
+        tasks run.
+        """
+        if loop in self._loop_shared:
+            return None
+        turn = self._loop_turns.get(loop)
+        task = asyncio.current_task(loop)
+        if turn is None:
+            turn = self._loop_turns[loop] = [task, 0]
+            loop.call_soon(self._loop_turns.pop, loop, None)
+        elif turn[0] is not task:
+            self._loop_shared.add(loop)
+            return None
+        elif turn[1] >= _APPENDS_NOW_PER_TURN:
+            return None
+        turn[1] += 1
+        results = self._backend.try_append_prepared([prepared])
+        if results is None:
+            return None
+        self._loop_flushes += 1
+        return results[0]
+
     def _flush_loop_group(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: write its queued appends in one transaction if nothing
         has to wait for it, else hand them to the writer thread."""
         group = self._loop_groups.pop(loop, None) or []
+        if len(group) > 1:
+            self._loop_shared.add(loop)
+        else:
+            self._loop_shared.discard(loop)
         jobs = [job for job in group if not job.future.done()]  # cancelled ones are out
         group.clear()
         if not jobs:
