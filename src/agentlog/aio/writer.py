@@ -101,7 +101,9 @@ class Writer:
 
     Inline suits a backend whose writes never block (memory): it skips the
     thread hop and the group, not the semantics. Without a ``backend`` the
-    writer runs only ``call=`` jobs (the async stores' writer).
+    writer runs only ``call=`` jobs (the async stores' writer). The thread
+    starts with the first job it is given: a checkpointer whose appends are
+    all written on the loop never starts one.
     """
 
     def __init__(
@@ -116,12 +118,9 @@ class Writer:
         self._failure: BaseException | None = None
         #: Groups the writer has run (for tests and tuning).
         self.groups = 0
+        self._name = name
+        self._inline = inline
         self._thread: threading.Thread | None = None
-        if not inline:
-            self._thread = threading.Thread(
-                target=self._run, name=f"agentlog writer {name}", daemon=True
-            )
-            self._thread.start()
 
     # -- what callers do ---------------------------------------------------------------
 
@@ -129,7 +128,12 @@ class Writer:
         """Queue ``job`` (or, inline, run it now); its future settles when it is done."""
         with self._lock:
             self._refuse_if_stopped()
-            if self._thread is not None:
+            if not self._inline:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"agentlog writer {self._name}", daemon=True
+                    )
+                    self._thread.start()
                 self._queue.append(job)
                 self._wake.notify()
                 return

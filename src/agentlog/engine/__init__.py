@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ __all__ = [
     "engine_info",
     "first_bad_crc_line",
     "open_engine",
+    "open_shared_engine",
+    "release_engine",
 ]
 
 #: Engine classes by name, the default first.
@@ -130,3 +133,99 @@ def engine_info() -> dict[str, Any]:
         "available": list(AVAILABLE_ENGINES),
         "extension_error": _extension_error,
     }
+
+
+# -- one engine per file per process ----------------------------------------------------
+
+# The engines open_shared_engine hands out: (st_dev, st_ino, engine name and
+# options) -> [engine, holders]; and each engine's key, by id.
+_SHARED: dict[tuple[Any, ...], list[Any]] = {}
+_SHARED_KEYS: dict[int, tuple[Any, ...]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_key(location: str, name: str, options: dict[str, Any]) -> tuple[Any, ...] | None:
+    try:
+        stat = os.stat(location)
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino, name, *sorted(options.items()))
+
+
+def open_shared_engine(
+    path: str | os.PathLike[str],
+    *,
+    engine: str | None = None,
+    synchronous: str = "normal",
+    busy_timeout_ms: int = 5000,
+    read_only: bool = False,
+    wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
+    file_mode: int = DEFAULT_FILE_MODE,
+    hash_chain: bool = False,
+) -> Engine:
+    """This process's engine for the database file ``path`` with these options,
+    opened (as :func:`open_engine` does) by the first caller and shared by the
+    later ones: one writer connection, one group-commit queue and one reader
+    pool per file, so appends from every holder group into the same
+    transactions. Each call must be matched by one :func:`release_engine`;
+    the last release closes it. ``file_mode`` applies only to a file this
+    creates. A file is known by its device and inode: another path to it
+    (a link, a relative path) shares the same engine; different options
+    (engine, ``synchronous``, busy timeout, WAL limit, ``read_only``,
+    ``hash_chain``) get an engine of their own, as :func:`open_engine` gives.
+    """
+    options: dict[str, Any] = {
+        "synchronous": synchronous,
+        "busy_timeout_ms": busy_timeout_ms,
+        "read_only": bool(read_only),
+        "wal_size_limit": wal_size_limit,
+        "hash_chain": bool(hash_chain),
+    }
+    location = path if isinstance(path, str) else os.fspath(path)
+    name = engine_class(engine).name
+    with _SHARED_LOCK:
+        key = None
+        if isinstance(location, str) and location != ":memory:":
+            key = _shared_key(location, name, options)
+        entry = _SHARED.get(key) if key is not None else None
+        if entry is not None:
+            if not entry[0].closed:
+                entry[1] += 1
+                shared: Engine = entry[0]
+                return shared
+            del _SHARED_KEYS[id(entry[0])]  # closed under its holders: open afresh
+        opened = open_engine(path, engine=engine, file_mode=file_mode, **options)
+        key = None if opened.path == ":memory:" else _shared_key(opened.path, name, options)
+        if key is not None:
+            _SHARED[key] = [opened, 1]
+            _SHARED_KEYS[id(opened)] = key
+        return opened
+
+
+def release_engine(engine: Engine) -> None:
+    """Give up one hold on an engine from :func:`open_shared_engine`; the last
+    closes it. Idempotent per hold is the holder's business (a
+    ``weakref.finalize`` runs once)."""
+    with _SHARED_LOCK:
+        key = _SHARED_KEYS.get(id(engine))
+        if key is not None and _SHARED[key][0] is engine:
+            entry = _SHARED[key]
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del _SHARED[key]
+            del _SHARED_KEYS[id(engine)]
+    engine.close()
+
+
+def _forget_shared_in_child() -> None:
+    """In a child of ``os.fork()``: the parent's engines are abandoned (see
+    :meth:`EngineBase.abandon_after_fork`); the child opens its own."""
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()  # a parent thread may have held it
+    _SHARED.clear()
+    _SHARED_KEYS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_shared_in_child)

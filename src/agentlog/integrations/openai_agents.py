@@ -125,8 +125,8 @@ class AgentlogSession:
     it), **owns** it and closes it in :meth:`aclose` / :meth:`close` or on
     leaving ``async with`` — or an open :class:`~agentlog.aio.AsyncCheckpointer`
     (SQLite, file or memory), which the session only uses: its owner closes
-    it. Share one checkpointer between the sessions of one database (one
-    writer thread for all of them).
+    it. Sessions given the same path share the process's one engine for
+    the file (see :func:`~agentlog.engine.open_shared_engine`).
 
     ``session_settings`` (an SDK ``SessionSettings`` or a dict) gives the
     default ``limit`` of :meth:`get_items`, as for the SDK's sessions.

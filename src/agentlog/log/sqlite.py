@@ -6,10 +6,17 @@ import builtins
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_engine
+from ..engine import (
+    DEFAULT_WAL_SIZE_LIMIT,
+    Engine,
+    open_engine,
+    open_shared_engine,
+    release_engine,
+)
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
@@ -74,7 +81,11 @@ class SqliteCheckpointer(BaseCheckpointer):
       the file also keep a hash chain per session from now on, for every
       later writer (it is a setting of the file); :meth:`verify` checks it.
 
-    One object is safe to share between threads.
+    One object is safe to share between threads. Every checkpointer this
+    process opens on one file with the same options shares one engine: one
+    writer connection and group-commit queue, one reader pool (see
+    :func:`~agentlog.engine.open_shared_engine`); closing one gives up its
+    hold, and the last closes the file.
     """
 
     def __init__(
@@ -105,7 +116,13 @@ class SqliteCheckpointer(BaseCheckpointer):
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
             hash_chain=hash_chain and not read_only,
+            shared=True,
         )
+        # This object's hold on the process's engine for the file: given back
+        # by close(), or when this is collected without it (not at exit, as
+        # the engine's own finalizer).
+        self._hold = weakref.finalize(self, release_engine, self._engine)
+        self._hold.atexit = False
         self.file = self._engine.path
         self._tenant = tenant
 
@@ -357,15 +374,24 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _close(self) -> None:
         if self._owns_engine:
-            self._engine.close()
+            self._hold()
 
 
 def open_database(
-    file: str | os.PathLike[str], *, read_only: bool = False, create: bool = True, **options: Any
+    file: str | os.PathLike[str],
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    shared: bool = False,
+    **options: Any,
 ) -> Engine:
     """The engine on the agentlog database ``file`` (``options`` as
     :func:`~agentlog.engine.open_engine` takes them), for the checkpointer and
     the storage alike.
+
+    ``shared=True`` takes this process's engine for the file and options
+    (:func:`~agentlog.engine.open_shared_engine`; give it back with
+    :func:`~agentlog.engine.release_engine`, never ``close()``).
 
     ``read_only=True`` or ``create=False`` open an existing agentlog database
     only: a missing file raises :class:`StorageNotFoundError`, one that holds
@@ -378,6 +404,11 @@ def open_database(
             # Look without changing anything before opening to write.
             engine = options.get("engine")
             _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
+    if shared and not options.get("integrity_check_on_open"):
+        # (A check on open asked for gets an engine of its own, which runs it.)
+        options.pop("integrity_check_on_open", None)
+        opened = open_shared_engine(file, read_only=read_only, **options)
+        return _require_agentlog(opened, release_engine) if read_only else opened
     opened = open_engine(file, read_only=read_only, **options)
     return _require_agentlog(opened) if read_only else opened
 
@@ -391,9 +422,13 @@ def _refuse_missing(file: str | os.PathLike[str]) -> None:
         raise StorageNotFoundError(f"no such file: {location!r}")
 
 
-def _require_agentlog(engine: Engine) -> Engine:
-    """``engine``, unless its file holds no agentlog database (then it is closed)."""
+def _require_agentlog(engine: Engine, release: Callable[[Engine], None] | None = None) -> Engine:
+    """``engine``, unless its file holds no agentlog database (then it is
+    closed, or given back with ``release``)."""
     if engine.schema_version == 0:
-        engine.close()
+        if release is None:
+            engine.close()
+        else:
+            release(engine)
         raise SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")
     return engine

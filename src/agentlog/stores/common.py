@@ -14,8 +14,14 @@ from typing import Any, TypeVar
 
 from ..engine import Engine
 from ..engine import schema as S
-from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
+from ..errors import (
+    CheckpointerClosedError,
+    StorageConflictError,
+    StorageDataError,
+    StorageNotFoundError,
+)
 from ..events import check_identifier, check_seq, decode_json, encode_json
+from ..lifecycle import Closable
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
@@ -119,13 +125,25 @@ class LockedTransactions(Transactions):
 
 
 class EngineTransactions(Transactions):
-    """Transactions of a SQLite store: a write transaction, or a pooled read."""
+    """Transactions of a SQLite store: a write transaction, or a pooled read.
 
-    def __init__(self, engine: Engine) -> None:
+    ``owner`` (the storage that opened it) refuses work once it is closed,
+    though the engine may stay open for the process's other holders.
+    """
+
+    def __init__(self, engine: Engine, owner: Closable | None = None) -> None:
         self._engine = engine
+        self._owner = owner
+
+    def _check_owner(self) -> None:
+        # (A closed engine refuses on its own, saying why: closed, or forked.)
+        if self._owner is not None and self._owner.closed and not self._engine.closed:
+            raise CheckpointerClosedError("the storage is closed")
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        self._check_owner()
         return self._engine.write(name, work)
 
     def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
+        self._check_owner()
         return self._engine.read(name, work, snapshot=snapshot)

@@ -9,9 +9,11 @@ Callers depend only on the store they use (each has its own protocol).
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, release_engine
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
@@ -64,10 +66,15 @@ class SqliteStorage(Closable):
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self.sessions = SqliteSessionStore(engine)
-        self.checkpoints = SqliteCheckpointStore(engine)
-        self.memory = SqliteMemoryStore(engine)
-        self.artifacts = SqliteArtifactStore(engine)
+        self._closed = False
+        # How close() gives the engine up: closing it, or (opened by open())
+        # giving back this storage's hold on the process's engine for the file.
+        self._release: Callable[[], None] = engine.close
+        self._faces: weakref.WeakSet[SqliteCheckpointer] = weakref.WeakSet()
+        self.sessions = SqliteSessionStore(engine, self)
+        self.checkpoints = SqliteCheckpointStore(engine, self)
+        self.memory = SqliteMemoryStore(engine, self)
+        self.artifacts = SqliteArtifactStore(engine, self)
 
     @classmethod
     def open(
@@ -101,8 +108,13 @@ class SqliteStorage(Closable):
             busy_timeout_ms=busy_timeout_ms,
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
+            shared=True,
         )
-        return cls(opened)
+        storage = cls(opened)
+        hold = weakref.finalize(storage, release_engine, opened)
+        hold.atexit = False  # as the engine's own finalizer
+        storage._release = hold
+        return storage
 
     @property
     def engine(self) -> str:
@@ -118,13 +130,22 @@ class SqliteStorage(Closable):
         """
         if self.closed:
             raise CheckpointerClosedError("the storage is closed")
-        return SqliteCheckpointer.on_engine(self._engine, check_name("tenant", tenant))
+        face = SqliteCheckpointer.on_engine(self._engine, check_name("tenant", tenant))
+        self._faces.add(face)
+        return face
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._engine.closed
+        return self._closed or self._engine.closed
 
     def close(self) -> None:
-        """Close the database; later use raises :class:`CheckpointerClosedError`."""
-        self._engine.close()
+        """Close the database (give up this storage's hold on it: the process's
+        other holders keep it open); later use of the stores and of the
+        checkpointers handed out raises :class:`CheckpointerClosedError`."""
+        if self._closed:
+            return
+        self._closed = True
+        for face in list(self._faces):
+            face.close()
+        self._release()

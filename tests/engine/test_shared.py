@@ -1,0 +1,164 @@
+"""One engine per database file per process: every checkpointer and storage a
+process opens on one file (with the same options) shares one writer
+connection, one group-commit queue and one reader pool; each gives up only its
+own hold when it closes (or is collected), and the last closes the file."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
+from agentlog.aio import AsyncSqliteCheckpointer
+from agentlog.engine import open_shared_engine, release_engine
+
+from ..conftest import require_engine
+
+EVENT = {"type": "user", "content": "hello"}
+
+
+def test_checkpointers_on_one_file_share_one_engine(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "one.db"
+    first = SqliteCheckpointer(path, engine=engine)
+    os.symlink(path, tmp_path / "link.db")
+    second = SqliteCheckpointer(tmp_path / "link.db", engine=engine)  # the same file
+    full = SqliteCheckpointer(path, engine=engine, synchronous="full")  # other options
+    shared = first._engine
+    assert second._engine is shared
+    assert full._engine is not shared
+    first.append("s", [EVENT])
+    assert second.head("s") == 1 and full.head("s") == 1
+
+    first.close()
+    with pytest.raises(CheckpointerClosedError):
+        first.append("s", [EVENT])
+    assert not shared.closed  # the other holder keeps it open
+    assert second.append("s", [EVENT], expected_head=1) == 2
+    second.close()
+    assert shared.closed  # the last hold closes it
+    full.close()
+    assert full._engine.closed
+
+
+def test_appends_through_different_objects_share_transactions(tmp_path: Path) -> None:
+    require_engine("c")  # group commit is the C engine's
+    path = tmp_path / "group.db"
+    logs = [SqliteCheckpointer(path, engine="c") for _ in range(4)]
+    barrier = threading.Barrier(len(logs))
+    calls = 200
+
+    def writer(slot: int) -> None:
+        barrier.wait()
+        head = 0
+        for _ in range(calls):
+            head = logs[slot].append(f"s{slot}", [EVENT], expected_head=head)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(len(logs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    engine = logs[0]._engine
+    assert all(log._engine is engine for log in logs)
+    assert [logs[0].head(f"s{n}") for n in range(len(logs))] == [calls] * len(logs)
+    # Four objects, one queue: some commits held appends of several of them.
+    assert engine.commits < calls * len(logs), engine.commits  # type: ignore[attr-defined]
+    for log in logs:
+        log.close()
+    assert engine.closed
+
+
+def test_a_checkpointer_collected_unclosed_gives_up_its_hold(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "dropped.db"
+    kept = SqliteCheckpointer(path, engine=engine)
+    dropped = SqliteCheckpointer(path, engine=engine)
+    shared = kept._engine
+    dropped.append("s", [EVENT])
+    del dropped
+    gc.collect()
+    assert not shared.closed
+    assert kept.head("s") == 1
+    kept.close()
+    assert shared.closed  # the dropped one's hold was given back
+
+
+def test_a_replaced_file_gets_an_engine_of_its_own(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "replaced.db"
+    old = SqliteCheckpointer(path, engine=engine)
+    old.append("s", [EVENT])
+    moved = tmp_path / "moved.db"
+    os.rename(path, moved)
+    new = SqliteCheckpointer(path, engine=engine)  # a new file at the old name
+    assert new._engine is not old._engine
+    assert new.head("s") == 0
+    old.close()
+    new.close()
+
+
+def test_a_storage_and_a_checkpointer_share_and_close_apart(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "both.db"
+    storage = SqliteStorage.open(path, engine=engine)
+    log = SqliteCheckpointer(path, engine=engine)
+    face = storage.checkpointer()
+    shared = log._engine
+    assert storage._engine is shared
+    storage.sessions.create("acme", "a", None)
+    log.append("s", [EVENT])
+
+    storage.close()
+    assert storage.closed
+    with pytest.raises(CheckpointerClosedError, match="storage is closed"):
+        storage.sessions.create("acme", "b", None)
+    with pytest.raises(CheckpointerClosedError, match="storage is closed"):
+        storage.memory.get("acme", "ns", "k")
+    with pytest.raises(CheckpointerClosedError):
+        face.head("s")  # the storage's face closed with it
+    assert not shared.closed
+    assert log.append("s", [EVENT], expected_head=1) == 2
+    log.close()
+    assert shared.closed
+
+
+def test_open_shared_engine_is_matched_by_release(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "direct.db"
+    one = open_shared_engine(path, engine=engine)
+    two = open_shared_engine(str(path), engine=engine)
+    assert one is two
+    release_engine(one)
+    assert not one.closed
+    release_engine(two)
+    assert one.closed
+    three = open_shared_engine(path, engine=engine)  # opened afresh after the last release
+    assert three is not one and not three.closed
+    release_engine(three)
+    memory = open_shared_engine(":memory:", engine=engine)  # always a database of its own
+    assert open_shared_engine(":memory:", engine=engine) is not memory
+
+
+def test_many_async_checkpointers_share_one_engine_and_start_no_thread(
+    tmp_path: Path, engine: str
+) -> None:
+    """The drop-in pattern: an object per conversation, each opened on the path."""
+    path = tmp_path / "many.db"
+    SqliteCheckpointer(path, engine=engine).close()
+    before = threading.active_count()
+
+    async def main() -> int:
+        logs = [AsyncSqliteCheckpointer(path, engine=engine) for _ in range(100)]
+        for n, log in enumerate(logs):
+            assert await log.append(f"conversation-{n}", [EVENT]) == 1
+        engines = {id(log.backend._engine) for log in logs}  # type: ignore[attr-defined]
+        threads = threading.active_count()
+        for log in logs:
+            await log.aclose()
+        assert len(engines) == 1
+        return threads
+
+    assert asyncio.run(main()) == before  # every append written on the loop
+    with SqliteCheckpointer(path, engine=engine) as log:
+        assert [log.head(f"conversation-{n}") for n in range(100)] == [1] * 100
