@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
 from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.engine import open_shared_engine, release_engine
 
-from ..conftest import require_engine
+from ..conftest import PYTHON, require_engine
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -124,20 +126,117 @@ def test_a_storage_and_a_checkpointer_share_and_close_apart(tmp_path: Path, engi
     assert shared.closed
 
 
+class Holder:
+    """Something that holds a shared engine (weakly referenced by the registry)."""
+
+
 def test_open_shared_engine_is_matched_by_release(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "direct.db"
-    one = open_shared_engine(path, engine=engine)
-    two = open_shared_engine(str(path), engine=engine)
+    first, second = Holder(), Holder()
+    one = open_shared_engine(path, first, engine=engine)
+    two = open_shared_engine(str(path), second, engine=engine)
     assert one is two
-    release_engine(one)
+    release_engine(one, first)
+    release_engine(one, first)  # a holder gives up once, however often it says so
     assert not one.closed
-    release_engine(two)
+    release_engine(two, second)
     assert one.closed
-    three = open_shared_engine(path, engine=engine)  # opened afresh after the last release
+    three = open_shared_engine(path, first, engine=engine)  # afresh after the last release
     assert three is not one and not three.closed
-    release_engine(three)
-    memory = open_shared_engine(":memory:", engine=engine)  # always a database of its own
-    assert open_shared_engine(":memory:", engine=engine) is not memory
+    release_engine(three, first)
+    memory = open_shared_engine(":memory:", first, engine=engine)  # always its own database
+    assert open_shared_engine(":memory:", second, engine=engine) is not memory
+    with pytest.raises(TypeError, match="busy_timeout_ms"):  # checked before any sharing
+        open_shared_engine(path, first, engine=engine, busy_timeout_ms=5000.0)  # type: ignore[arg-type]
+
+
+def test_a_joining_holder_takes_up_a_hash_chain_turned_on_since(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "chain.db"
+    kept = SqliteCheckpointer(path, engine=engine)
+    SqliteCheckpointer(path, engine=engine, hash_chain=True).close()  # turned on meanwhile
+    joined = SqliteCheckpointer(path, engine=engine)
+    assert joined._engine is kept._engine
+    joined.append("s", [EVENT])
+    assert joined.hash_chain
+    assert joined.verify("s").problem is None
+    joined.close()
+    kept.close()
+
+
+def test_a_read_stops_when_its_checkpointer_closes(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "pages.db"
+    other = SqliteCheckpointer(path, engine=engine)  # keeps the shared engine open
+    log = SqliteCheckpointer(path, engine=engine)
+    log.append("s", [EVENT] * 3000)
+    events = log.read("s")
+    next(events)
+    log.close()
+    with pytest.raises(CheckpointerClosedError):
+        sum(1 for _ in events)  # the next page is refused
+    other.close()
+
+
+def test_a_storage_face_outlives_its_storage_collected_unclosed(
+    tmp_path: Path, engine: str
+) -> None:
+    face = SqliteStorage.open(tmp_path / "face.db", engine=engine).checkpointer()
+    face.append("s", [EVENT])
+    gc.collect()
+    assert face.append("s", [EVENT], expected_head=1) == 2
+
+
+# Objects dropped unclosed, and collected at any moment (a tiny gc threshold):
+# inside another open, inside a write. Run in a child, so that a deadlock fails
+# the test instead of hanging it.
+COLLECTED_AT_ANY_MOMENT = """
+import gc, os, sys
+from agentlog import SqliteCheckpointer, SqliteStorage
+directory, engine = sys.argv[1], sys.argv[2]
+gc.set_threshold(10)
+for i in range(300):
+    forgotten = SqliteCheckpointer(os.path.join(directory, "a.db"), engine=engine)
+    forgotten.me = forgotten  # in a cycle: only the collector frees it
+    del forgotten
+    SqliteCheckpointer(os.path.join(directory, f"b{i % 7}.db"), engine=engine).close()
+    SqliteStorage.open(os.path.join(directory, "c.db"), engine=engine)  # dropped unclosed
+face = SqliteStorage.open(os.path.join(directory, "d.db"), engine=engine).checkpointer()
+for i in range(300):
+    face.append("s", [{"type": "user", "content": "x" * 100}] * 20)
+print("done", face.head("s"))
+"""
+
+
+def test_objects_collected_at_any_moment_never_deadlock(tmp_path: Path, engine: str) -> None:
+    done = subprocess.run(
+        [PYTHON, "-c", COLLECTED_AT_ANY_MOMENT, str(tmp_path), engine],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["done", "6000"]
+
+
+def test_an_async_checkpointer_dropped_unclosed_stops_its_writer(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "dropped.db"
+    before = threading.active_count()
+
+    async def main() -> None:
+        # synchronous="full": every append goes to the writer thread.
+        log = AsyncSqliteCheckpointer(path, engine=engine, synchronous="full")
+        assert await log.append("s", [EVENT]) == 1
+        assert threading.active_count() == before + 1
+
+    asyncio.run(main())
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() == before  # its idle writer saw it go
 
 
 def test_many_async_checkpointers_share_one_engine_and_start_no_thread(

@@ -127,7 +127,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         appends_on_loop: bool = False,
     ) -> None:
         self._backend = backend
-        self._writer = Writer(backend, type(backend).__name__, inline=inline_writes)
+        self._writer = Writer(backend, type(backend).__name__, inline=inline_writes, owner=self)
         # With appends_on_loop, the appends queued on one loop in one turn of
         # it are first offered to the backend as one group on the loop's own
         # thread (written only if that needs no waiting), then to the writer.

@@ -173,7 +173,9 @@ class AsyncStorage(AsyncClosable):
         inline_writes: bool = False,
     ) -> None:
         self._storage = storage
-        self._queue = WriteQueue(Writer(None, type(storage).__name__, inline=inline_writes))
+        self._queue = WriteQueue(
+            Writer(None, type(storage).__name__, inline=inline_writes, owner=self)
+        )
         self.sessions = AsyncSessionStore(storage.sessions, self._queue)
         self.checkpoints = AsyncCheckpointStore(storage.checkpoints, self._queue)
         self.memory = AsyncMemoryStore(storage.memory, self._queue)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -27,6 +28,9 @@ from ..log import BaseCheckpointer, PreparedAppend
 __all__ = ["Job", "Writer", "off_loop", "settle"]
 
 _T = TypeVar("_T")
+
+# How often (seconds) an idle writer thread looks whether its owner is gone.
+_OWNER_LOOK = 1.0
 
 
 class Job:
@@ -107,9 +111,17 @@ class Writer:
     """
 
     def __init__(
-        self, backend: BaseCheckpointer | None, name: str, *, inline: bool = False
+        self,
+        backend: BaseCheckpointer | None,
+        name: str,
+        *,
+        inline: bool = False,
+        owner: object = None,
     ) -> None:
         self._backend = backend
+        # The object this writer works for, weakly: collected without being
+        # closed, its idle thread stops (and lets the backend go).
+        self._owner = None if owner is None else weakref.ref(owner)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -190,7 +202,8 @@ class Writer:
         while True:
             with self._lock:
                 while not self._queue and not self._closing:
-                    self._wake.wait()
+                    if not self._wake.wait(_OWNER_LOOK) and self._owner_gone():
+                        self._closing = True
                 if not self._queue:
                     return  # closing, and everything queued is done
                 jobs = list(self._queue)
@@ -200,6 +213,9 @@ class Writer:
             except BaseException as exc:  # a bug or an interpreter shutdown: fail, never hang
                 self._fail(jobs, exc)
                 return
+
+    def _owner_gone(self) -> bool:
+        return self._owner is not None and self._owner() is None
 
     def _fail(self, jobs: list[Job], exc: BaseException) -> None:
         with self._lock:

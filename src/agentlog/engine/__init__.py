@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,24 @@ def open_engine(
     the file keep a hash chain per session from now on (for every later
     writer too; see :mod:`agentlog.integrity`).
     """
+    location = _check_options(path, synchronous, busy_timeout_ms, wal_size_limit)
+    return engine_class(engine)(
+        location,
+        synchronous=synchronous,
+        busy_timeout_ms=max(0, busy_timeout_ms),
+        integrity_check_on_open=bool(integrity_check_on_open),
+        read_only=bool(read_only),
+        wal_size_limit=wal_size_limit,
+        file_mode=check_file_mode(file_mode),
+        immutable=bool(immutable),
+        hash_chain=bool(hash_chain),
+    )
+
+
+def _check_options(
+    path: object, synchronous: object, busy_timeout_ms: object, wal_size_limit: object
+) -> str:
+    """Refuse bad arguments to an open; the path as a str."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"file must be a path, not {type(path).__name__}")
     location = os.fspath(path)
@@ -106,17 +125,7 @@ def open_engine(
         raise TypeError("wal_size_limit must be an int (bytes)")
     if wal_size_limit < 0:
         raise ValueError(f"wal_size_limit must be >= 0, not {wal_size_limit}")
-    return engine_class(engine)(
-        location,
-        synchronous=synchronous,
-        busy_timeout_ms=max(0, busy_timeout_ms),
-        integrity_check_on_open=bool(integrity_check_on_open),
-        read_only=bool(read_only),
-        wal_size_limit=wal_size_limit,
-        file_mode=check_file_mode(file_mode),
-        immutable=bool(immutable),
-        hash_chain=bool(hash_chain),
-    )
+    return location
 
 
 def engine_info() -> dict[str, Any]:
@@ -137,10 +146,24 @@ def engine_info() -> dict[str, Any]:
 
 # -- one engine per file per process ----------------------------------------------------
 
-# The engines open_shared_engine hands out: (st_dev, st_ino, engine name and
-# options) -> [engine, holders]; and each engine's key, by id.
-_SHARED: dict[tuple[Any, ...], list[Any]] = {}
-_SHARED_KEYS: dict[int, tuple[Any, ...]] = {}
+
+class _Shared:
+    """One shared engine (weakly: the holders keep it alive) and its holders."""
+
+    __slots__ = ("engine", "holders")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = weakref.ref(engine)
+        self.holders: weakref.WeakSet[object] = weakref.WeakSet()
+
+
+# The engines open_shared_engine hands out, by (st_dev, st_ino, engine name and
+# options). Nothing here runs when an object is collected, so no lock is ever
+# taken by the garbage collector: a holder collected without release simply
+# leaves the set, and an engine no one references closes itself (its own
+# finalizer closes its connections).
+_SHARED: dict[tuple[Any, ...], _Shared] = {}
+_SHARED_KEYS: weakref.WeakKeyDictionary[Engine, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
@@ -154,6 +177,7 @@ def _shared_key(location: str, name: str, options: dict[str, Any]) -> tuple[Any,
 
 def open_shared_engine(
     path: str | os.PathLike[str],
+    holder: object,
     *,
     engine: str | None = None,
     synchronous: str = "normal",
@@ -167,54 +191,57 @@ def open_shared_engine(
     opened (as :func:`open_engine` does) by the first caller and shared by the
     later ones: one writer connection, one group-commit queue and one reader
     pool per file, so appends from every holder group into the same
-    transactions. Each call must be matched by one :func:`release_engine`;
-    the last release closes it. ``file_mode`` applies only to a file this
-    creates. A file is known by its device and inode: another path to it
-    (a link, a relative path) shares the same engine; different options
-    (engine, ``synchronous``, busy timeout, WAL limit, ``read_only``,
-    ``hash_chain``) get an engine of their own, as :func:`open_engine` gives.
+    transactions.
+
+    ``holder`` (the checkpointer or storage that uses it; weakly held) gives
+    it up with :func:`release_engine`; the last release closes the engine. A
+    holder collected without releasing leaves on its own, and an engine no
+    one references any more closes its connections when it is collected.
+    ``file_mode`` applies only to a file this creates. A file is known by its
+    device and inode, so another path to it shares the same engine; other
+    options (engine, ``synchronous``, busy timeout, WAL limit, ``read_only``)
+    get an engine of their own. ``hash_chain=True`` turns the file's hash
+    chain on for every holder, and a holder that joins takes up a chain that
+    another (or another process) turned on, as a fresh open would.
     """
+    location = _check_options(path, synchronous, busy_timeout_ms, wal_size_limit)
+    name = engine_class(engine).name
     options: dict[str, Any] = {
         "synchronous": synchronous,
         "busy_timeout_ms": busy_timeout_ms,
         "read_only": bool(read_only),
         "wal_size_limit": wal_size_limit,
-        "hash_chain": bool(hash_chain),
     }
-    location = path if isinstance(path, str) else os.fspath(path)
-    name = engine_class(engine).name
     with _SHARED_LOCK:
-        key = None
-        if isinstance(location, str) and location != ":memory:":
-            key = _shared_key(location, name, options)
-        entry = _SHARED.get(key) if key is not None else None
-        if entry is not None:
-            if not entry[0].closed:
-                entry[1] += 1
-                shared: Engine = entry[0]
-                return shared
-            del _SHARED_KEYS[id(entry[0])]  # closed under its holders: open afresh
-        opened = open_engine(path, engine=engine, file_mode=file_mode, **options)
+        key = None if location == ":memory:" else _shared_key(location, name, options)
+        shared = _SHARED.get(key) if key is not None else None
+        found = shared.engine() if shared is not None else None
+        if shared is not None and found is not None and not found.closed:
+            found.join(hash_chain=hash_chain and not read_only)
+            shared.holders.add(holder)
+            return found
+        opened = open_engine(
+            path, engine=engine, file_mode=file_mode, hash_chain=hash_chain, **options
+        )
         key = None if opened.path == ":memory:" else _shared_key(opened.path, name, options)
         if key is not None:
-            _SHARED[key] = [opened, 1]
-            _SHARED_KEYS[id(opened)] = key
+            _SHARED[key] = shared = _Shared(opened)
+            _SHARED_KEYS[opened] = key
+            shared.holders.add(holder)
         return opened
 
 
-def release_engine(engine: Engine) -> None:
-    """Give up one hold on an engine from :func:`open_shared_engine`; the last
-    closes it. Idempotent per hold is the holder's business (a
-    ``weakref.finalize`` runs once)."""
+def release_engine(engine: Engine, holder: object) -> None:
+    """``holder`` gives up ``engine`` (from :func:`open_shared_engine`); the last
+    holder to do so closes it. An engine that was not shared is closed."""
     with _SHARED_LOCK:
-        key = _SHARED_KEYS.get(id(engine))
-        if key is not None and _SHARED[key][0] is engine:
-            entry = _SHARED[key]
-            entry[1] -= 1
-            if entry[1] > 0:
+        key = _SHARED_KEYS.get(engine)
+        shared = _SHARED.get(key) if key is not None else None
+        if key is not None and shared is not None and shared.engine() is engine:
+            shared.holders.discard(holder)
+            if shared.holders:
                 return
             del _SHARED[key]
-            del _SHARED_KEYS[id(engine)]
     engine.close()
 
 

@@ -353,6 +353,21 @@ class EngineBase(Generic[ConnectionT]):
             self.write("hash chain", self._keep_hash_chain)
         self._read_settings()
 
+    def join(self, *, hash_chain: bool = False) -> None:
+        """Another holder starts using this open engine (see
+        :func:`~agentlog.engine.open_shared_engine`): take up the file's
+        settings as a fresh open would — another holder or process may have
+        turned the hash chain on — and keep a hash chain if ``hash_chain``."""
+        if self.hash_chain:
+            return
+        if hash_chain:
+            self.write("hash chain", self._keep_hash_chain)
+            self.hash_chain = True
+        elif self.schema_version >= S.INTEGRITY_VERSION and self.read(
+            "settings", lambda conn: conn.rows(Q.SETTING_GET, (_HASH_CHAIN,))
+        ):
+            self.hash_chain = True
+
     def _keep_hash_chain(self, conn: ConnectionT) -> None:
         """Inside a write: the file keeps a hash chain from now on, for every writer."""
         if not conn.rows(Q.SETTING_GET, (_HASH_CHAIN,)):

@@ -248,6 +248,11 @@ class Engine(Protocol):
         seconds), a batch per transaction; return their names."""
         ...
 
+    def join(self, *, hash_chain: bool = False) -> None:
+        """Another holder starts using this open engine: take up the file's
+        settings (a hash chain turned on since), keep one if ``hash_chain``."""
+        ...
+
     def close(self) -> None:
         """Close every connection; idempotent."""
         ...

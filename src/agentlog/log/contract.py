@@ -466,6 +466,7 @@ class BaseCheckpointer(Closable, ABC):
             since_seq = page[-1].seq
             if remaining is not None:
                 remaining -= len(page)
+            self._check_open()  # closed between pages: the next one is refused
 
     def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""

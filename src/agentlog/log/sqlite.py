@@ -6,8 +6,7 @@ import builtins
 import contextlib
 import os
 import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..engine import (
@@ -116,13 +115,8 @@ class SqliteCheckpointer(BaseCheckpointer):
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
             hash_chain=hash_chain and not read_only,
-            shared=True,
+            holder=self,
         )
-        # This object's hold on the process's engine for the file: given back
-        # by close(), or when this is collected without it (not at exit, as
-        # the engine's own finalizer).
-        self._hold = weakref.finalize(self, release_engine, self._engine)
-        self._hold.atexit = False
         self.file = self._engine.path
         self._tenant = tenant
 
@@ -374,7 +368,7 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _close(self) -> None:
         if self._owns_engine:
-            self._hold()
+            release_engine(self._engine, self)
 
 
 def open_database(
@@ -382,16 +376,16 @@ def open_database(
     *,
     read_only: bool = False,
     create: bool = True,
-    shared: bool = False,
+    holder: object = None,
     **options: Any,
 ) -> Engine:
     """The engine on the agentlog database ``file`` (``options`` as
     :func:`~agentlog.engine.open_engine` takes them), for the checkpointer and
     the storage alike.
 
-    ``shared=True`` takes this process's engine for the file and options
-    (:func:`~agentlog.engine.open_shared_engine`; give it back with
-    :func:`~agentlog.engine.release_engine`, never ``close()``).
+    With a ``holder``, this process's engine for the file and options, shared
+    (:func:`~agentlog.engine.open_shared_engine`; the holder gives it back
+    with :func:`~agentlog.engine.release_engine`, never ``close()``).
 
     ``read_only=True`` or ``create=False`` open an existing agentlog database
     only: a missing file raises :class:`StorageNotFoundError`, one that holds
@@ -404,11 +398,14 @@ def open_database(
             # Look without changing anything before opening to write.
             engine = options.get("engine")
             _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
-    if shared and not options.get("integrity_check_on_open"):
+    if holder is not None and not options.get("integrity_check_on_open"):
         # (A check on open asked for gets an engine of its own, which runs it.)
         options.pop("integrity_check_on_open", None)
-        opened = open_shared_engine(file, read_only=read_only, **options)
-        return _require_agentlog(opened, release_engine) if read_only else opened
+        opened = open_shared_engine(file, holder, read_only=read_only, **options)
+        if read_only and opened.schema_version == 0:
+            release_engine(opened, holder)
+            raise _empty_file(opened)
+        return opened
     opened = open_engine(file, read_only=read_only, **options)
     return _require_agentlog(opened) if read_only else opened
 
@@ -422,13 +419,13 @@ def _refuse_missing(file: str | os.PathLike[str]) -> None:
         raise StorageNotFoundError(f"no such file: {location!r}")
 
 
-def _require_agentlog(engine: Engine, release: Callable[[Engine], None] | None = None) -> Engine:
-    """``engine``, unless its file holds no agentlog database (then it is
-    closed, or given back with ``release``)."""
+def _require_agentlog(engine: Engine) -> Engine:
+    """``engine``, unless its file holds no agentlog database (then it is closed)."""
     if engine.schema_version == 0:
-        if release is None:
-            engine.close()
-        else:
-            release(engine)
-        raise SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")
+        engine.close()
+        raise _empty_file(engine)
     return engine
+
+
+def _empty_file(engine: Engine) -> SchemaVersionError:
+    return SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")

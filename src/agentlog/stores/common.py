@@ -21,7 +21,6 @@ from ..errors import (
     StorageNotFoundError,
 )
 from ..events import check_identifier, check_seq, decode_json, encode_json
-from ..lifecycle import Closable
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
@@ -124,20 +123,32 @@ class LockedTransactions(Transactions):
             return work(None)
 
 
+class StorageHold:
+    """A storage's hold on its engine, shared with its four stores: the holder
+    the process's shared engine knows (weakly: while the storage or one of its
+    stores is in use, the engine stays theirs), and whether the storage was
+    closed (then the stores refuse work; see EngineTransactions)."""
+
+    __slots__ = ("__weakref__", "closed")
+
+    def __init__(self) -> None:
+        self.closed = False
+
+
 class EngineTransactions(Transactions):
     """Transactions of a SQLite store: a write transaction, or a pooled read.
 
-    ``owner`` (the storage that opened it) refuses work once it is closed,
-    though the engine may stay open for the process's other holders.
+    Once ``closed`` (its storage's flag) is set, it refuses work, though the
+    engine may stay open for the process's other holders.
     """
 
-    def __init__(self, engine: Engine, owner: Closable | None = None) -> None:
+    def __init__(self, engine: Engine, closed: StorageHold | None = None) -> None:
         self._engine = engine
-        self._owner = owner
+        self._closed = closed
 
     def _check_owner(self) -> None:
         # (A closed engine refuses on its own, saying why: closed, or forked.)
-        if self._owner is not None and self._owner.closed and not self._engine.closed:
+        if self._closed is not None and self._closed.closed and not self._engine.closed:
             raise CheckpointerClosedError("the storage is closed")
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, release_engine
@@ -20,7 +19,7 @@ from ..lifecycle import Closable
 from ..log.sqlite import SqliteCheckpointer, open_database
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
-from .common import DEFAULT_TENANT, check_name
+from .common import DEFAULT_TENANT, StorageHold, check_name
 from .memory import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
 from .sessions import InMemorySessionStore, SessionStore, SqliteSessionStore
 
@@ -64,17 +63,19 @@ class InMemoryStorage(Closable):
 class SqliteStorage(Closable):
     """The four stores in one SQLite file — the same file (and schema) as the session log."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, hold: StorageHold | None = None) -> None:
+        """The stores on ``engine``, which :meth:`close` closes; or, with the
+        ``hold`` it was shared under (see :meth:`open`), gives up."""
         self._engine = engine
-        self._closed = False
-        # How close() gives the engine up: closing it, or (opened by open())
-        # giving back this storage's hold on the process's engine for the file.
-        self._release: Callable[[], None] = engine.close
+        # The stores see the storage closed through its hold (not through the
+        # storage: no cycle, so a storage dropped unclosed is freed at once).
+        self._closed = StorageHold() if hold is None else hold
+        self._shared = hold is not None
         self._faces: weakref.WeakSet[SqliteCheckpointer] = weakref.WeakSet()
-        self.sessions = SqliteSessionStore(engine, self)
-        self.checkpoints = SqliteCheckpointStore(engine, self)
-        self.memory = SqliteMemoryStore(engine, self)
-        self.artifacts = SqliteArtifactStore(engine, self)
+        self.sessions = SqliteSessionStore(engine, self._closed)
+        self.checkpoints = SqliteCheckpointStore(engine, self._closed)
+        self.memory = SqliteMemoryStore(engine, self._closed)
+        self.artifacts = SqliteArtifactStore(engine, self._closed)
 
     @classmethod
     def open(
@@ -99,6 +100,7 @@ class SqliteStorage(Closable):
         file raises :class:`StorageNotFoundError`, one that holds no agentlog
         database :class:`SchemaVersionError` (as for :class:`SqliteCheckpointer`).
         """
+        hold = StorageHold()
         opened = open_database(
             path,
             read_only=read_only,
@@ -108,13 +110,9 @@ class SqliteStorage(Closable):
             busy_timeout_ms=busy_timeout_ms,
             wal_size_limit=wal_size_limit,
             file_mode=file_mode,
-            shared=True,
+            holder=hold,
         )
-        storage = cls(opened)
-        hold = weakref.finalize(storage, release_engine, opened)
-        hold.atexit = False  # as the engine's own finalizer
-        storage._release = hold
-        return storage
+        return cls(opened, hold)
 
     @property
     def engine(self) -> str:
@@ -137,15 +135,18 @@ class SqliteStorage(Closable):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._closed or self._engine.closed
+        return self._closed.closed or self._engine.closed
 
     def close(self) -> None:
         """Close the database (give up this storage's hold on it: the process's
         other holders keep it open); later use of the stores and of the
         checkpointers handed out raises :class:`CheckpointerClosedError`."""
-        if self._closed:
+        if self._closed.closed:
             return
-        self._closed = True
+        self._closed.closed = True
         for face in list(self._faces):
             face.close()
-        self._release()
+        if self._shared:
+            release_engine(self._engine, self._closed)
+        else:
+            self._engine.close()
