@@ -6,6 +6,7 @@ own hold when it closes (or is collected), and the last closes the file."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
-from agentlog.aio import AsyncSqliteCheckpointer
+from agentlog.aio import AsyncSqliteCheckpointer, AsyncSqliteStorage
 from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
@@ -147,7 +148,7 @@ def test_open_shared_engine_is_matched_by_release(tmp_path: Path, engine: str) -
     memory = open_shared_engine(":memory:", first, engine=engine)  # always its own database
     assert open_shared_engine(":memory:", second, engine=engine) is not memory
     with pytest.raises(TypeError, match="busy_timeout_ms"):  # checked before any sharing
-        open_shared_engine(path, first, engine=engine, busy_timeout_ms=5000.0)  # type: ignore[arg-type]
+        open_shared_engine(path, first, engine=engine, busy_timeout_ms=5000.0)
 
 
 def test_a_joining_holder_takes_up_a_hash_chain_turned_on_since(
@@ -261,3 +262,96 @@ def test_many_async_checkpointers_share_one_engine_and_start_no_thread(
     assert asyncio.run(main()) == before  # every append written on the loop
     with SqliteCheckpointer(path, engine=engine) as log:
         assert [log.head(f"conversation-{n}") for n in range(100)] == [1] * 100
+
+
+def test_a_follower_wakes_at_once_for_a_write_through_another_holder(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "follow.db"
+    writer = SqliteCheckpointer(path, engine=engine)
+    reader = SqliteCheckpointer(path, engine=engine)
+    seen: list[float] = []
+
+    def follow() -> None:
+        # A poll interval far beyond the test: only the shared signal can wake it.
+        for _event in reader.follow("s", poll_interval=60):
+            seen.append(time.monotonic())
+            return
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    time.sleep(0.2)  # the follower waits
+    start = time.monotonic()
+    writer.append("s", [EVENT])
+    follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert seen and seen[0] - start < 5
+    writer.close()
+    reader.close()
+
+
+def test_a_storage_face_keeps_the_engine_when_another_holder_comes_and_goes(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "orphan.db"
+    face = SqliteStorage.open(path, engine=engine).checkpointer()  # the storage dropped
+    gc.collect()
+    SqliteCheckpointer(path, engine=engine).close()  # joins the face's engine, then leaves
+    assert face.append("s", [EVENT]) == 1  # the face still holds it
+
+
+def test_an_async_store_kept_alone_keeps_its_writer(tmp_path: Path, engine: str) -> None:
+    async def main() -> None:
+        storage = await AsyncSqliteStorage.open(tmp_path / "alone.db", engine=engine)
+        memory = storage.memory
+        del storage
+        gc.collect()
+        await memory.put("acme", "ns", "k1", {"v": 1}, None)
+        await asyncio.sleep(1.6)  # past an idle writer's look for its owner
+        await memory.put("acme", "ns", "k2", {"v": 2}, None)
+        assert (await memory.get("acme", "ns", "k2")) is not None
+
+    asyncio.run(main())
+
+
+@dataclasses.dataclass(frozen=True)
+class EqualHolder:
+    """Holders that compare equal: still two holds."""
+
+
+class UnhashableHolder:
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_holds_are_counted_per_holder_by_identity(tmp_path: Path, engine: str) -> None:
+    path = tmp_path / "holds.db"
+    twice = Holder()
+    one = open_shared_engine(path, twice, engine=engine)
+    assert open_shared_engine(path, twice, engine=engine) is one
+    release_engine(one, twice)
+    assert not one.closed  # its second hold is still there
+    first, second = EqualHolder(), EqualHolder()
+    assert first == second
+    assert open_shared_engine(path, first, engine=engine) is one
+    assert open_shared_engine(path, second, engine=engine) is one
+    odd = UnhashableHolder()
+    assert open_shared_engine(path, odd, engine=engine) is one
+    for holder in (twice, first, second):
+        release_engine(one, holder)
+        assert not one.closed
+    release_engine(one, odd)
+    assert one.closed
+    with pytest.raises(TypeError):  # a holder must be weakly referable, checked first
+        open_shared_engine(tmp_path / "never.db", object(), engine=engine)
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_entries_of_collected_engines_do_not_pile_up(tmp_path: Path, engine: str) -> None:
+    from agentlog.engine import _SHARED
+
+    for n in range(20):
+        SqliteCheckpointer(tmp_path / f"f{n}.db", engine=engine).append("s", [EVENT])
+    gc.collect()
+    kept = SqliteCheckpointer(tmp_path / "kept.db", engine=engine)
+    assert len([key for key in _SHARED if key[1] != 0]) <= 2, len(_SHARED)
+    kept.close()

@@ -60,8 +60,10 @@ _Store = TypeVar("_Store")
 class WriteQueue:
     """What the four stores of one storage share: its writer and whether it is closed."""
 
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
+    def __init__(self, name: str, *, inline: bool = False) -> None:
+        # The writer works for this queue, which every store holds: its idle
+        # thread stops only once the storage and all its stores are gone.
+        self.writer = Writer(None, name, inline=inline, owner=self)
         self.closed = False
 
     def check_open(self) -> None:
@@ -173,9 +175,7 @@ class AsyncStorage(AsyncClosable):
         inline_writes: bool = False,
     ) -> None:
         self._storage = storage
-        self._queue = WriteQueue(
-            Writer(None, type(storage).__name__, inline=inline_writes, owner=self)
-        )
+        self._queue = WriteQueue(type(storage).__name__, inline=inline_writes)
         self.sessions = AsyncSessionStore(storage.sessions, self._queue)
         self.checkpoints = AsyncCheckpointStore(storage.checkpoints, self._queue)
         self.memory = AsyncMemoryStore(storage.memory, self._queue)

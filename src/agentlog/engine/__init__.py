@@ -148,13 +148,31 @@ def engine_info() -> dict[str, Any]:
 
 
 class _Shared:
-    """One shared engine (weakly: the holders keep it alive) and its holders."""
+    """One shared engine (weakly: the holders keep it alive) and its holders,
+    by identity, each with how many holds it took (weakly too: a holder
+    collected leaves, its weakref's callback taking no lock)."""
 
     __slots__ = ("engine", "holders")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = weakref.ref(engine)
-        self.holders: weakref.WeakSet[object] = weakref.WeakSet()
+        self.holders: dict[int, list[Any]] = {}
+
+    def hold(self, holder: object) -> None:
+        entry = self.holders.get(id(holder))
+        if entry is not None and entry[0]() is holder:
+            entry[1] += 1
+            return
+        self.holders[id(holder)] = [weakref.ref(holder, _forget(self.holders, id(holder))), 1]
+
+    def release(self, holder: object) -> bool:
+        """One hold of ``holder`` given up; whether any holder is left."""
+        entry = self.holders.get(id(holder))
+        if entry is not None and entry[0]() is holder:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.holders[id(holder)]
+        return any(ref() is not None for ref, _ in self.holders.values())
 
 
 # The engines open_shared_engine hands out, by (st_dev, st_ino, engine name and
@@ -165,6 +183,15 @@ class _Shared:
 _SHARED: dict[tuple[Any, ...], _Shared] = {}
 _SHARED_KEYS: weakref.WeakKeyDictionary[Engine, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
+
+
+def _forget(holders: dict[int, list[Any]], key: int) -> Callable[[object], None]:
+    """A weakref callback: a collected holder leaves (a dict pop, no lock)."""
+
+    def forget(_: object) -> None:
+        holders.pop(key, None)
+
+    return forget
 
 
 def _shared_key(location: str, name: str, options: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -205,6 +232,7 @@ def open_shared_engine(
     another (or another process) turned on, as a fresh open would.
     """
     location = _check_options(path, synchronous, busy_timeout_ms, wal_size_limit)
+    weakref.ref(holder)  # a holder must be weakly referable: refused before anything opens
     name = engine_class(engine).name
     options: dict[str, Any] = {
         "synchronous": synchronous,
@@ -218,16 +246,18 @@ def open_shared_engine(
         found = shared.engine() if shared is not None else None
         if shared is not None and found is not None and not found.closed:
             found.join(hash_chain=hash_chain and not read_only)
-            shared.holders.add(holder)
+            shared.hold(holder)
             return found
         opened = open_engine(
             path, engine=engine, file_mode=file_mode, hash_chain=hash_chain, **options
         )
         key = None if opened.path == ":memory:" else _shared_key(opened.path, name, options)
         if key is not None:
+            for gone in [old for old, entry in _SHARED.items() if entry.engine() is None]:
+                del _SHARED[gone]  # engines collected since: their entries go
             _SHARED[key] = shared = _Shared(opened)
             _SHARED_KEYS[opened] = key
-            shared.holders.add(holder)
+            shared.hold(holder)
         return opened
 
 
@@ -238,8 +268,7 @@ def release_engine(engine: Engine, holder: object) -> None:
         key = _SHARED_KEYS.get(engine)
         shared = _SHARED.get(key) if key is not None else None
         if key is not None and shared is not None and shared.engine() is engine:
-            shared.holders.discard(holder)
-            if shared.holders:
+            if shared.release(holder):
                 return
             del _SHARED[key]
     engine.close()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +37,7 @@ from ..events import (
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
-from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
+from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, decode_metadata
 
 __all__ = ["SqliteCheckpointer", "open_database"]
 
@@ -117,24 +119,52 @@ class SqliteCheckpointer(BaseCheckpointer):
             hash_chain=hash_chain and not read_only,
             holder=self,
         )
+        self._signal = _commit_signal_of(self._engine)
         self.file = self._engine.path
         self._tenant = tenant
 
     @classmethod
-    def on_engine(cls, engine: Engine, tenant: str = DEFAULT_TENANT) -> SqliteCheckpointer:
+    def on_engine(
+        cls, engine: Engine, tenant: str = DEFAULT_TENANT, *, keep: object = None
+    ) -> SqliteCheckpointer:
         """The Checkpointer face of an already open database (it is not closed with it).
 
         :class:`~agentlog.SqliteStorage` hands this out, so both faces share one
-        engine and one writer connection.
+        engine and one writer connection; ``keep`` is kept alive as long as
+        the face (the storage's hold on a shared engine, so that the engine
+        stays the face's while it is used).
         """
         self = cls.__new__(cls)
+        self._keep = keep
         self._engine = engine
+        self._signal = _commit_signal_of(engine)
         self.file = engine.path
         self._tenant = tenant
         self._owns_engine = False
         return self
 
     _owns_engine = True
+    _keep: object = None
+
+    def _notify_commit(self) -> None:
+        signal = self._signal[0]
+        if signal is not None:
+            signal.notify()
+
+    @property
+    def commits(self) -> CommitSignal:
+        """The signal every checkpointer on this engine raises after each write
+        (made on first use): with the engine shared (one per file per
+        process), a follower on any of them wakes at once for a write through
+        any other."""
+        box = self._signal
+        signal = box[0]
+        if signal is None:
+            with _SIGNALS_LOCK:
+                signal = box[0]
+                if signal is None:
+                    signal = box[0] = CommitSignal()
+        return signal
 
     @property
     def tenant(self) -> str:
@@ -369,6 +399,29 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _close(self) -> None:
         if self._owns_engine:
             release_engine(self._engine, self)
+
+
+# Per engine, the commit signal its checkpointers share (None until a
+# follower asks for it, so that a write costs nothing without followers).
+_SIGNALS: weakref.WeakKeyDictionary[Engine, list[CommitSignal | None]] = weakref.WeakKeyDictionary()
+_SIGNALS_LOCK = threading.Lock()
+
+
+def _commit_signal_of(engine: Engine) -> list[CommitSignal | None]:
+    with _SIGNALS_LOCK:
+        box = _SIGNALS.get(engine)
+        if box is None:
+            box = _SIGNALS[engine] = [None]
+        return box
+
+
+def _fresh_signals_lock_in_child() -> None:
+    global _SIGNALS_LOCK
+    _SIGNALS_LOCK = threading.Lock()  # a parent thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_signals_lock_in_child)
 
 
 def open_database(

@@ -128,7 +128,9 @@ class SqliteStorage(Closable):
         """
         if self.closed:
             raise CheckpointerClosedError("the storage is closed")
-        face = SqliteCheckpointer.on_engine(self._engine, check_name("tenant", tenant))
+        face = SqliteCheckpointer.on_engine(
+            self._engine, check_name("tenant", tenant), keep=self._closed
+        )
         self._faces.add(face)
         return face
 
