@@ -138,23 +138,23 @@ class StorageHold:
 class EngineTransactions(Transactions):
     """Transactions of a SQLite store: a write transaction, or a pooled read.
 
-    Once ``closed`` (its storage's flag) is set, it refuses work, though the
+    Once its storage is closed (``hold.closed``), it refuses work, though the
     engine may stay open for the process's other holders.
     """
 
-    def __init__(self, engine: Engine, closed: StorageHold | None = None) -> None:
+    def __init__(self, engine: Engine, hold: StorageHold | None = None) -> None:
         self._engine = engine
-        self._closed = closed
+        self._hold = hold
 
-    def _check_owner(self) -> None:
+    def _check_storage_open(self) -> None:
         # (A closed engine refuses on its own, saying why: closed, or forked.)
-        if self._closed is not None and self._closed.closed and not self._engine.closed:
+        if self._hold is not None and self._hold.closed and not self._engine.closed:
             raise CheckpointerClosedError("the storage is closed")
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
-        self._check_owner()
+        self._check_storage_open()
         return self._engine.write(name, work)
 
     def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
-        self._check_owner()
+        self._check_storage_open()
         return self._engine.read(name, work, snapshot=snapshot)

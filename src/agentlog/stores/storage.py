@@ -69,13 +69,13 @@ class SqliteStorage(Closable):
         self._engine = engine
         # The stores see the storage closed through its hold (not through the
         # storage: no cycle, so a storage dropped unclosed is freed at once).
-        self._closed = StorageHold() if hold is None else hold
+        self._hold = StorageHold() if hold is None else hold
         self._shared = hold is not None
         self._faces: weakref.WeakSet[SqliteCheckpointer] = weakref.WeakSet()
-        self.sessions = SqliteSessionStore(engine, self._closed)
-        self.checkpoints = SqliteCheckpointStore(engine, self._closed)
-        self.memory = SqliteMemoryStore(engine, self._closed)
-        self.artifacts = SqliteArtifactStore(engine, self._closed)
+        self.sessions = SqliteSessionStore(engine, self._hold)
+        self.checkpoints = SqliteCheckpointStore(engine, self._hold)
+        self.memory = SqliteMemoryStore(engine, self._hold)
+        self.artifacts = SqliteArtifactStore(engine, self._hold)
 
     @classmethod
     def open(
@@ -129,7 +129,7 @@ class SqliteStorage(Closable):
         if self.closed:
             raise CheckpointerClosedError("the storage is closed")
         face = SqliteCheckpointer.on_engine(
-            self._engine, check_name("tenant", tenant), keep=self._closed
+            self._engine, check_name("tenant", tenant), keep=self._hold
         )
         self._faces.add(face)
         return face
@@ -137,18 +137,18 @@ class SqliteStorage(Closable):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._closed.closed or self._engine.closed
+        return self._hold.closed or self._engine.closed
 
     def close(self) -> None:
         """Close the database (give up this storage's hold on it: the process's
         other holders keep it open); later use of the stores and of the
         checkpointers handed out raises :class:`CheckpointerClosedError`."""
-        if self._closed.closed:
+        if self._hold.closed:
             return
-        self._closed.closed = True
+        self._hold.closed = True
         for face in list(self._faces):
             face.close()
         if self._shared:
-            release_engine(self._engine, self._closed)
+            release_engine(self._engine, self._hold)
         else:
             self._engine.close()
