@@ -355,3 +355,63 @@ def test_entries_of_collected_engines_do_not_pile_up(tmp_path: Path, engine: str
     kept = SqliteCheckpointer(tmp_path / "kept.db", engine=engine)
     assert len([key for key in _SHARED if key[1] != 0]) <= 2, len(_SHARED)
     kept.close()
+
+
+def test_a_session_store_write_wakes_the_logs_followers_at_once(
+    tmp_path: Path, engine: str
+) -> None:
+    path = tmp_path / "store-follow.db"
+    storage = SqliteStorage.open(path, engine=engine)
+    log = SqliteCheckpointer(path, engine=engine)
+    record = storage.sessions.create("default", "s")
+    seen: list[float] = []
+
+    def follow() -> None:
+        for _event in log.follow("s", poll_interval=60):  # only the signal can wake it
+            seen.append(time.monotonic())
+            return
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    time.sleep(0.2)
+    start = time.monotonic()
+    storage.sessions.append("default", "s", record.revision, [{**EVENT, "id": "i1"}])
+    follower.join(timeout=10)
+    assert not follower.is_alive()
+    assert seen and seen[0] - start < 5
+    log.close()
+    storage.close()
+
+
+HOLD_THE_WRITE_LOCK = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("COMMIT")
+"""
+
+
+def test_a_slow_open_of_one_file_never_holds_up_another_files_close(
+    tmp_path: Path, engine: str
+) -> None:
+    slow, other = tmp_path / "slow.db", tmp_path / "other.db"
+    SqliteCheckpointer(slow, engine=engine).close()
+    unrelated = SqliteCheckpointer(other, engine=engine)
+    holder = subprocess.Popen(
+        [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(slow), "3"], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    # Turning the chain on writes: this open waits for the other process's lock.
+    opening = threading.Thread(
+        target=lambda: SqliteCheckpointer(slow, engine=engine, hash_chain=True).close()
+    )
+    opening.start()
+    time.sleep(0.3)
+    start = time.monotonic()
+    unrelated.close()
+    took = time.monotonic() - start
+    opening.join(timeout=30)
+    assert holder.wait(timeout=30) == 0
+    assert took < 1.5, took

@@ -240,25 +240,65 @@ def open_shared_engine(
         "read_only": bool(read_only),
         "wal_size_limit": wal_size_limit,
     }
-    with _SHARED_LOCK:
-        key = None if location == ":memory:" else _shared_key(location, name, options)
-        shared = _SHARED.get(key) if key is not None else None
-        found = shared.engine() if shared is not None else None
+    if location == ":memory:":
+        return open_engine(path, engine=engine, hash_chain=hash_chain, **options)
+    # Opens of one file take turns (so that they make one engine), but nothing
+    # slow — an open, a migration, a wait for another process's write lock —
+    # runs under the registry's lock, which every close needs.
+    with _gate(location):
+        with _SHARED_LOCK:
+            key = _shared_key(location, name, options)
+            shared = _SHARED.get(key) if key is not None else None
+            found = shared.engine() if shared is not None else None
+            if shared is not None and found is not None and not found.closed:
+                shared.hold(holder)
         if shared is not None and found is not None and not found.closed:
-            found.join(hash_chain=hash_chain and not read_only)
-            shared.hold(holder)
+            try:
+                found.join(hash_chain=hash_chain and not read_only)
+            except BaseException:
+                release_engine(found, holder)
+                raise
             return found
         opened = open_engine(
             path, engine=engine, file_mode=file_mode, hash_chain=hash_chain, **options
         )
-        key = None if opened.path == ":memory:" else _shared_key(opened.path, name, options)
-        if key is not None:
-            for gone in [old for old, entry in _SHARED.items() if entry.engine() is None]:
-                del _SHARED[gone]  # engines collected since: their entries go
-            _SHARED[key] = shared = _Shared(opened)
-            _SHARED_KEYS[opened] = key
-            shared.hold(holder)
+        with _SHARED_LOCK:
+            key = _shared_key(opened.path, name, options)
+            if key is not None:
+                for gone in [old for old, entry in _SHARED.items() if entry.engine() is None]:
+                    del _SHARED[gone]  # engines collected since: their entries go
+                _SHARED[key] = shared = _Shared(opened)
+                _SHARED_KEYS[opened] = key
+                shared.hold(holder)
         return opened
+
+
+class _Gate:
+    """The turn opens of one file take (see open_shared_engine)."""
+
+    __slots__ = ("__weakref__", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.lock.release()
+
+
+# By real path; an entry lasts while an open of that file is under way.
+_GATES: weakref.WeakValueDictionary[str, _Gate] = weakref.WeakValueDictionary()
+
+
+def _gate(location: str) -> _Gate:
+    where = os.path.realpath(location)
+    with _SHARED_LOCK:
+        gate = _GATES.get(where)
+        if gate is None:
+            gate = _GATES[where] = _Gate()
+        return gate
 
 
 def release_engine(engine: Engine, holder: object) -> None:
@@ -281,6 +321,7 @@ def _forget_shared_in_child() -> None:
     _SHARED_LOCK = threading.Lock()  # a parent thread may have held it
     _SHARED.clear()
     _SHARED_KEYS.clear()
+    _GATES.clear()  # (a parent thread may have held one)
 
 
 if hasattr(os, "register_at_fork"):

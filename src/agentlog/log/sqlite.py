@@ -39,7 +39,7 @@ from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, decode_metadata
 
-__all__ = ["SqliteCheckpointer", "open_database"]
+__all__ = ["SqliteCheckpointer", "notify_followers", "open_database"]
 
 
 class SqliteCheckpointer(BaseCheckpointer):
@@ -413,6 +413,14 @@ def _commit_signal_of(engine: Engine) -> list[CommitSignal | None]:
         if box is None:
             box = _SIGNALS[engine] = [None]
         return box
+
+
+def notify_followers(engine: Engine) -> None:
+    """After a write to the log through ``engine`` other than a checkpointer's
+    (the ``SessionStore`` face): wake the followers of every checkpointer on it."""
+    signal = _commit_signal_of(engine)[0]
+    if signal is not None:
+        signal.notify()
 
 
 def _fresh_signals_lock_in_child() -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import builtins
 import functools
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..engine import schema as S
 from ..engine import sql as Q
@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..events import StoredEvent, check_seq, decode_json, encode_events
 from ..integrity import verify_checksums
+from ..log.sqlite import notify_followers
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -49,6 +50,8 @@ from .common import (
     encode_value,
     must_exist,
 )
+
+_T = TypeVar("_T")
 
 __all__ = [
     "InMemorySessionStore",
@@ -538,6 +541,11 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
 
 class SqliteSessionStore(EngineTransactions, SessionStore):
     """A :class:`SessionStore` on the session log's own tables (the handle is the sid)."""
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        result = super()._atomic(name, work)
+        notify_followers(self._engine)  # the log's followers, on any checkpointer of the engine
+        return result
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
         found = ctx.rows(Q.SESSION_RECORD, key)
