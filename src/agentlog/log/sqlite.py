@@ -418,9 +418,9 @@ def _commit_signal_of(engine: Engine) -> list[CommitSignal | None]:
 def notify_followers(engine: Engine) -> None:
     """After a write to the log through ``engine`` other than a checkpointer's
     (the ``SessionStore`` face): wake the followers of every checkpointer on it."""
-    signal = _commit_signal_of(engine)[0]
-    if signal is not None:
-        signal.notify()
+    box = _SIGNALS.get(engine)  # (no checkpointer on it yet: no follower either)
+    if box is not None and box[0] is not None:
+        box[0].notify()
 
 
 def _fresh_signals_lock_in_child() -> None:
