@@ -12,6 +12,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from agentlog.aio import AsyncSqliteCheckpointer, AsyncSqliteStorage
 from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
+from ..log.test_sqlite import HOLD_WRITE_LOCK
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -270,11 +272,19 @@ def test_a_follower_wakes_at_once_for_a_write_through_another_holder(
     path = tmp_path / "follow.db"
     writer = SqliteCheckpointer(path, engine=engine)
     reader = SqliteCheckpointer(path, engine=engine)
+    assert seconds_to_delivery(reader, lambda: writer.append("s", [EVENT])) < 5
+    writer.close()
+    reader.close()
+
+
+def seconds_to_delivery(log: SqliteCheckpointer, write: Callable[[], object]) -> float:
+    """How long after ``write()`` a follower of ``log``'s session "s", waiting
+    already, gets the event; with a poll interval far beyond the test, only the
+    commit signal can wake it in time."""
     seen: list[float] = []
 
     def follow() -> None:
-        # A poll interval far beyond the test: only the shared signal can wake it.
-        for _event in reader.follow("s", poll_interval=60):
+        for _event in log.follow("s", poll_interval=60):
             seen.append(time.monotonic())
             return
 
@@ -282,12 +292,10 @@ def test_a_follower_wakes_at_once_for_a_write_through_another_holder(
     follower.start()
     time.sleep(0.2)  # the follower waits
     start = time.monotonic()
-    writer.append("s", [EVENT])
+    write()
     follower.join(timeout=10)
-    assert not follower.is_alive()
-    assert seen and seen[0] - start < 5
-    writer.close()
-    reader.close()
+    assert not follower.is_alive() and seen
+    return seen[0] - start
 
 
 def test_a_storage_face_keeps_the_engine_when_another_holder_comes_and_goes(
@@ -364,33 +372,13 @@ def test_a_session_store_write_wakes_the_logs_followers_at_once(
     storage = SqliteStorage.open(path, engine=engine)
     log = SqliteCheckpointer(path, engine=engine)
     record = storage.sessions.create("default", "s")
-    seen: list[float] = []
 
-    def follow() -> None:
-        for _event in log.follow("s", poll_interval=60):  # only the signal can wake it
-            seen.append(time.monotonic())
-            return
+    def write() -> object:
+        return storage.sessions.append("default", "s", record.revision, [{**EVENT, "id": "i1"}])
 
-    follower = threading.Thread(target=follow)
-    follower.start()
-    time.sleep(0.2)
-    start = time.monotonic()
-    storage.sessions.append("default", "s", record.revision, [{**EVENT, "id": "i1"}])
-    follower.join(timeout=10)
-    assert not follower.is_alive()
-    assert seen and seen[0] - start < 5
+    assert seconds_to_delivery(log, write) < 5
     log.close()
     storage.close()
-
-
-HOLD_THE_WRITE_LOCK = """
-import sqlite3, sys, time
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN IMMEDIATE")
-print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-db.execute("COMMIT")
-"""
 
 
 def test_a_slow_open_of_one_file_never_holds_up_another_files_close(
@@ -400,7 +388,7 @@ def test_a_slow_open_of_one_file_never_holds_up_another_files_close(
     SqliteCheckpointer(slow, engine=engine).close()
     unrelated = SqliteCheckpointer(other, engine=engine)
     holder = subprocess.Popen(
-        [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(slow), "3"], stdout=subprocess.PIPE, text=True
+        [PYTHON, "-c", HOLD_WRITE_LOCK, str(slow), "3"], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
     # Turning the chain on writes: this open waits for the other process's lock.
