@@ -18,6 +18,7 @@ import builtins
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
@@ -135,9 +136,11 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._loop_groups: dict[asyncio.AbstractEventLoop, builtins.list[Job]] = {}
         # Per loop, in this turn of it: the task whose appends are written at
         # once, and how many were; and the loops where several tasks append
-        # (see _append_now).
-        self._loop_turns: dict[asyncio.AbstractEventLoop, builtins.list[Any]] = {}
-        self._loop_shared: set[asyncio.AbstractEventLoop] = set()
+        # (see _append_now). Weakly: a loop that ended leaves.
+        self._loop_turns: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, builtins.list[Any]
+        ] = weakref.WeakKeyDictionary()
+        self._loop_shared: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._loop_flushes = 0
         self._closed = False
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
