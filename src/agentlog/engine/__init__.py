@@ -252,7 +252,9 @@ def open_shared_engine(
             found = shared.engine() if shared is not None else None
             if shared is not None and found is not None and not found.closed:
                 shared.hold(holder)
-        if shared is not None and found is not None and not found.closed:
+            else:
+                found = None
+        if found is not None:
             try:
                 found.join(hash_chain=hash_chain and not read_only)
             except BaseException:

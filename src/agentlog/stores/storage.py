@@ -70,7 +70,6 @@ class SqliteStorage(Closable):
         # The stores see the storage closed through its hold (not through the
         # storage: no cycle, so a storage dropped unclosed is freed at once).
         self._hold = StorageHold() if hold is None else hold
-        self._shared = hold is not None
         self._faces: weakref.WeakSet[SqliteCheckpointer] = weakref.WeakSet()
         self.sessions = SqliteSessionStore(engine, self._hold)
         self.checkpoints = SqliteCheckpointStore(engine, self._hold)
@@ -148,7 +147,4 @@ class SqliteStorage(Closable):
         self._hold.closed = True
         for face in list(self._faces):
             face.close()
-        if self._shared:
-            release_engine(self._engine, self._hold)
-        else:
-            self._engine.close()
+        release_engine(self._engine, self._hold)  # (an engine not shared: closed)
