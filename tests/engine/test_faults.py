@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -38,6 +38,9 @@ from agentlog.errors import StorageNotFoundError, StorageUnavailableError
 from agentlog.stores import SqliteStorage
 
 from ..conftest import require_engine
+
+# What a sweep opens afresh for each fault point: the log, or the four stores.
+_Opened = TypeVar("_Opened", SqliteCheckpointer, SqliteStorage)
 
 #: What a fault may surface as: SQLite's out-of-memory is ``MemoryError``
 #: (agentlog.engine.base's error table), every I/O failure and a full disk
@@ -153,44 +156,59 @@ def check_recovered(cp: SqliteCheckpointer, path: Path, expected: dict[str, Any]
         assert log_state(again) == expected
 
 
+def sweep(
+    seam: FaultSeam,
+    kind: FaultKind,
+    mode: str,
+    path: Path,
+    fresh: Callable[[Path], _Opened],
+    state: Callable[[_Opened], Any],
+    run: Callable[[_Opened], object],
+    recovered: Callable[[_Opened, Path, Any], None],
+) -> None:
+    """Fail ``run`` at each of its operations of ``kind`` in turn, on a
+    ``fresh`` database each time: it either gives the reference result, the
+    state after, or a typed error, the state before; and the database
+    ``recovered`` either way."""
+    # The reference run: the operation's operations of this kind, its result and after-state.
+    opened = fresh(path)
+    before = state(opened)
+    seam.count(kind)
+    result = run(opened)
+    total, _ = seam.counts()
+    seam.disarm()
+    after = state(opened)
+    opened.close()
+    failures = 0
+    for point in points(total):
+        opened = fresh(path)
+        seam.arm(kind, after=point, persistent=MODES[mode])
+        try:
+            got = run(opened)
+        except TYPED as exc:
+            assert seam.disarm(), "an error without a fault"
+            assert str(exc), "an error that does not say what failed"
+            failures += 1
+            recovered(opened, path, before)
+        except BaseException:
+            seam.disarm()
+            opened.close()
+            raise
+        else:
+            seam.disarm()
+            assert got == result, f"fault point {point}: a wrong result"
+            recovered(opened, path, after)
+    # The sweep reached the faults: an operation with operations of this kind failed.
+    assert failures or total == 0
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 @pytest.mark.parametrize("case", LOG_CASES, ids=[case.name for case in LOG_CASES])
 def test_log_operation_under_faults(
     tmp_path: Path, seam: FaultSeam, case: LogCase, kind: FaultKind, mode: str
 ) -> None:
-    path = tmp_path / "log.db"
-    # The reference run: the operation's operations of this kind, its result and after-state.
-    cp = fresh_log(path)
-    before = log_state(cp)
-    seam.count(kind)
-    result = case.run(cp)
-    total, _ = seam.counts()
-    seam.disarm()
-    after = log_state(cp)
-    cp.close()
-    failures = 0
-    for point in points(total):
-        cp = fresh_log(path)
-        seam.arm(kind, after=point, persistent=MODES[mode])
-        try:
-            got = case.run(cp)
-        except TYPED as exc:
-            fired = seam.disarm()
-            assert fired, "an error without a fault"
-            assert str(exc), "an error that does not say what failed"
-            failures += 1
-            check_recovered(cp, path, before)
-        except BaseException:
-            seam.disarm()
-            cp.close()
-            raise
-        else:
-            seam.disarm()
-            assert got == result, f"fault point {point}: a wrong result"
-            check_recovered(cp, path, after)
-    # The sweep reached the faults: an operation with operations of this kind failed.
-    assert failures or total == 0
+    sweep(seam, kind, mode, tmp_path / "log.db", fresh_log, log_state, case.run, check_recovered)
 
 
 def test_open_under_faults(tmp_path: Path, seam: FaultSeam) -> None:
@@ -398,36 +416,16 @@ def check_stores_recovered(storage: SqliteStorage, path: Path, expected: Any) ->
 def test_store_operation_under_faults(
     tmp_path: Path, seam: FaultSeam, case: str, kind: FaultKind, mode: str
 ) -> None:
-    run = STORE_CASES[case]
-    path = tmp_path / "stores.db"
-    storage = fresh_storage(path)
-    before = store_state(storage)
-    seam.count(kind)
-    result = run(storage)
-    total, _ = seam.counts()
-    seam.disarm()
-    after = store_state(storage)
-    storage.close()
-    failures = 0
-    for point in points(total):
-        storage = fresh_storage(path)
-        seam.arm(kind, after=point, persistent=MODES[mode])
-        try:
-            got = run(storage)
-        except TYPED as exc:
-            assert seam.disarm(), "an error without a fault"
-            assert str(exc), "an error that does not say what failed"
-            failures += 1
-            check_stores_recovered(storage, path, before)
-        except BaseException:
-            seam.disarm()
-            storage.close()
-            raise
-        else:
-            seam.disarm()
-            assert got == result, f"fault point {point}: a wrong result"
-            check_stores_recovered(storage, path, after)
-    assert failures or total == 0
+    sweep(
+        seam,
+        kind,
+        mode,
+        tmp_path / "stores.db",
+        fresh_storage,
+        store_state,
+        STORE_CASES[case],
+        check_stores_recovered,
+    )
 
 
 # -- the seam itself -------------------------------------------------------------------
