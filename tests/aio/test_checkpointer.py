@@ -305,3 +305,30 @@ def test_a_task_appending_alone_is_written_without_a_turn_of_the_loop(
     assert turns >= 100 // 17, turns
     assert groups >= 105  # one transaction per append: nothing waited to group
     assert together <= 4, together  # 128 appends of 64 tasks: grouped
+
+
+def test_a_file_group_reports_each_append_as_written(tmp_path: Path) -> None:
+    """Async callers whose appends share a writer group on the file backend:
+    the one the store refuses gets the error; the others their heads."""
+    from agentlog import CorruptDatabaseError
+    from agentlog.aio import AsyncFileCheckpointer
+    from agentlog.log.file import session_file_name
+
+    store = tmp_path / "store"
+
+    async def main() -> list[Any]:
+        log = AsyncFileCheckpointer(store)
+        try:
+            await log.append("bad", [{"type": "user", "content": "first"}])
+            os.link(store / session_file_name("bad"), tmp_path / "outside-link")
+            return await asyncio.gather(
+                log.append("good", [{"type": "user", "content": "mine"}], expected_head=0),
+                log.append("bad", [{"type": "user", "content": "x"}]),
+                return_exceptions=True,
+            )
+        finally:
+            await log.aclose()
+
+    good, bad = asyncio.run(main())
+    assert good == 1
+    assert isinstance(bad, CorruptDatabaseError)

@@ -204,3 +204,30 @@ def test_fork_and_truncate_on_a_full_disk_are_typed_and_leave_nothing(full_disk:
     with FileCheckpointer(store) as cp:
         assert [e.event for e in cp.read("s")] == big[:10]
         assert [e.event for e in cp.read("f")] == big
+
+
+def test_a_failing_append_in_a_group_refuses_only_itself(tmp_path: Path) -> None:
+    """Each append of a group is a write of its own here: one refused for a
+    second name (a hard link from outside) must not report the others, which
+    were written, as failed — a caller retrying those would write them twice."""
+    store = tmp_path / "store"
+    log = FileCheckpointer(store)
+    log.append("bad", EVENTS[:1])
+    os.link(store / session_file_name("bad"), tmp_path / "outside-link")
+    good, bad, after = (
+        log.prepare_append("good", EVENTS[1:2], 0),
+        log.prepare_append("bad", EVENTS[2:3]),
+        log.prepare_append("after", EVENTS[3:4], 0),
+    )
+    results = log.append_prepared([good, bad, after])
+    assert results[0] == 1 and results[2] == 1
+    assert isinstance(results[1], CorruptDatabaseError)
+    # The first append failing: nothing of the group is written, and it raises.
+    with pytest.raises(CorruptDatabaseError):
+        log.append_prepared([bad, log.prepare_append("never", EVENTS[4:5])])
+    log.close()
+    (tmp_path / "outside-link").unlink()
+    with FileCheckpointer(store) as reopened:
+        assert [e.event["content"] for e in reopened.read("good")] == ["m1"]
+        assert [e.event["content"] for e in reopened.read("after")] == ["m3"]
+        assert reopened.head("bad") == 1 and reopened.head("never") == 0

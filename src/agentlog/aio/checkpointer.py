@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Literal, TypeVar, overload
 
-from ..errors import CheckpointConflictError, CheckpointerClosedError
+from ..errors import CheckpointerClosedError
 from ..events import (
     SessionEvent,
     SessionInfo,
@@ -207,7 +207,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
     def _append_now(
         self, loop: asyncio.AbstractEventLoop, prepared: PreparedAppend
-    ) -> int | CheckpointConflictError | ValueError | None:
+    ) -> int | Exception | None:
         """An append alone in its turn of the loop, written at once if that needs
         no waiting; None when it is to be queued instead.
 

@@ -682,7 +682,7 @@ class EngineBase(Generic[ConnectionT]):
 
     def append_many(
         self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
-    ) -> list[int | CheckpointConflictError | ValueError]:
+    ) -> list[int | Exception]:
         """Append several batches in ONE write transaction, each atomically on its own.
 
         ``requests`` are ``(name, expected_head, batch)``; the result holds, in
@@ -699,7 +699,7 @@ class EngineBase(Generic[ConnectionT]):
 
     def try_append_many(
         self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
-    ) -> list[int | CheckpointConflictError | ValueError] | None:
+    ) -> list[int | Exception] | None:
         """:meth:`append_many`, only if it needs no waiting; else None, nothing written.
 
         It waits for nothing: not for the write lock (held by another thread
@@ -720,13 +720,13 @@ class EngineBase(Generic[ConnectionT]):
         tenant: str,
         requests: Sequence[tuple[str, int | None, EncodedBatch]],
         ts: float,
-        written: list[int | CheckpointConflictError | ValueError],
-    ) -> list[int | CheckpointConflictError | ValueError]:
+        written: list[int | Exception],
+    ) -> list[int | Exception]:
         """The results of ``requests``: ``written`` for the non-empty batches, in
         order, and for each empty one its head (checked), read now."""
         if len(written) == len(requests):
             return written
-        results: list[int | CheckpointConflictError | ValueError] = []
+        results: list[int | Exception] = []
         non_empty = iter(written)
         for name, expected_head, batch in requests:
             if batch:
@@ -745,14 +745,14 @@ class EngineBase(Generic[ConnectionT]):
         ts: float,
         *,
         wait: bool,
-    ) -> list[int | CheckpointConflictError | ValueError] | None:
+    ) -> list[int | Exception] | None:
         """Non-empty batches in one transaction (the C twin's is C); None only
         without ``wait``, when the write could not begin at once."""
         if not requests:
             return []
 
-        def work(conn: ConnectionT) -> list[int | CheckpointConflictError | ValueError]:
-            results: list[int | CheckpointConflictError | ValueError] = []
+        def work(conn: ConnectionT) -> list[int | Exception]:
+            results: list[int | Exception] = []
             for name, expected_head, batch in requests:
                 try:
                     results.append(self._append_in(conn, tenant, name, expected_head, ts, batch))

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..errors import CheckpointConflictError
 from ..events import EncodedBatch, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
 
@@ -82,7 +81,7 @@ class Engine(Protocol):
 
     def append_many(
         self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
-    ) -> list[int | CheckpointConflictError | ValueError]:
+    ) -> list[int | Exception]:
         """Append several ``(name, expected_head, batch)`` in one write transaction.
 
         Each is atomic on its own: the result holds its new head, or the
@@ -92,7 +91,7 @@ class Engine(Protocol):
 
     def try_append_many(
         self, tenant: str, requests: Sequence[tuple[str, int | None, EncodedBatch]], ts: float
-    ) -> list[int | CheckpointConflictError | ValueError] | None:
+    ) -> list[int | Exception] | None:
         """:meth:`append_many`, only if it needs no waiting — for the write lock
         or (``synchronous="full"``) the disk; else None, and nothing written."""
         ...

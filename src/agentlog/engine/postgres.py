@@ -819,14 +819,14 @@ class PostgresDatabase:
 
     def append_many(
         self, tenant: str, requests: Sequence[AppendRequest], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+    ) -> builtins.list[int | Exception]:
         """Several appends in one transaction, each refused (a conflict) alone.
 
         Sessions are locked in id order (each one's appends keep their order),
         so two groups never deadlock.
         """
         self.check_writable("appending a group")
-        results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
+        results: builtins.list[int | Exception] = [0] * len(requests)
         order = sorted(range(len(requests)), key=lambda index: requests[index][0])
         names = {name for name, _, _ in requests}
         if len(requests) > 1 and len(names) == len(requests):
@@ -844,7 +844,7 @@ class PostgresDatabase:
 
     def _append_pipelined(
         self, tenant: str, requests: Sequence[AppendRequest], order: Sequence[int], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+    ) -> builtins.list[int | Exception]:
         """A group of one append per session, its statements sent in one pipeline.
 
         Each statement is the single append's; they are sent together and their
@@ -853,7 +853,7 @@ class PostgresDatabase:
         afterwards for the error (no other append of the group touched that
         session).
         """
-        results: builtins.list[int | CheckpointConflictError | ValueError] = [0] * len(requests)
+        results: builtins.list[int | Exception] = [0] * len(requests)
         with self.connection("appending a group") as conn, conn.pipeline(), conn.transaction():
             sent = []
             for index in order:

@@ -382,16 +382,17 @@ class BaseCheckpointer(Closable, ABC):
             expected_head = check_seq("expected_head", expected_head)
         return session_id, encode_events(events), expected_head
 
-    def append_prepared(
-        self, appends: Sequence[PreparedAppend]
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+    def append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
         """Write prepared appends, each atomically and on its own terms.
 
         The result holds, in order, each append's new head, or the
         :class:`CheckpointConflictError` (or ``ValueError``, past the seq bound)
-        that refused it alone. Where the backend can (SQLite), all of them are
-        one transaction: a group commit. Any other failure raises, and then
-        nothing of the group was written.
+        that refused it alone. Where the backend can (SQLite, PostgreSQL), all
+        of them are one transaction: a group commit. Any other failure raises,
+        and then nothing of the group was written. On a backend whose appends
+        are writes of their own (files, memory), a failure after another
+        append of the group was written is instead that append's own outcome
+        (the exception, in its place), since what was written stays.
         """
         self._check_open()
         results = self._append_many(appends, time.time())
@@ -400,7 +401,7 @@ class BaseCheckpointer(Closable, ABC):
 
     def try_append_prepared(
         self, appends: Sequence[PreparedAppend]
-    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+    ) -> builtins.list[int | Exception] | None:
         """:meth:`append_prepared`, only if it can be written without waiting.
 
         None, and nothing written, when it would have to wait — for a lock
@@ -416,18 +417,27 @@ class BaseCheckpointer(Closable, ABC):
 
     def _try_append_many(
         self, appends: Sequence[PreparedAppend], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+    ) -> builtins.list[int | Exception] | None:
         return None
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
-        """One append after another (a backend with transactions does better)."""
-        results: builtins.list[int | CheckpointConflictError | ValueError] = []
+    ) -> builtins.list[int | Exception]:
+        """One append after another, each a write of its own (a backend with
+        transactions does better). Once one of them is written a later failure
+        cannot take it back: from then on a failure is that append's own
+        outcome, and the rest are still tried."""
+        results: builtins.list[int | Exception] = []
+        written = False
         for session_id, batch, expected_head in appends:
             try:
                 results.append(self._append(session_id, batch, expected_head, ts))
+                written = True
             except (CheckpointConflictError, ValueError) as exc:
+                results.append(exc)
+            except Exception as exc:
+                if not written:
+                    raise  # nothing of the group is written
                 results.append(exc)
         return results
 

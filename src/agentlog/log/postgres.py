@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from ..engine.postgres import DEFAULT_SCHEMA, Listener, PostgresDatabase
 from ..engine.schema import DEFAULT_TENANT
-from ..errors import CheckpointConflictError, StorageDataError
+from ..errors import StorageDataError
 from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
 from ..integrity import DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
@@ -209,7 +209,7 @@ class PostgresCheckpointer(BaseCheckpointer):
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+    ) -> builtins.list[int | Exception]:
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._db.append_many(self._tenant, requests, ts)
 

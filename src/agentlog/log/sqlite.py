@@ -20,7 +20,6 @@ from ..engine import (
 )
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
-    CheckpointConflictError,
     CorruptDatabaseError,
     SchemaVersionError,
     StorageDataError,
@@ -338,13 +337,13 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError]:
+    ) -> builtins.list[int | Exception]:
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._engine.append_many(self._tenant, requests, ts)
 
     def _try_append_many(
         self, appends: Sequence[PreparedAppend], ts: float
-    ) -> builtins.list[int | CheckpointConflictError | ValueError] | None:
+    ) -> builtins.list[int | Exception] | None:
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._engine.try_append_many(self._tenant, requests, ts)
 
