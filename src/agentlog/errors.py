@@ -84,16 +84,19 @@ class SessionExistsError(AgentlogError, ValueError):
 
 
 class SessionTruncatedError(AgentlogError):
-    """A followed session's head fell below the last seq the follower yielded.
+    """A followed session's head is below the follower's position.
 
-    The session was truncated (or deleted) under a follower: the events it
-    already yielded are no longer the log. Read the session again (from
-    ``head``, or from the start) and follow from there.
+    The session was truncated (or deleted) under a follower, so the events it
+    already yielded are no longer the log; or the follower started past the
+    head (``since_seq`` from a session since truncated, or never that long).
+    Read the session again (from ``head``, or from the start) and follow
+    from there.
     """
 
     def __init__(self, session_id: str, seq: int, head: int) -> None:
         super().__init__(
-            f"session {session_id!r} was truncated to {head} under a follower at seq {seq}"
+            f"session {session_id!r} ends at seq {head}, before the follower's seq {seq}"
+            " (truncated or deleted since, or never that long)"
         )
         self.session_id = session_id
         self.seq = seq

@@ -38,6 +38,7 @@ __all__ = [
     "missing_events",
     "payload_problem",
     "session_damage",
+    "stored_bytes",
     "verify_checksums",
     "walk_chain",
 ]
@@ -47,6 +48,13 @@ Progress = Callable[[int, int], None]
 
 #: The digest before a session's first event.
 GENESIS = bytes(32)
+
+
+def stored_bytes(payload: bytes | str) -> bytes:
+    """A stored payload as bytes: a payload changed behind agentlog's back may
+    come back as TEXT (``replace()`` on a BLOB gives TEXT), which is checked
+    (and found damaged) as its UTF-8 bytes rather than failing the check."""
+    return payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else bytes(payload)
 
 
 def checksum(payload: bytes) -> int:
@@ -80,7 +88,7 @@ def first_damaged(session_id: str, rows: Iterable[Sequence[Any]]) -> CorruptData
     first = None
     for row in rows:
         first = int(row[0]) if first is None else first
-        problem = payload_problem(bytes(row[3]), row[4])
+        problem = payload_problem(stored_bytes(row[3]), row[4])
         if problem is not None:
             return damaged_event(session_id, int(row[0]), problem)
     return damaged_event(session_id, first or 0, "the page's payloads do not decode one to one")
@@ -93,9 +101,14 @@ def verify_checksums(session_id: str, rows: Sequence[Sequence[Any]]) -> list[Any
     payloads = [row[3] for row in rows]
     # Compared as two lists (the loops in C); only a page that differs anywhere
     # (a damaged event, or rows written before checksums) is looked at row by row.
-    if list(map(zlib.crc32, payloads)) != [row[4] for row in rows]:
-        for row in rows:
-            if row[4] is not None and zlib.crc32(row[3]) != row[4]:
+    try:
+        computed = list(map(zlib.crc32, payloads))
+    except TypeError:  # a payload stored as TEXT
+        payloads = [stored_bytes(payload) for payload in payloads]
+        computed = list(map(zlib.crc32, payloads))
+    if computed != [row[4] for row in rows]:
+        for row, crc in zip(rows, computed, strict=True):
+            if row[4] is not None and crc != row[4]:
                 raise first_damaged(session_id, rows)
     return payloads
 

@@ -323,3 +323,24 @@ def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
         assert seen == [(i + 1, f"child {i}") for i in range(5)]
     finally:
         assert child.wait(PATIENCE) == 0
+
+
+def test_an_endless_poll_interval_waits_for_a_wake_up(log: BaseCheckpointer) -> None:
+    """``poll_interval=inf`` (or any wait longer than a lock takes) polls
+    never; a write through the same object still wakes the follower."""
+    log.append("s", [EVENT])
+    timer = watchdog(log)
+    try:
+        events = log.follow("s", poll_interval=float("inf"))
+        assert next(events).seq == 1
+        threading.Timer(0.2, log.append, args=("s", [EVENT])).start()
+        assert next(events).seq == 2
+        events.close()
+    finally:
+        timer.cancel()
+
+
+def test_a_follower_starting_past_the_head_is_told_so(log: BaseCheckpointer) -> None:
+    log.append("s", [EVENT])
+    with pytest.raises(SessionTruncatedError, match=r"ends at seq 1, before the follower's seq 5"):
+        next(log.follow("s", since_seq=5))

@@ -569,3 +569,31 @@ def test_postgres_deep_check_accepts_what_retention_pruned(
         pruned_session(storage)
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         assert log.check_integrity(deep=True) == (True, "ok")
+
+
+def test_a_payload_turned_into_text_is_damage_not_a_crash(tmp_path: Path, engine: str) -> None:
+    """SQL's ``replace()`` on a BLOB payload stores TEXT: every read, the deep
+    check and the CLI report that event as damaged, never a TypeError."""
+    import subprocess
+
+    from ..conftest import PYTHON
+
+    db = tmp_path / "a.db"
+    fill(db, engine, 10)
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "UPDATE events SET data = replace(data, 'user', 'USER') WHERE rowid IN"
+            " (SELECT rowid FROM events ORDER BY rowid LIMIT 1 OFFSET 6)"
+        )
+        assert raw.execute(
+            "SELECT count(*) FROM events WHERE typeof(data) = 'text'"
+        ).fetchone() == (1,)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        seen, error = read_until_error(cp, "s")
+        assert (seen, error.seq) == ([1, 2, 3, 4, 5, 6], 7)
+        ok, report = cp.check_integrity(deep=True)
+        assert not ok and "event 7: payload checksum mismatch" in report
+    for command in (["show", str(db), "s"], ["check", str(db), "--deep"]):
+        done = subprocess.run([PYTHON, "-m", "agentlog", *command], capture_output=True, text=True)
+        assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
+        assert "event 7: payload checksum mismatch" in done.stdout + done.stderr

@@ -270,3 +270,27 @@ def test_file_check_integrity_names_a_damaged_file(tmp_path: Path) -> None:
         ok, detail = reader.check_integrity()
     assert not ok
     assert detail.splitlines() == [f"{path}: unreadable event line 3"]
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path, engine: str, read_only: bool) -> None:
+    """SQLite's open of a FIFO waits for a writer forever (and Ctrl-C cannot
+    stop it); a path that is no regular file is refused before any open."""
+    import os
+    import subprocess
+
+    from ..conftest import PYTHON
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script = (
+        "import sys\nfrom agentlog import SqliteCheckpointer, StorageUnavailableError\n"
+        "try:\n"
+        f"    SqliteCheckpointer(sys.argv[1], engine={engine!r}, read_only={read_only})\n"
+        "except StorageUnavailableError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        [PYTHON, "-c", script, str(fifo)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "not a regular file" in done.stdout

@@ -25,6 +25,7 @@ import collections
 import contextlib
 import functools
 import os
+import stat
 import threading
 import time
 import weakref
@@ -51,6 +52,7 @@ from ..integrity import (
     chain_digest,
     checksum,
     session_damage,
+    stored_bytes,
     walk_chain,
 )
 from . import schema as S
@@ -85,6 +87,18 @@ _T = TypeVar("_T")
 _HASH_CHAIN = "hash_chain"
 #: Events per read of a deep check or a verify.
 _CHECK_PAGE = 1000
+
+
+def _refuse_special_file(path: str) -> None:
+    """Refuse a path that is there but is no regular file: SQLite's open of a
+    FIFO waits for a writer forever, and a device is no database."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # not there (created, or refused, by the open itself)
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise StorageUnavailableError(f"cannot open {path!r}: it is not a regular file")
+
 
 # -- one table from SQLite's primary result codes to agentlog's errors ---------------
 
@@ -209,6 +223,8 @@ class EngineBase(Generic[ConnectionT]):
         self._closed = False
         self._closed_message = "the database is closed"
         self._file_key: tuple[int, int] | None = None
+        if not self._memory:
+            _refuse_special_file(path)
         # A new file is created here, with file_mode (the owner's only unless
         # told otherwise); SQLite gives its -wal and -shm files the same mode.
         created = not self._memory and not self.read_only and create_private_file(path, file_mode)
@@ -972,9 +988,9 @@ class EngineBase(Generic[ConnectionT]):
             )
             for row in rows:
                 if extra:
-                    yield int(row[0]), bytes(row[1]), row[2], row[3]
+                    yield int(row[0]), stored_bytes(row[1]), row[2], row[3]
                 else:
-                    yield int(row[0]), bytes(row[3]), None, None
+                    yield int(row[0]), stored_bytes(row[3]), None, None
             if len(rows) < _CHECK_PAGE:
                 return
             after = S.event_key(sid, int(rows[-1][0]))

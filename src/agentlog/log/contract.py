@@ -655,8 +655,11 @@ class BaseCheckpointer(Closable, ABC):
         processes' writes (and other objects' on the same file) are noticed
         by a cheap look every ``poll_interval`` seconds (see
         :meth:`change_token`). Closing the checkpointer ends a waiting
-        follower with :class:`CheckpointerClosedError`. A truncate (or a
-        delete) below the last seq it yielded raises
+        follower with :class:`CheckpointerClosedError`. A ``since_seq`` past
+        the head raises :class:`SessionTruncatedError` at once (the session
+        is behind that position: truncated, deleted, or never that long), so
+        a follower resuming from a saved seq never skips events silently. A
+        truncate (or a delete) below the last seq it yielded raises
         :class:`SessionTruncatedError` when the follower next looks (it
         reads a page at a time, so events of a page read before the
         truncate are still yielded); a truncate undone by appends past that
@@ -667,7 +670,8 @@ class BaseCheckpointer(Closable, ABC):
         since_seq = check_seq("since_seq", since_seq)
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
-        return self._follow(session_id, since_seq, float(poll_interval))
+        # A longer wait than a lock can take is a wait without end (``inf``).
+        return self._follow(session_id, since_seq, min(float(poll_interval), threading.TIMEOUT_MAX))
 
     def watch(self, session_id: str) -> None:
         """A follower of ``session_id`` starts: a backend may start listening.

@@ -18,7 +18,7 @@ from ..engine import Connection, Engine
 from ..engine import schema as S
 from ..engine import sql as Q
 from ..errors import CorruptDatabaseError
-from ..integrity import payload_problem
+from ..integrity import payload_problem, stored_bytes
 from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
 from .common import Converted, Event, MigrationError, PlannedSession, open_read_only
 from .json_v1 import convert_json_v1
@@ -197,7 +197,7 @@ class SqliteSource:
             digest = hashlib.sha256(repr((head, revision, created, mtime)).encode())
             digest.update(bytes(metadata or b""))
             for seq, ts, type_, data, item_id, crc in stored:
-                problem = payload_problem(bytes(data), crc)
+                problem = payload_problem(stored_bytes(data), crc)
                 if problem is not None:  # never copied on, under a fresh checksum
                     raise MigrationError(f"session {name_!r}: event {seq}: {problem}")
                 digest.update(repr((seq, ts, type_, item_id, len(data))).encode())
