@@ -89,3 +89,66 @@ def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, e
         assert cp.append("s", [EVENT, EVENT], expected_head=0) == 2  # the retry, once
         assert cp.append("s", [EVENT]) == 3  # and the queue still works
         assert [e.seq for e in cp.read("s")] == [1, 2, 3]
+
+
+def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Path) -> None:
+    """Waiters sleep on locks of their own and a finished leader offers the
+    lead to the oldest one: a waiter interrupted anywhere in that (offered
+    the lead or not) must pass it on, so the others never hang, and every
+    append is written once exactly when its caller was told so."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    require_engine("c")
+    threads, calls = 6, 600
+    errors: list[BaseException] = []
+    with SqliteCheckpointer(tmp_path / "stress.db", engine="c") as cp:
+
+        def writer(slot: int) -> None:
+            try:
+                for n in range(calls):
+                    cp.append(f"s{slot}", [dict(EVENT, n=n)], expected_head=n)
+            except BaseException as exc:
+                errors.append(exc)
+
+        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+
+        armed = False  # interrupts only inside the appends, not the test's own steps
+
+        def interrupt(signum: int, frame: object) -> None:
+            if armed:
+                raise Interrupted
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        told: list[int] = []  # seqs the main thread was told were written
+        interrupted = 0
+        try:
+            for worker in workers:
+                worker.start()
+            signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0007)
+            deadline = time.monotonic() + 60
+            while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+                head = cp.head("main")
+                try:
+                    armed = True
+                    seq = cp.append("main", [EVENT], expected_head=head)
+                    armed = False
+                    told.append(seq)
+                except Interrupted:
+                    armed = False
+                    interrupted += 1
+                except CheckpointConflictError:
+                    armed = False  # an interrupted append that its group had taken: written
+        finally:
+            armed = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        for worker in workers:
+            worker.join(timeout=60)
+        assert not any(w.is_alive() for w in workers), "a waiter hung"
+        assert not errors, errors
+        for slot in range(threads):
+            assert [e.event["n"] for e in cp.read(f"s{slot}")] == list(range(calls))
+        stored = [e.seq for e in cp.read("main")]
+        assert stored == list(range(1, len(stored) + 1))
+        assert set(told) <= set(stored)
+    assert interrupted > 0  # the test did interrupt waiters

@@ -172,3 +172,34 @@ def test_both_storages_are_storage_and_context_managers(tmp_path: Path) -> None:
     for storage in (memory, sqlite):
         with pytest.raises(CheckpointerClosedError), storage:
             pass
+
+
+class _Name(str):
+    """A str subclass: never the engine's plain-id fast path."""
+
+
+def test_head_checked_refuses_exactly_what_check_session_id_refuses(
+    tmp_path: Path, engine: str
+) -> None:
+    """The C twin decides the common ids without a Python call; both twins
+    must take and refuse the same ids as ``check_session_id`` does."""
+    from agentlog.errors import InvalidSessionIdError
+    from agentlog.events import MAX_SESSION_ID_LENGTH, check_session_id
+
+    eng = open_engine(tmp_path / "log.db", engine=engine)
+    try:
+        eng.append(DEFAULT_TENANT, "s 1", None, 1.0, _batch(2))
+        ascii_ids = [chr(c) for c in range(128)] + [f"a{chr(c)}b" for c in range(128)]
+        edge = ["", ".", "..", "...", ".a", "a.", "..a", "x" * MAX_SESSION_ID_LENGTH]
+        edge += ["x" * (MAX_SESSION_ID_LENGTH + 1), "é", "a\u200bb", "周报", "a/b", "a\\b"]
+        others: list[object] = [None, 7, b"s", _Name("s 1"), _Name("a/b")]
+        for name in [*ascii_ids, *edge, *others]:
+            try:
+                check_session_id(name)
+            except InvalidSessionIdError:
+                with pytest.raises(InvalidSessionIdError):
+                    eng.head_checked(DEFAULT_TENANT, name)
+            else:
+                assert eng.head_checked(DEFAULT_TENANT, name) == (2 if name == "s 1" else 0)
+    finally:
+        eng.close()

@@ -42,7 +42,7 @@ from ..errors import (
     StorageConflictError,
     StorageUnavailableError,
 )
-from ..events import EncodedBatch, StoredEvent, check_retained
+from ..events import EncodedBatch, StoredEvent, check_retained, check_session_id
 from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from ..integrity import (
     GENESIS,
@@ -333,6 +333,11 @@ class EngineBase(Generic[ConnectionT]):
     def head(self, tenant: str, name: str) -> int:
         """The session's head; 0 when it is empty or unknown."""
         raise NotImplementedError
+
+    def head_checked(self, tenant: str, name: object) -> int:
+        """``head(tenant, check_session_id(name))``: a checkpointer's ``head()``,
+        one call (the C twin checks the common id without a Python call)."""
+        return self.head(tenant, check_session_id(name))
 
     # -- opening -------------------------------------------------------------------
 

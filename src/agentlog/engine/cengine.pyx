@@ -29,6 +29,8 @@ from posix.unistd cimport usleep
 from agentlog.engine.includes.python cimport (
     PyBUF_READ,
     PyMemoryView_FromMemory,
+    PyUnicode_DATA,
+    PyUnicode_IS_ASCII,
     PyUnicode_AsUTF8AndSize,
     PyUnicode_DecodeUTF8,
 )
@@ -45,6 +47,7 @@ from agentlog.engine.includes.support cimport (
 )
 
 import threading
+from _thread import allocate_lock as _allocate_lock
 from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
@@ -56,7 +59,13 @@ from agentlog.errors import (
     CorruptDatabaseError,
     StorageUnavailableError,
 )
-from agentlog.events import EVENT_TYPES, StoredEvent, decode_json
+from agentlog.events import (
+    EVENT_TYPES,
+    MAX_SESSION_ID_LENGTH,
+    StoredEvent,
+    check_session_id,
+    decode_json,
+)
 from agentlog.integrity import first_damaged
 
 __all__ = ["CEngine"]
@@ -175,6 +184,37 @@ cdef inline int _return_reader(object engine, CConnection conn) except -1:
     return 0
 
 
+cdef Py_ssize_t _MAX_ID = MAX_SESSION_ID_LENGTH
+
+
+cdef inline bint _plain_id(object name):
+    """Whether ``name`` is a session id ``check_session_id`` takes as it is, by
+    its common case: printable ASCII, no slash or backslash, not ``.``/``..``.
+    False sends it to ``check_session_id`` (which decides, or refuses)."""
+    cdef Py_ssize_t size, i
+    cdef const char *text
+    cdef char c
+    if type(name) is not str or not PyUnicode_IS_ASCII(name):
+        return False
+    size = len(<str>name)
+    if size == 0 or size > _MAX_ID:
+        return False
+    text = PyUnicode_DATA(name)
+    for i in range(size):
+        c = text[i]
+        if c < 0x20 or c > 0x7E or c == 0x2F or c == 0x5C:
+            return False
+    return not (text[0] == 0x2E and (size == 1 or (size == 2 and text[1] == 0x2E)))
+
+
+cdef inline int _wake(_Append item) except -1:
+    """Under the queue's lock: wake ``item``'s caller if it sleeps and is not woken yet."""
+    if item.wake is not None and not item.woken:
+        item.woken = True
+        item.wake.release()
+    return 0
+
+
 cdef object _outcome(_Append item):
     """What one written (or refused) append comes to: its head, or the error."""
     cdef int status = item.request.status
@@ -202,9 +242,7 @@ class CEngine(EngineBase):
         self.commits = 0  # write transactions that appends used, for tests and tuning
         self._pending = []  # queued appends, oldest first
         self._pending_lock = threading.Lock()
-        self._committed = threading.Condition(self._pending_lock)
         self._leading = False  # whether some caller is writing (or about to)
-        self._waiting = 0  # callers asleep on _committed
         super().__init__(path, **options)
 
     def _connect(self, query_only):
@@ -237,45 +275,82 @@ class CEngine(EngineBase):
                 "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
             )
         mine.prepare(tenant, name, expected, ts, batch)
-        with self._pending_lock:
-            self._pending.append(mine)
-            if self._leading:
-                # Wait for the leader's commit. Followers sleep on a condition,
-                # not on the write lock, so one commit wakes them all; the
-                # uncontended path never touches the (pure-Python) condition.
-                self._waiting += 1
-                try:
-                    while not mine.done and self._leading:
-                        self._committed.wait()
-                except BaseException:
-                    # Interrupted: not yet taken into a group, it never will be.
-                    if not mine.done and mine in self._pending:
-                        self._pending.remove(mine)
-                    raise
-                finally:
-                    self._waiting -= 1
-            lead = not mine.done
-            if lead:
-                self._leading = True
-        if lead:
+        if not self._leading and not self._pending and self._write_lock.acquire(False):
+            # Nobody queued and nobody writing: a group of one, written now,
+            # without the queue's lock. Whoever queues meanwhile leads the
+            # next group (it finds no leader) and waits for this write lock.
             try:
-                with self._write_lock:
-                    self._commit_pending()
+                self._commit_items([mine], True)
             finally:
-                with self._pending_lock:
-                    self._leading = False
-                    if self._waiting:
-                        self._committed.notify_all()
+                self._write_lock.release()
+        else:
+            self._queue_and_wait(mine)
         outcome = _outcome(mine)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
+    def _queue_and_wait(self, _Append mine):
+        """Queue ``mine``, then lead a group or sleep until one writes it.
+
+        Each waiter sleeps on a lock of its own, so a commit wakes exactly the
+        callers it wrote. A leader done offers the lead to the oldest caller
+        still queued, but a caller already running that arrives first takes it
+        (no wake-up between two groups); the one offered then sleeps again.
+        """
+        cdef bint lead
+        with self._pending_lock:
+            self._pending.append(mine)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+            else:
+                mine.wake = _allocate_lock()
+                mine.wake.acquire()
+        while not lead:
+            try:
+                mine.wake.acquire()
+                with self._pending_lock:
+                    mine.woken = False
+                    if mine.done:
+                        return
+                    lead = not self._leading
+                    if lead:
+                        self._leading = True
+            except BaseException:
+                # Interrupted: not yet taken into a group, it never will be;
+                # a lead offered to it goes on to the next in the queue.
+                with self._pending_lock:
+                    if not mine.done and mine in self._pending:
+                        self._pending.remove(mine)
+                    if not self._leading:
+                        self._offer_lead()
+                raise
+        try:
+            with self._write_lock:
+                self._commit_pending()
+        finally:
+            with self._pending_lock:
+                self._leading = False
+                self._offer_lead()
+
+    def _offer_lead(self):
+        """Under the queue's lock, with no leader: wake the oldest queued caller to lead."""
+        if self._pending:
+            _wake(<_Append>self._pending[0])
+
     def _commit_pending(self):
-        """Under the write lock: write every queued append in one transaction."""
+        """Under the write lock: write every queued append in one transaction,
+        then wake the callers waiting for it."""
+        cdef _Append item
         with self._pending_lock:
             pending, self._pending = self._pending, []
-        self._commit_items(pending, True)
+        try:
+            self._commit_items(pending, True)
+        finally:
+            with self._pending_lock:
+                for item in pending:
+                    _wake(item)
 
     def _append_group(self, str tenant, requests, double ts, *, bint wait):
         """``EngineBase._append_group`` through the group-commit loop: non-empty
@@ -348,19 +423,22 @@ class CEngine(EngineBase):
             if rc == GROUP_WOULD_WAIT:
                 return False
             self.commits += 1
-            if rc == SQLITE_OK:
-                self._note_commit()
             message = errbuf.decode("utf-8", "replace")
             for item in pending:
                 if item.request.status > 0:
                     item.error = message
                 item.done = True
+            # Only now Python code, where a signal handler may raise (Ctrl-C):
+            # the outcomes are settled and stay what they are.
+            if rc == SQLITE_OK:
+                self._note_commit()
             return True
         except BaseException as exc:
             for item in pending:
-                item.request.status = SQLITE_ERROR
-                item.error = f"{type(exc).__name__}: {exc}"
-                item.done = True
+                if not item.done:
+                    item.request.status = SQLITE_ERROR
+                    item.error = f"{type(exc).__name__}: {exc}"
+                    item.done = True
             raise
         finally:
             PyMem_RawFree(group)
@@ -376,6 +454,19 @@ class CEngine(EngineBase):
         try:
             return _scan_page(conn, tenant, name, since_seq, limit,
                               self.schema_version < INTEGRITY_VERSION)
+        finally:
+            _return_reader(self, conn)
+
+    def head_checked(self, str tenant, name):
+        """``head(tenant, check_session_id(name))``, the id checked here (the
+        common case without a Python call): a checkpointer's ``head()``."""
+        if not _plain_id(name):
+            name = check_session_id(name)
+        if self._memory:
+            return self.head(tenant, name)
+        conn = _borrow_reader(self)
+        try:
+            return _head(conn, tenant, name)
         finally:
             _return_reader(self, conn)
 

@@ -44,6 +44,8 @@ cdef class _Append:
     cdef Request request
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
+    cdef object wake  # the lock its caller sleeps on while it waits (None: it never waited)
+    cdef bint woken  # ``wake`` released and not yet taken up: never released twice
     cdef str error
 
     def __cinit__(self):

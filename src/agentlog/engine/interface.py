@@ -104,6 +104,11 @@ class Engine(Protocol):
         """The session's head; 0 when it is empty or unknown."""
         ...
 
+    def head_checked(self, tenant: str, name: object) -> int:
+        """``head(tenant, check_session_id(name))`` in one call: the id refused
+        with :class:`~agentlog.errors.InvalidSessionIdError` as that would."""
+        ...
+
     def list_sessions(self, tenant: str) -> list[tuple[str, float, int]]:
         """``(name, mtime, head)`` of every session, most recently active first."""
         ...

@@ -355,7 +355,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         # The base class's method, one call shorter: head() is a hot path.
         if self._closed:
             self._check_open()
-        return self._engine.head(self._tenant, check_session_id(session_id))
+        return self._engine.head_checked(self._tenant, session_id)
 
     def _head(self, session_id: str) -> int:
         return self._engine.head(self._tenant, session_id)

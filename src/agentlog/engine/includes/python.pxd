@@ -5,3 +5,5 @@ cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *data, Py_ssize_t size, const char *errors)
     object PyMemoryView_FromMemory(char *memory, Py_ssize_t size, int flags)
     int PyBUF_READ
+    bint PyUnicode_IS_ASCII(object text)
+    const char *PyUnicode_DATA(object text)
