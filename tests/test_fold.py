@@ -158,3 +158,24 @@ def test_a_folder_folds_one_event_at_a_time_as_fold_events_does() -> None:
     with pytest.raises(ValueError):
         folder.add({"type": "mystery"})
     assert (folder.seq, folder.messages) == (0, [])
+
+
+def test_the_openai_sdk_output_text_blocks_are_the_reply() -> None:
+    """The OpenAI Agents SDK stores a model's reply as ``output_text`` blocks
+    (and a user's as ``input_text``): they are text, in the fold and on screen."""
+    import io
+
+    from agentlog.terminal import Screen
+
+    reply = [
+        {"type": "output_text", "text": "seen 1 items", "annotations": []},
+        {"type": "output_text", "text": "and more", "annotations": []},
+    ]
+    events = [{"type": "user", "content": "hi"}, {"type": "assistant", "content": reply}]
+    assert fold_events(events, shape="openai")[1] == {
+        "role": "assistant",
+        "content": "seen 1 items\nand more",
+    }
+    out = io.StringIO()
+    Screen(out, colour=False).transcript(fold_events(events))
+    assert out.getvalue().splitlines()[1] == "assistant: seen 1 items and more"

@@ -13,6 +13,10 @@ from typing import Any
 
 from .events import StoredEvent
 
+#: The content blocks that hold plain text: Anthropic's ``text``, and the
+#: OpenAI Responses API's ``output_text`` (a model's) and ``input_text`` (a user's).
+TEXT_BLOCK_TYPES = frozenset({"text", "output_text", "input_text"})
+
 __all__ = ["SHAPES", "Folder", "fold_events"]
 
 # Bookkeeping events record what happened around the conversation; they are
@@ -167,9 +171,9 @@ class Folder:
     def _assistant(self, content: Any) -> dict[str, Any]:
         if self._shape == "anthropic" or not isinstance(content, list):
             return {"role": "assistant", "content": content}
-        # OpenAI: text blocks become the content, tool_use blocks the tool_calls.
+        # OpenAI: text blocks (of either API) become the content, tool_use blocks the tool_calls.
         blocks = [b for b in content if isinstance(b, Mapping)]
-        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") in TEXT_BLOCK_TYPES]
         message: dict[str, Any] = {
             "role": "assistant",
             "content": "\n".join(texts) if texts else None,

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TextIO
 
+from .fold import TEXT_BLOCK_TYPES
+
 __all__ = ["Screen", "inert", "inert_json", "progress_bar", "screen_for"]
 
 # What a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, …), DEL,
@@ -119,7 +121,7 @@ class Screen:
         for message in messages:
             role = inert(str(message.get("role")))
             if not self.colour:
-                content = _short(message.get("content"), 90)
+                content = _short(_plain_content(message.get("content")), 90)
                 print(f"{indent}{role:>9}: {content}", file=self.stream)
                 continue
             style = _ROLE_STYLES.get(role, "bold")
@@ -199,6 +201,18 @@ def _role_of(event_type: str) -> str:
     return event_type
 
 
+def _plain_content(content: Any) -> Any:
+    """A message's content for one plain line: a list of text blocks only (the
+    OpenAI Agents SDK's ``output_text`` replies) as its text, else as it is."""
+    if (
+        isinstance(content, list)
+        and content
+        and all(isinstance(b, dict) and b.get("type") in TEXT_BLOCK_TYPES for b in content)
+    ):
+        return " ".join(str(b.get("text", "")) for b in content)
+    return content
+
+
 def _message_lines(message: dict[str, Any]) -> list[tuple[str, str]]:
     """The lines of one folded message (either shape), with a style each."""
     lines: list[tuple[str, str]] = []
@@ -212,7 +226,7 @@ def _message_lines(message: dict[str, Any]) -> list[tuple[str, str]]:
         kind = block.get("type") if isinstance(block, dict) else None
         if isinstance(block, str):
             lines.append((_short(block, 110), ""))
-        elif kind == "text":
+        elif kind in TEXT_BLOCK_TYPES:
             lines.append((_short(block.get("text", ""), 110), ""))
         elif kind == "tool_use":
             name = inert(str(block.get("name", "?")))

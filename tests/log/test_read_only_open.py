@@ -273,7 +273,9 @@ def test_file_check_integrity_names_a_damaged_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("read_only", [True, False])
-def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path, engine: str, read_only: bool) -> None:
+def test_a_fifo_is_refused_at_once_not_waited_on(
+    tmp_path: Path, engine: str, read_only: bool
+) -> None:
     """SQLite's open of a FIFO waits for a writer forever (and Ctrl-C cannot
     stop it); a path that is no regular file is refused before any open."""
     import os
