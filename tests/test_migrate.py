@@ -371,3 +371,13 @@ def test_a_dry_run_against_an_existing_target_leaves_nothing_beside_it(
         log.append("beta", [{"type": "user", "content": "y"}])
         plan = migrate(v1_source, target, dry_run=True, engine=engine)
         assert [s.action for s in plan.sessions] == ["migrate", "exists"]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_target_in_a_missing_directory_is_refused_not_created(
+    v1_source: Path, tmp_path: Path, dry_run: bool
+) -> None:
+    target = tmp_path / "no-such-dir" / "x.db"
+    with pytest.raises(MigrationError, match="no such directory"):
+        migrate(v1_source, target, dry_run=dry_run)
+    assert not (tmp_path / "no-such-dir").exists()

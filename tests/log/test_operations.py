@@ -240,6 +240,8 @@ def test_the_commands(tmp_path: Path) -> None:
     assert '"events": 4' in ok("stats", path, "--json")
     assert "2 sessions, 4 events" in ok("backup", path, tmp_path / "copy.db")
     assert "already exists" in refused(agentlog_run("backup", path, tmp_path / "copy.db"))
+    missing = tmp_path / "no-such-dir" / "copy.db"
+    assert "no such directory" in refused(agentlog_run("backup", path, missing))
     assert "would delete 2 session(s)" in ok("gc", path, "--idle-days", "0", "--dry-run")
     assert "deleted 0 session(s) idle for more than 1 day(s)\n" in ok(
         "gc", path, "--idle-days", "1"

@@ -1031,8 +1031,12 @@ class EngineBase(Generic[ConnectionT]):
         in this process go on meanwhile too.
         """
         # Created here, empty and the owner's only (VACUUM INTO fills an empty file).
-        if os.path.lexists(path) or not create_private_file(path, DEFAULT_FILE_MODE):
+        if os.path.lexists(path):
             raise StorageUnavailableError(f"backup target {path!r} already exists")
+        if not create_private_file(path, DEFAULT_FILE_MODE):
+            parent = os.path.dirname(os.path.abspath(path))
+            why = "no such directory" if not os.path.isdir(parent) else "cannot be created"
+            raise StorageUnavailableError(f"backup target {path!r}: {why}")
         try:
             if self._memory:
                 with self._write_lock, self._translating("backup"):

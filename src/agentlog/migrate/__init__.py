@@ -82,6 +82,9 @@ def migrate(
     dst = open_target(target, engine, schema)
     if isinstance(dst, SqliteTarget) and source_path.resolve() == dst.path.resolve():
         raise MigrationError("the source and the target are the same file")
+    if isinstance(dst, SqliteTarget) and not dst.path.absolute().parent.is_dir():
+        # A typo'd directory is refused, never created (the dry run says so too).
+        raise MigrationError(f"{dst.path.parent}: no such directory for the target")
     source_name = source_id or str(source_path.resolve())
     existing, ledger = dst.read(tenant, source_name)
     report = MigrationReport(src.kind, source_name, dry_run)
