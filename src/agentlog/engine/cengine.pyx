@@ -207,6 +207,19 @@ cdef inline bint _plain_id(object name):
     return not (text[0] == 0x2E and (size == 1 or (size == 2 and text[1] == 0x2E)))
 
 
+cdef int64_t _engine_head(object engine, str tenant, str name) except -1:
+    """``CEngine.head``: on a pooled reader (on the writer, for ``:memory:``)."""
+    if engine._memory:
+        with engine._write_lock:
+            engine._check_open()
+            return _head(<CConnection>engine._writer, tenant, name)
+    conn = _borrow_reader(engine)
+    try:
+        return _head(conn, tenant, name)
+    finally:
+        _return_reader(engine, conn)
+
+
 cdef inline int _wake(_Append item) except -1:
     """Under the queue's lock: wake ``item``'s caller if it sleeps and is not woken yet."""
     if item.wake is not None and not item.woken:
@@ -462,22 +475,8 @@ class CEngine(EngineBase):
         common case without a Python call): a checkpointer's ``head()``."""
         if not _plain_id(name):
             name = check_session_id(name)
-        if self._memory:
-            return self.head(tenant, name)
-        conn = _borrow_reader(self)
-        try:
-            return _head(conn, tenant, name)
-        finally:
-            _return_reader(self, conn)
+        return _engine_head(self, tenant, name)
 
     def head(self, str tenant, str name):
         """The session's head; 0 when it is empty or unknown."""
-        if self._memory:
-            with self._write_lock:
-                self._check_open()
-                return _head(<CConnection>self._writer, tenant, name)
-        conn = _borrow_reader(self)
-        try:
-            return _head(conn, tenant, name)
-        finally:
-            _return_reader(self, conn)
+        return _engine_head(self, tenant, name)
