@@ -27,7 +27,10 @@ EVENTS = [
 
 
 def agentlog_run(
-    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 60
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m agentlog ARGS`` as a user would."""
     return subprocess.run(
@@ -36,6 +39,7 @@ def agentlog_run(
         text=True,
         env=env or child_env(),
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -349,6 +353,20 @@ def test_tenant_on_every_session_command(tmp_path: Path) -> None:
     refused(agentlog_run("list", db, "--tenant", "acme", "--all-tenants"))
     line = refused(agentlog_run("list", db, "--tenant", "a/b"))
     assert "tenant 'a/b' is not allowed" in line
+    # A tenant without sessions, beside tenants with some: named, never "nothing".
+    line = refused(agentlog_run("list", db, "--tenant", "acm"))
+    assert "no sessions in tenant 'acm'" in line and "'acme', 'default'" in line
+    line = refused(agentlog_run("migrate", db, tmp_path / "copy.db", "--tenant", "acm"))
+    assert "no sessions in tenant 'acm'" in line and "'acme', 'default'" in line
+    assert not (tmp_path / "copy.db").exists()
+    assert "migrated 2, skipped 0" in ok("migrate", db, tmp_path / "copy.db", "--tenant", "acme")
+
+
+def test_an_empty_store_lists_nothing_without_error(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    SqliteCheckpointer(db).close()
+    assert ok("list", db) == ""
+    assert ok("list", db, "--tenant", "acme", "--json") == ""
 
 
 def test_a_file_store_has_no_tenants(tmp_path: Path) -> None:
@@ -421,8 +439,14 @@ MISTAKES = [
     ["info", "extra"],
     ["demo", "--db", "{dir}"],
     ["demo", "--db", "{text}"],
+    ["demo", "--db", "{dir}/typo/demo.db"],
+    ["demo", "--force"],
     ["migrate", "{missing}", "{db}"],
     ["migrate", "{dir}", "{db}"],
+    # A typo'd tenant, where the store's sessions are in another one.
+    ["list", "{db}", "--tenant", "defualt"],
+    ["migrate", "{db}", "{missing}", "--tenant", "defualt"],
+    ["migrate", "{db}", "{missing}", "--tenant", "defualt", "--dry-run"],
 ]
 
 
@@ -626,7 +650,7 @@ def test_verify_proves_a_session_unchanged_or_names_what_changed(tmp_path: Path)
 )
 def test_verify_refuses_mistakes_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     db = tmp_path / "s.db"
-    with SqliteCheckpointer(db) as cp:
+    with SqliteCheckpointer(db, hash_chain=True) as cp:
         cp.append("s1", EVENTS)
     assert message in refused(agentlog_run("verify", db, *args))
     files = tmp_path / "files"
@@ -639,9 +663,18 @@ def test_verify_of_a_file_without_the_chain_says_so(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with SqliteCheckpointer(db) as cp:
         cp.append("s1", EVENTS)
-    run = agentlog_run("verify", db)
+    # Nothing to verify is a mistake, not a failed check (nor a silent "ok").
+    assert "keeps no hash chain" in refused(agentlog_run("verify", db))
+    # The head digest is still recomputed: --expect compares it, and only it.
+    with SqliteCheckpointer(db) as cp:
+        digest = cp.verify("s1").digest
+    assert digest is not None
+    run = agentlog_run("verify", db, "s1", "--expect", digest)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.endswith(f"{digest}  ok\n")
+    run = agentlog_run("verify", db, "s1", "--expect", "0" * 64)
     assert run.returncode == 1
-    assert run.stdout.endswith("FAILED: event 1 has no chain link (written without hash_chain)\n")
+    assert "FAILED: head digest is not the expected" in run.stdout
 
 
 # -- bench ----------------------------------------------------------------------------------
@@ -655,6 +688,17 @@ def test_bench_runs_the_checkouts_benchmark(
         main(["bench", "--help"])
     assert info.value.code == 0
     assert "--quick" in capsys.readouterr().out
+
+
+def test_bench_outside_a_checkout_is_one_line(tmp_path: Path) -> None:
+    line = refused(agentlog_run("bench", cwd=tmp_path))
+    assert line.startswith("agentlog bench: error:") and "checkout" in line
+
+
+def test_unrecognized_arguments_name_the_subcommand(store: Path) -> None:
+    line = refused(agentlog_run("show", store, "s1", "extra"))
+    assert line.startswith("agentlog show: error: unrecognized arguments: extra")
+    assert "agentlog show --help" in line
 
 
 # -- terminal escapes ----------------------------------------------------------------

@@ -27,12 +27,20 @@ def test_the_readme_has_runnable_examples() -> None:
     assert len(EXAMPLES) >= 4
 
 
+def run_twice(example: str, cwd: Path, env: dict[str, str]) -> None:
+    """Run ``example`` as a newcomer does: once, then again in the same place
+    (a copied example is run more than once; the second run must not fail on
+    what the first one stored)."""
+    for attempt in ("first", "second"):
+        run = subprocess.run(
+            [PYTHON, "-c", example], cwd=cwd, capture_output=True, text=True, env=env
+        )
+        assert run.returncode == 0, f"{attempt} run: {run.stderr}"
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda block: block.splitlines()[0][:60])
 def test_readme_example_runs(example: str, tmp_path: Path) -> None:
-    run = subprocess.run(
-        [PYTHON, "-c", example], cwd=tmp_path, capture_output=True, text=True, env=child_env()
-    )
-    assert run.returncode == 0, run.stderr
+    run_twice(example, tmp_path, child_env())
 
 
 def test_the_readme_shows_postgres() -> None:
@@ -43,7 +51,4 @@ def test_the_readme_shows_postgres() -> None:
 def test_readme_postgres_example_runs(example: str, tmp_path: Path, postgres_server: str) -> None:
     env = child_env()
     env["AGENTLOG_POSTGRES"] = postgres_server
-    run = subprocess.run(
-        [PYTHON, "-c", example], cwd=tmp_path, capture_output=True, text=True, env=env
-    )
-    assert run.returncode == 0, run.stderr
+    run_twice(example, tmp_path, env)

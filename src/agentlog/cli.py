@@ -202,11 +202,11 @@ DEMO_SESSIONS = (SESSION, SESSION + "-alt")
 def _demo(db: str, kept: bool) -> None:
     where = db if kept else f"{db} (temporary, removed at the end; --db FILE keeps one)"
     running = engine_info()
-    print(f"agentlog demo — engine: {running['engine']}, store: {where}")
-    if running["extension_error"]:  # say why, on the first thing a new user runs
-        print(_safe(f"(the C engine is not available: {running['extension_error']})"))
-    print()
-    with SqliteCheckpointer(db) as log:
+    with SqliteCheckpointer(db) as log:  # opened first: a bad --db is the only output
+        print(_safe(f"agentlog demo — engine: {running['engine']}, store: {where}"))
+        if running["extension_error"]:  # say why, on the first thing a new user runs
+            print(_safe(f"(the C engine is not available: {running['extension_error']})"))
+        print()
         for name in DEMO_SESSIONS:
             log.delete(name)
         print("1. An agent records a turn, one append per step, each with expected_head:")
@@ -282,7 +282,8 @@ def _demo_resume(db: str, session_id: str) -> None:
     with SqliteCheckpointer(db, create=False) as log:
         events = list(log.read(session_id))
         head = events[-1].seq if events else 0
-        print(f"   pid {os.getpid()} read {len(events)} events; the conversation so far:")
+        read = _counted(len(events), "event")
+        print(f"   pid {os.getpid()} read {read}; the conversation so far:")
         _print_transcript(fold_events(events), indent="     ")
         head = log.append(
             session_id,
@@ -296,6 +297,11 @@ def _demo_resume(db: str, session_id: str) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
+    if args.force and not args.db:
+        raise UsageError(
+            "--force resets the demo's sessions in --db FILE; without --db the demo"
+            " runs on a temporary file and has nothing to reset"
+        )
     if not args.db:
         with tempfile.TemporaryDirectory() as tmp:
             _demo(str(Path(tmp) / "demo.db"), kept=False)
@@ -305,6 +311,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         raise UsageError("the demo runs on a SQLite file: give --db FILE")
     if os.path.isdir(db):
         raise UsageError(f"--db {db} is a directory; give a SQLite file")
+    if not Path(db).absolute().parent.is_dir():
+        raise UsageError(f"--db {db}: no such directory {str(Path(db).parent)!r}")
     if os.path.exists(db) and os.path.getsize(db) > 0:
         with SqliteCheckpointer(db, read_only=True) as log:
             taken = [name for name in DEMO_SESSIONS if _exists(log, name)]
@@ -319,6 +327,18 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 # -- everyday commands -------------------------------------------------------------
 
 
+def _refuse_empty_tenant(log: _Tenanted, args: argparse.Namespace) -> None:
+    """A tenant without sessions in a store whose other tenants have some is
+    most likely a typo'd ``--tenant``: say which tenants there are."""
+    others = sorted({tenant for tenant, _ in log.list_all_tenants()})
+    if others:
+        listed = ", ".join(repr(t) for t in others)
+        raise UsageError(
+            f"no sessions in tenant {args.tenant!r} of {shown(args.store)}"
+            f" (its tenants: {listed}; add --tenant NAME, or --all-tenants)"
+        )
+
+
 def _cmd_list(args: argparse.Namespace) -> None:
     with _open(args) as log:
         rows: list[tuple[str, SessionInfo]]
@@ -326,6 +346,8 @@ def _cmd_list(args: argparse.Namespace) -> None:
             rows = log.list_all_tenants()
         else:
             rows = [(args.tenant, info) for info in log.list()]
+            if not rows and isinstance(log, _Tenanted):
+                _refuse_empty_tenant(log, args)
     if args.json:
         for tenant, info in rows:
             _print_json({"tenant": tenant, "id": info.id, "head": info.head, "mtime": info.mtime})
@@ -436,13 +458,21 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     with _open_database(args, write=False) as log:
         if not isinstance(log, SqliteCheckpointer):
             raise UsageError("verify works on a SQLite file: only SQLite keeps hash chains")
+        chained = log.hash_chain
+        if not chained and expect is None:
+            raise UsageError(
+                f"{shown(args.store)} keeps no hash chain, so there are no links to verify"
+                " (a file keeps one once opened with hash_chain=True; --expect DIGEST"
+                " still compares a session's recomputed head digest)"
+            )
         names = args.sessions or sorted(info.id for info in log.list())
         reports = []
         for name in names:
             if not _exists(log, name):
                 raise UsageError(f"no session {name!r} in {shown(args.store)}")
             report = log.verify(name)
-            problem = report.problem
+            # Without a chain the stored links are all absent: only the digest speaks.
+            problem = report.problem if chained else None
             if problem is None and expect is not None and report.digest != expect:
                 problem = (
                     f"head digest is not the expected {expect} (cut, or changed and re-chained)"
@@ -479,7 +509,7 @@ def _cmd_migrate(args: argparse.Namespace) -> None:
         backup_dir=args.backup,
         schema=args.schema,
     )
-    print(f"{report.source_kind} source, {len(report.sessions)} sessions")
+    print(f"{report.source_kind} source, {_counted(len(report.sessions), 'session')}")
     for planned in report.sessions:
         print(_safe(f"  {planned.action:<8} {planned.session_id}  ({planned.source_key})"))
         for note in planned.notes:
@@ -513,6 +543,11 @@ def _open_database(args: argparse.Namespace, *, write: bool) -> Any:
     log = open_store(args.store, write=write, tenant=tenant, schema=args.schema)
     assert isinstance(log, _Operable)
     return log
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 session``, ``2,000 sessions``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _megabytes(size: int) -> str:
@@ -587,7 +622,8 @@ def _cmd_backup(args: argparse.Namespace) -> None:
     with _open_database(args, write=False) as log:
         figures = log.backup(args.dest)
     print(
-        f"backup {args.dest}: {figures['sessions']:,} sessions, {figures['events']:,} events, "
+        f"backup {args.dest}: {_counted(figures['sessions'], 'session')}, "
+        f"{_counted(figures['events'], 'event')}, "
         f"{_megabytes(figures['file_bytes'])}; verified (quick_check ok)"
     )
 
@@ -691,9 +727,10 @@ def _bench(argv: list[str]) -> None:
     sys.path.insert(0, os.getcwd())
     try:
         from benchmarks.run import main as bench_main
-    except ImportError:
-        print("agentlog bench: run it from a checkout of agentlog (benchmarks/)", file=sys.stderr)
-        raise SystemExit(2) from None
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.run"):  # a peer it needs is missing
+            _fail("agentlog bench", f"{exc} (pip install -e '.[bench]' in the checkout)")
+        _fail("agentlog bench", "run it from a checkout of agentlog (it uses benchmarks/)")
     bench_main(argv)
 
 
@@ -949,7 +986,10 @@ def _run(argv: list[str]) -> None:
             prog, store = "agentlog demo", argv[1]
             _demo_resume(argv[1], argv[2])
             return
-        args = _parser().parse_args(argv)
+        args, extra = _parser().parse_known_args(argv)
+        if extra:  # named with the subcommand they were given to
+            prog = f"agentlog {args.command}"
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see: {prog} --help)")
         # The store a message may name (migrate's is its target): its password hidden.
         store = getattr(args, "store", None) or getattr(args, "target", None)
         prog = f"agentlog {args.command}"

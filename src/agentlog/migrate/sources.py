@@ -221,6 +221,14 @@ class SqliteSource:
             "list source sessions",
             lambda conn: [row[1] for row in conn.rows(Q.MIGRATE_SESSIONS, (self.tenant,))],
         )
+        if not names:
+            others = sorted({row[0] for row in db.list_all_sessions()})
+            if others:  # a typo'd --tenant is refused, never "0 sessions migrated"
+                listed = ", ".join(repr(t) for t in others)
+                raise MigrationError(
+                    f"{self.path} has no sessions in tenant {self.tenant!r}"
+                    f" (its tenants: {listed}; --tenant picks one)"
+                )
         for name in names:
             read = self._read(db, name)
             if read is not None:  # deleted since the list: nothing to move
