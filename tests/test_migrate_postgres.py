@@ -285,3 +285,35 @@ def test_migrated_events_carry_checksums_and_damage_is_never_copied(
     db.close()
     with pytest.raises(MigrationError, match=r"session 'plain': event 1: payload checksum"):
         migrate(sqlite_source, tmp_path / "other.db", tenant="acme", dry_run=True)
+
+
+@pytest.mark.parametrize("into", ["sqlite", "postgresql"])
+def test_a_session_retention_emptied_keeps_its_head(
+    tmp_path: Path, into: str, request: pytest.FixtureRequest
+) -> None:
+    from agentlog import PostgresStorage
+
+    source = tmp_path / "pruned.db"
+    with SqliteStorage.open(source) as storage:
+        sessions = storage.sessions
+        record = sessions.create("acme", "chat", None)
+        items = [{"type": "user", "id": f"m{n}", "content": f"turn {n}"} for n in (1, 2)]
+        record = sessions.append("acme", "chat", record.revision, items)
+        sessions.compact("acme", "chat", record.revision, 2, {"summary": "both turns"})
+        assert sessions.prune("acme", "chat") == 2  # every event gone, the head stays 2
+        before = sessions.load("acme", "chat")
+    if into == "sqlite":
+        target = str(tmp_path / "target.db")
+        storage_of = lambda: SqliteStorage.open(target)  # noqa: E731
+    else:
+        target, schema = request.getfixturevalue("url"), request.getfixturevalue("schema")
+        storage_of = lambda: PostgresStorage.open(target, schema=schema)  # noqa: E731
+    kwargs = {} if into == "sqlite" else {"schema": schema}
+    migrate(source, target, tenant="acme", backup_dir=tmp_path / "backup", **kwargs)
+    with storage_of() as after:
+        assert after.sessions.load("acme", "chat") == before
+        # The next event is 3, and load() shows it after the snapshot.
+        assert after.checkpointer("acme").append("chat", [{"type": "user", "content": "3"}]) == 3
+        assert [item.seq for item in after.sessions.load("acme", "chat").items] == [3]
+        if into == "sqlite":
+            assert after.checkpointer("acme").check_integrity(deep=True) == (True, "ok")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 import random
 import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -27,6 +28,7 @@ from ..conftest import PYTHON, child_env, extensions_required
 try:
     from langchain_core.messages import AIMessage, HumanMessage
     from langchain_core.runnables import RunnableConfig
+    from langgraph.channels.delta import DeltaChannel
     from langgraph.checkpoint.base import (
         BaseCheckpointSaver,
         Checkpoint,
@@ -50,6 +52,18 @@ from agentlog.integrations.langgraph import AgentlogSaver, AsyncAgentlogSaver
 from .langgraph_child import build_graph, first_input, transcript
 
 CHILD = Path(__file__).with_name("langgraph_child.py")
+
+
+def _extend(current: list[int] | None, writes: list[list[int]]) -> list[int]:
+    return [*(current or []), *(n for write in writes for n in write)]
+
+
+class DeltaState(TypedDict):
+    """A graph state with a ``DeltaChannel``: stored in full every 3 updates."""
+
+    n: int
+    plain: Annotated[list[int], operator.add]
+    delta: Annotated[list[int], DeltaChannel(_extend, snapshot_frequency=3)]
 
 
 # -- a face over both savers: the same calls, sync or awaited --------------------
@@ -315,6 +329,45 @@ def test_prune(face: Face) -> None:
     face.prune(["nobody"], strategy="keep_latest")
     with pytest.raises(ValueError):
         face.prune(["one"], strategy="sideways")
+
+
+def test_prune_keeps_what_a_delta_channel_is_rebuilt_from(face: Face) -> None:
+    """LangGraph stores a ``DeltaChannel``'s value only every
+    ``snapshot_frequency`` steps and replays the parent chain's writes in
+    between: ``keep_latest`` keeps that chain, or the channel comes back empty."""
+    from langgraph.graph import END, START, StateGraph
+
+    def step(state: DeltaState) -> dict[str, Any]:
+        return {"n": state["n"] + 1, "plain": [state["n"]], "delta": [state["n"]]}
+
+    builder = StateGraph(DeltaState)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    graph = builder.compile(checkpointer=face.saver)
+    thread: RunnableConfig = {"configurable": {"thread_id": "delta"}}
+
+    def run(n: int) -> None:
+        turn = {"n": n, "plain": [], "delta": []}
+        if face.loop is None:
+            graph.invoke(turn, thread)  # type: ignore[arg-type]
+        else:
+            face.loop.run_until_complete(graph.ainvoke(turn, thread))  # type: ignore[arg-type]
+
+    def values() -> dict[str, Any]:
+        if face.loop is None:
+            return graph.get_state(thread).values
+        return face.loop.run_until_complete(graph.aget_state(thread)).values
+
+    for n in range(4):
+        run(n)
+    before = len(face.list(thread))
+    assert values()["delta"] == [0, 1, 2, 3]
+    face.prune(["delta"], strategy="keep_latest")
+    assert values() == {"n": 4, "plain": [0, 1, 2, 3], "delta": [0, 1, 2, 3]}
+    assert 1 < len(face.list(thread)) < before  # pruned, down to the last snapshot
+    run(4)
+    assert values()["delta"] == [0, 1, 2, 3, 4]
 
 
 def test_delete_for_runs(face: Face) -> None:

@@ -389,6 +389,7 @@ def test_stats_and_the_integrity_check_know_a_pruned_session_from_a_gap(
         "DELETE FROM snapshots WHERE sid = 1": "events 1..4 are gone and no snapshot",
         "DELETE FROM events WHERE id = (2 << 32) + 10": "its head is 10 but its last event is 9",
         "DELETE FROM sessions WHERE sid = 3": "10 event(s) belong to no session",
+        "UPDATE snapshots SET through_seq = 12 WHERE sid = 2": "a snapshot covers up to 12",
     }
     for statement, problem in damage.items():
         copy = tmp_path / "damaged.db"

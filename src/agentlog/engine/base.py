@@ -1206,7 +1206,7 @@ def _log_problems(conn: Connection) -> list[str]:
     """What is wrong with the log's own shape, beyond SQLite's page checks: each
     session must hold its events with no gap from its first stored seq through
     its head, and a session whose events start past 1 (retention pruned them)
-    must have a snapshot at or past the pruned ones; every event must belong
+    must have a snapshot at or past the pruned ones, none past its head; every event must belong
     to a session. Each session's events are one range of the events table,
     so this reads every event once, in key order, with no sort."""
     problems = []
@@ -1226,6 +1226,8 @@ def _log_problems(conn: Connection) -> list[str]:
             )
         elif first > 1 and (snapshot is None or snapshot < first - 1):
             problems.append(f"{where}: events 1..{first - 1} are gone and no snapshot covers them")
+        elif snapshot is not None and snapshot > head:  # truncate drops such snapshots
+            problems.append(f"{where}: its head is {head} but a snapshot covers up to {snapshot}")
     orphans = int(conn.rows(Q.EVENT_COUNT)[0][0]) - counted
     if orphans:
         problems.append(f"{orphans} event(s) belong to no session")

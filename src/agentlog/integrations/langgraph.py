@@ -960,8 +960,27 @@ class _Maintenance:
             for sid in core.thread_sessions(str(thread_id)):
                 sess = core.refresh(sid)
                 if sess is not None and sess.latest is not None:
-                    ops.extend(self._rewrite(sess, [sess.ckpts[sess.latest]]))
+                    keep = self._with_delta_seeds(sess, sess.ckpts[sess.latest])
+                    ops.extend(self._rewrite(sess, keep))
         return ops
+
+    def _with_delta_seeds(self, sess: _Session, seq: int) -> builtins.list[int]:
+        """The checkpoint at ``seq`` and the ancestors its ``DeltaChannel``s are
+        rebuilt from: LangGraph stores such a channel's value only every
+        ``snapshot_frequency`` steps and replays the writes since from the
+        parent chain, so dropping those parents would empty the channel."""
+        core = self.core
+        info = sess.info[seq]
+        counters = core.metadata(info).get("counters_since_delta_snapshot") or {}
+        needed = set(counters) - core.tuple_at(sess, seq).checkpoint["channel_values"].keys()
+        keep = [seq]
+        parent = info.parent
+        while needed and parent is not None and parent in sess.ckpts:
+            parent_seq = sess.ckpts[parent]
+            keep.append(parent_seq)
+            needed -= core.tuple_at(sess, parent_seq).checkpoint["channel_values"].keys()
+            parent = sess.info[parent_seq].parent
+        return keep
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> builtins.list[_Op]:
         wanted = {str(r) for r in run_ids}
@@ -1165,12 +1184,16 @@ class AgentlogSaver(_SaverBase):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's latest checkpoint (a
-        snapshot) and its writes; ``"delete"``: delete the threads."""
+        snapshot) and its writes, with the ancestors back to the last full
+        value of each ``DeltaChannel`` it holds; ``"delete"``: delete the
+        threads."""
         self._run(lambda: self._maintenance.prune(thread_ids, strategy))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id``
-        is one of ``run_ids``; the others stay readable."""
+        is one of ``run_ids``; the others stay readable. As LangGraph warns,
+        a later checkpoint's ``DeltaChannel`` rebuilt from a deleted one's
+        writes loses them: deleting is what was asked."""
         self._run(lambda: self._maintenance.delete_for_runs(run_ids))
 
     # -- async twins (inline) -------------------------------------------------

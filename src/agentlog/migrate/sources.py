@@ -205,7 +205,8 @@ class SqliteSource:
             for through, state, taken in snapshots:
                 digest.update(repr((through, taken, len(state))).encode())
                 digest.update(state)
-            first_seq = int(stored[0][0]) if stored else 1
+            # Retention may have pruned every event: the head stays where it was.
+            first_seq = int(stored[0][0]) if stored else int(head) + 1
             events = [(float(ts), str(t), bytes(d), i) for _, ts, t, d, i, _ in stored]
             meta = bytes(metadata) if metadata is not None else None
             converted = Converted(
