@@ -346,6 +346,10 @@ def test_tenant_on_every_session_command(tmp_path: Path) -> None:
     assert "no session 'chat-9'" in line and "add --tenant acme" in line
     line = refused(agentlog_run("show", db, "mine", "--tenant", "acme"))
     assert "tenant 'acme'" in line
+    line = refused(agentlog_run("fork", db, "chat-9", "1", "new"))
+    assert "no session 'chat-9'" in line and "add --tenant acme" in line
+    line = refused(agentlog_run("verify", db, "chat-9", "--expect", "0" * 64))
+    assert "no session 'chat-9'" in line and "add --tenant acme" in line
     ok("fork", db, "chat-9", "2", "chat-10", "--tenant", "acme")
     assert ok("truncate", db, "chat-9", "1", "--tenant", "acme") == "chat-9: head 1\n"
     heads = dict(line.split("\t")[:2] for line in ok("list", db, "--tenant", "acme").splitlines())
@@ -688,6 +692,17 @@ def test_bench_runs_the_checkouts_benchmark(
         main(["bench", "--help"])
     assert info.value.code == 0
     assert "--quick" in capsys.readouterr().out
+
+
+def test_migrate_errors_name_the_file_they_are_about(tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE notes (text)")
+    line = refused(agentlog_run("migrate", other, tmp_path / "new.db", "--dry-run"))
+    assert "other.db" in line and "new.db" not in line  # the source, not the target
+    assert not (tmp_path / "new.db").exists()
 
 
 def test_bench_outside_a_checkout_is_one_line(tmp_path: Path) -> None:

@@ -154,20 +154,24 @@ def _exists(log: BaseCheckpointer, session: str) -> bool:
     return log.head(session) > 0 or any(info.id == session for info in log.list())
 
 
-def _require_session(log: BaseCheckpointer, args: argparse.Namespace) -> int:
-    """The head of ``args.session``; an unknown session is an error."""
-    head = log.head(args.session)
-    if head > 0 or _exists(log, args.session):
+def _require_session(
+    log: BaseCheckpointer, args: argparse.Namespace, session: str | None = None
+) -> int:
+    """The head of ``session`` (default ``args.session``); an unknown session
+    is an error that names the tenant holding it, if another one does."""
+    session = args.session if session is None else session
+    head = log.head(session)
+    if head > 0 or _exists(log, session):
         return head
     where = shown(args.store)
     if args.tenant != DEFAULT_TENANT:
         where = f"tenant {args.tenant!r} of {where}"
     hint = "agentlog list shows them"
     if isinstance(log, _Tenanted):
-        others = sorted({t for t, info in log.list_all_tenants() if info.id == args.session})
+        others = sorted({t for t, info in log.list_all_tenants() if info.id == session})
         if others:
             hint = f"it is in tenant {others[0]!r}: add --tenant {shlex.quote(others[0])}"
-    raise UsageError(f"no session {args.session!r} in {where} ({hint})")
+    raise UsageError(f"no session {session!r} in {where} ({hint})")
 
 
 # -- printing ------------------------------------------------------------------------
@@ -405,6 +409,7 @@ def _cmd_tail(args: argparse.Namespace) -> None:
 
 def _cmd_fork(args: argparse.Namespace) -> None:
     with _open(args, write=True) as log:
+        _require_session(log, args)
         head = log.fork(args.session, args.at, args.new_session)
     print(_safe(f"forked {args.session} at {args.at} into {args.new_session} (head {head})"))
 
@@ -468,8 +473,7 @@ def _cmd_verify(args: argparse.Namespace) -> None:
         names = args.sessions or sorted(info.id for info in log.list())
         reports = []
         for name in names:
-            if not _exists(log, name):
-                raise UsageError(f"no session {name!r} in {shown(args.store)}")
+            _require_session(log, args, name)
             report = log.verify(name)
             # Without a chain the stored links are all absent: only the digest speaks.
             problem = report.problem if chained else None
@@ -800,8 +804,12 @@ def _parser() -> argparse.ArgumentParser:
     def store(
         found: argparse.ArgumentParser,
         kinds: str = "a SQLite file, a file store or a postgresql:// URL",
+        schema: bool = True,
     ) -> None:
         found.add_argument("store", metavar="STORE", help=kinds)
+        if not schema:  # a SQLite-only command offers no PostgreSQL option
+            found.set_defaults(schema=None)
+            return
         found.add_argument(
             "--schema",
             metavar="NAME",
@@ -893,7 +901,7 @@ def _parser() -> argparse.ArgumentParser:
         "recompute the hash chain of sessions of a SQLite file and print each head digest",
         _cmd_verify,
     )
-    store(verify, "a SQLite file")
+    store(verify, "a SQLite file", schema=False)
     verify.add_argument(
         "sessions", metavar="SESSION", nargs="*", help="the sessions (default: every one)"
     )
@@ -979,7 +987,7 @@ def _run(argv: list[str]) -> None:
     if argv[:1] == ["bench"]:
         _bench(argv[1:])
         return
-    prog, store = "agentlog", None
+    prog, store, named = "agentlog", None, True
     try:
         if argv[:1] == ["_demo-resume"] and len(argv) == 3:
             # The demo's second process: internal, so not a listed command.
@@ -992,6 +1000,7 @@ def _run(argv: list[str]) -> None:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see: {prog} --help)")
         # The store a message may name (migrate's is its target): its password hidden.
         store = getattr(args, "store", None) or getattr(args, "target", None)
+        named = args.command != "migrate"  # its errors name the source or the target
         prog = f"agentlog {args.command}"
         args.func(args)
     except UsageError as exc:
@@ -1000,7 +1009,7 @@ def _run(argv: list[str]) -> None:
         if isinstance(exc, BrokenPipeError):
             raise
         message = scrub(str(exc) or type(exc).__name__, store)
-        where = shown(store) if store else None
+        where = shown(store) if store and named else None
         if where and where not in message and not isinstance(exc, ValueError):
             message = f"{where}: {message}"  # say which store, when the error does not
         _fail(prog, message)

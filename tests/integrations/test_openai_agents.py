@@ -196,7 +196,7 @@ def test_events_map_onto_agentlog_types_and_fold(open_log: Callable[[], AsyncChe
                         "type": "tool_use",
                         "id": "call_1",
                         "name": "weather",
-                        "input": '{"city": "Zürich"}',
+                        "input": {"city": "Zürich"},  # the arguments, decoded
                     }
                 ],
             },
@@ -743,6 +743,30 @@ def test_event_of_item_round_trips() -> None:
     assert item_of_event({"type": "user", "content": "hi"}) == {"role": "user", "content": "hi"}
     assert item_of_event({"type": "tool_started", "tool_use_id": "a"}) is None
     assert agents.__version__ == "0.24.0"  # the pinned SDK this mapping was written for
+
+
+def test_a_function_calls_arguments_fold_as_an_object() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "weather"}
+    event = event_of_item({**call, "arguments": '{"city": "Paris"}'})
+    assert event["content"][0]["input"] == {"city": "Paris"}
+    assert event[ITEM_FIELD]["arguments"] == '{"city": "Paris"}'  # the item as added
+    folded = fold_events([event], shape="openai")[0]["tool_calls"][0]["function"]
+    assert json.loads(folded["arguments"]) == {"city": "Paris"}
+    for text in ("not json", "[1, 2]", '{"cut": '):  # kept as they came
+        assert event_of_item({**call, "arguments": text})["content"][0]["input"] == text
+
+
+def test_a_message_without_content_is_kept_not_refused() -> None:
+    items: list[Any] = [{"role": "user"}, {"role": "assistant", "content": None}]
+    assert [event_of_item(item)["type"] for item in items] == ["context_view"] * 2
+
+    async def main() -> list[Any]:
+        async with AsyncMemoryCheckpointer() as log:
+            session = AgentlogSession("s", log)
+            await session.add_items(items)  # as the SDK's SQLiteSession stores them
+            return await session.get_items()
+
+    assert asyncio.run(main()) == items
 
 
 # -- the benchmark --------------------------------------------------------------------

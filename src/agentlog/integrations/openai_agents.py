@@ -11,11 +11,13 @@ Each item is stored whole under the event's ``"item"`` field (it comes back
 equal, whatever its type) beside the fields agentlog's own event types need:
 
 * a ``user`` or ``assistant`` message (``role`` user / assistant) → a ``user``
-  / ``assistant`` event whose ``content`` is the message's content;
+  / ``assistant`` event whose ``content`` is the message's content (one
+  without content → ``context_view``);
 * a tool call (``function_call``, ``custom_tool_call``, ``computer_call``,
   ``shell_call``, … — every kind that has a matching output item) → an
   ``assistant`` event whose content is one ``tool_use`` block
-  (``id`` = the call id, ``name``, ``input`` = the arguments);
+  (``id`` = the call id, ``name``, ``input`` = the arguments, decoded when
+  they are a JSON object in a string, as a ``function_call``'s are);
 * a tool call's output (``function_call_output`` …) → a ``tool_result``
   event (``tool_use_id`` = the call id, ``content`` = the output);
 * anything else (system and developer messages, reasoning, hosted tool
@@ -26,6 +28,7 @@ equal, whatever its type) beside the fields agentlog's own event types need:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -79,9 +82,15 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
     role = item.get("role")
     if kind in (None, "message") and role in ("user", "assistant"):
+        if item.get("content") is None:  # nothing to fold: kept, as bookkeeping
+            return {"type": "context_view", ITEM_FIELD: item}
         return {"type": role, "content": item.get("content"), ITEM_FIELD: item}
     if isinstance(kind, str) and kind in _CALL_OUTPUTS:
         tool_input = next((item[f] for f in _CALL_INPUT_FIELDS if f in item), None)
+        if isinstance(tool_input, str) and tool_input.startswith("{"):
+            # A function call's arguments are a JSON object in a string: the
+            # tool_use block holds the object, as every other tool_use does.
+            tool_input = _json_object(tool_input, tool_input)
         block = {
             "type": "tool_use",
             "id": item.get("call_id", item.get("id")),
@@ -97,6 +106,15 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
             ITEM_FIELD: item,
         }
     return {"type": "context_view", ITEM_FIELD: item}
+
+
+def _json_object(text: str, otherwise: Any) -> Any:
+    """``text`` decoded when it is a JSON object, else ``otherwise``."""
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return otherwise
+    return decoded if isinstance(decoded, dict) else otherwise
 
 
 def item_of_event(event: Mapping[str, Any]) -> dict[str, Any] | None:
