@@ -692,6 +692,14 @@ class FileCheckpointer(BaseCheckpointer):
             raise
         self._sync_directory()
 
+    def _forget(self, *session_ids: str) -> None:
+        """Drop what this object knows of ``session_ids`` after a write failed
+        or was interrupted part-way (Ctrl-C, a signal handler's exception): the
+        next access reads them again from their files, as they are."""
+        for session_id in session_ids:
+            self._sessions.pop(session_id, None)
+        self._all_loaded = False
+
     def _touch(self, session: _Session, mtime: float | None = None) -> None:
         """Record a change to ``session``: its file's mtime and the order of changes."""
         session.mtime = session.path.stat().st_mtime if mtime is None else mtime
@@ -760,12 +768,14 @@ class FileCheckpointer(BaseCheckpointer):
                     session = self._session(session_id)
                     assert session is not None
                 self._write_meta(session, data, revision + 1 - session.head)
-            except OSError as exc:
-                self._sessions.pop(session_id, None)  # read it again as it is on disk
+                self._touch(session, ts)
+            except BaseException as exc:
+                self._forget(session_id)  # read it again as it is on disk
+                if not isinstance(exc, OSError):
+                    raise
                 raise StorageUnavailableError(
                     f"setting the metadata of {session_id!r} failed: {exc}"
                 ) from exc
-            self._touch(session, ts)
             return revision + 1
 
     def _append(
@@ -785,22 +795,26 @@ class FileCheckpointer(BaseCheckpointer):
                 _line(seq, end, ts, payload) for seq, (_, payload) in enumerate(batch, head + 1)
             ]
             body = b"".join(lines)
+            new = session is None
+            if session is None:
+                path, committed = self.directory / session_file_name(session_id), 0
+            else:
+                path, committed = session.path, session.offsets[-1]
             try:
                 if session is None:
-                    path = self.directory / session_file_name(session_id)
                     self._forget_meta(path)
                     header = _header(session_id, ts)
                     # Empty, or a header that never completed (nothing of it returned).
-                    fd = _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, self.file_mode)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                    fd = _open_regular(path, flags, self.file_mode)
                     offsets = array("q", [len(header)])
                     content = header + body
                 else:
-                    path = session.path
                     fd = _open_regular(path, os.O_WRONLY | os.O_APPEND)
                     offsets = session.offsets
                     content = body
                 try:
-                    if session is None:
+                    if new:
                         os.ftruncate(fd, 0)
                     written = os.write(fd, content)
                     if written != len(content):
@@ -810,25 +824,30 @@ class FileCheckpointer(BaseCheckpointer):
                     mtime = os.fstat(fd).st_mtime
                 finally:
                     os.close(fd)
-            except OSError as exc:
-                # Drop whatever part of the batch reached the file (a file this
-                # append was creating held nothing committed: remove it).
-                self._sessions.pop(session_id, None)
+                if new:
+                    self._sync_directory()
+                position = offsets[-1]
+                for line in lines:
+                    position += len(line)
+                    offsets.append(position)
                 if session is None:
-                    with contextlib.suppress(OSError):
-                        (self.directory / session_file_name(session_id)).unlink()
-                self._session(session_id)
+                    session = _Session(session_id, path, offsets, mtime)
+                    self._sessions[session_id] = session
+                self._touch(session, mtime)
+            except BaseException as exc:
+                # Failed, or interrupted (Ctrl-C, a signal handler's exception)
+                # part-way: what this object knew of the session is read again
+                # from the file on the next access.
+                self._forget(session_id)
+                if not isinstance(exc, OSError):
+                    raise  # the batch is stored or not, as the file says
+                # A failure is reported, so nothing of the batch may stay.
+                with contextlib.suppress(OSError):
+                    if new:
+                        path.unlink()
+                    else:
+                        os.truncate(path, committed)
                 raise StorageUnavailableError(f"append to {session_id!r} failed: {exc}") from exc
-            if session is None:
-                self._sync_directory()
-            position = offsets[-1]
-            for line in lines:
-                position += len(line)
-                offsets.append(position)
-            if session is None:
-                session = _Session(session_id, path, offsets, mtime)
-                self._sessions[session_id] = session
-            self._touch(session, mtime)
             return end
 
     @staticmethod
@@ -892,8 +911,10 @@ class FileCheckpointer(BaseCheckpointer):
                     assert session is not None
                     session.meta, session.base, session.meta_loaded = meta, base, True
                 self._touch(session)
-            except OSError as exc:
-                self._sessions.pop(session_id, None)  # read it again as it is on disk
+            except BaseException as exc:
+                self._forget(session_id)  # read it again as it is on disk
+                if not isinstance(exc, OSError):
+                    raise
                 raise StorageUnavailableError(
                     f"truncate of {session_id!r} to {to_seq} failed: {exc}"
                 ) from exc
@@ -922,8 +943,10 @@ class FileCheckpointer(BaseCheckpointer):
                 forked = self._session(new_session_id)
                 assert forked is not None
                 self._touch(forked)
-            except OSError as exc:
-                self._sessions.pop(new_session_id, None)  # read it again as it is on disk
+            except BaseException as exc:
+                self._forget(new_session_id)  # read it again as it is on disk
+                if not isinstance(exc, OSError):
+                    raise
                 raise StorageUnavailableError(
                     f"fork of {session_id!r} at {at_seq} into {new_session_id!r} failed: {exc}"
                 ) from exc
@@ -936,12 +959,16 @@ class FileCheckpointer(BaseCheckpointer):
             session = self._session(session_id)
             if session is None:
                 return
-            with contextlib.suppress(FileNotFoundError):
-                session.path.unlink()
-            # After the log: a crash in between leaves a metadata file that the
-            # next session of this id removes before it starts.
-            self._forget_meta(session.path)
-            self._sync_directory()
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    session.path.unlink()
+                # After the log: a crash in between leaves a metadata file that the
+                # next session of this id removes before it starts.
+                self._forget_meta(session.path)
+                self._sync_directory()
+            except BaseException:
+                self._forget(session_id)  # deleted or not, as the directory says
+                raise
             self._sessions[session_id] = None
 
     # -- reading -----------------------------------------------------------------

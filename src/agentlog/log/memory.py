@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+from collections import OrderedDict
 
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
 from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
@@ -15,8 +16,8 @@ __all__ = ["MemoryCheckpointer"]
 class _MemorySession:
     __slots__ = ("events", "meta", "mtime", "revision")
 
-    def __init__(self, mtime: float) -> None:
-        self.events: list[tuple[float, str, bytes]] = []
+    def __init__(self, mtime: float, events: list[tuple[float, str, bytes]] | None = None) -> None:
+        self.events: list[tuple[float, str, bytes]] = [] if events is None else events
         self.mtime = mtime
         self.meta: bytes | None = None
         self.revision = 0
@@ -27,22 +28,30 @@ class MemoryCheckpointer(BaseCheckpointer):
 
     Events are kept encoded, so every read returns fresh objects and changing
     an event after appending it (or after reading it) never changes the log.
-    Safe to share between threads.
+    Safe to share between threads. Each write changes the log in one step
+    (a list or mapping operation done in C), so an interrupt (Ctrl-C, a
+    signal handler's exception) leaves it whole: written, or not at all.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # Insertion order is activity order: a session that changes moves to
         # the end, so list() is exact even when timestamps tie.
-        self._sessions: dict[str, _MemorySession] = {}
+        self._sessions: OrderedDict[str, _MemorySession] = OrderedDict()
+
+    def _add(self, session_id: str, session: _MemorySession) -> _MemorySession:
+        """Store a new session, its events included, in one step."""
+        session.revision = 1
+        self._sessions[session_id] = session
+        return session
 
     def _touch(self, session_id: str, ts: float) -> _MemorySession:
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.get(session_id)
         if session is None:
-            session = _MemorySession(ts)
+            return self._add(session_id, _MemorySession(ts))
+        self._sessions.move_to_end(session_id)  # never absent, even for a moment
         session.mtime = ts
         session.revision += 1  # every write to a session is one revision
-        self._sessions[session_id] = session
         return session
 
     def _append(
@@ -56,8 +65,10 @@ class MemoryCheckpointer(BaseCheckpointer):
                 raise CheckpointConflictError(session_id, expected_head, head)
             if not batch:
                 return head
-            session = self._touch(session_id, ts)
-            session.events.extend((ts, kind, data) for kind, data in batch)
+            rows = [(ts, kind, data) for kind, data in batch]
+            if session is None:
+                return len(self._add(session_id, _MemorySession(ts, rows)).events)
+            self._touch(session_id, ts).events.extend(rows)  # the whole batch, or none of it
             return len(session.events)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
@@ -112,7 +123,7 @@ class MemoryCheckpointer(BaseCheckpointer):
                 )
             if new_session_id in self._sessions:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            self._touch(new_session_id, ts).events.extend(source.events[:at_seq])
+            self._add(new_session_id, _MemorySession(ts, source.events[:at_seq]))
             return at_seq
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
