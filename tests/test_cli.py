@@ -705,6 +705,18 @@ def test_migrate_errors_name_the_file_they_are_about(tmp_path: Path) -> None:
     assert not (tmp_path / "new.db").exists()
 
 
+def test_a_path_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db) as cp:
+        cp.append("s1", EVENTS)
+    odd, copy = (tmp_path / os.fsdecode(name) for name in (b"\xff.db", b"\xfe.db"))
+    odd.write_bytes(db.read_bytes())  # a byte no UTF-8 name holds
+    for command in (["list", odd], ["backup", db, copy]):
+        line = refused(agentlog_run(*command))
+        assert "SQLite needs a path in UTF-8" in line, command
+    assert not copy.exists()
+
+
 def test_bench_outside_a_checkout_is_one_line(tmp_path: Path) -> None:
     line = refused(agentlog_run("bench", cwd=tmp_path))
     assert line.startswith("agentlog bench: error:") and "checkout" in line

@@ -89,9 +89,22 @@ _HASH_CHAIN = "hash_chain"
 _CHECK_PAGE = 1000
 
 
+def _refuse_undecodable(path: str) -> None:
+    """SQLite takes UTF-8 names; an undecodable byte reaches Python as a surrogate."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "backslashreplace").decode()
+        raise StorageUnavailableError(
+            f"cannot open '{shown}': SQLite needs a path in UTF-8 (rename the file)"
+        ) from None
+
+
 def _refuse_special_file(path: str) -> None:
-    """Refuse a path that is there but is no regular file: SQLite's open of a
-    FIFO waits for a writer forever, and a device is no database."""
+    """Refuse a path that is there but is no regular file (SQLite's open of a
+    FIFO waits for a writer forever, and a device is no database), or one
+    SQLite cannot be given (not UTF-8)."""
+    _refuse_undecodable(path)
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -1031,6 +1044,7 @@ class EngineBase(Generic[ConnectionT]):
         in this process go on meanwhile too.
         """
         # Created here, empty and the owner's only (VACUUM INTO fills an empty file).
+        _refuse_undecodable(path)
         if os.path.lexists(path):
             raise StorageUnavailableError(f"backup target {path!r} already exists")
         if not create_private_file(path, DEFAULT_FILE_MODE):
