@@ -332,15 +332,20 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _refuse_empty_tenant(log: _Tenanted, args: argparse.Namespace) -> None:
-    """A tenant without sessions in a store whose other tenants have some is
-    most likely a typo'd ``--tenant``: say which tenants there are."""
+    """A tenant given with ``--tenant`` that has no sessions, in a store whose
+    other tenants have some, is most likely a typo: refused, naming the
+    tenants there are. An empty default tenant is only noted on stderr."""
     others = sorted({tenant for tenant, _ in log.list_all_tenants()})
-    if others:
-        listed = ", ".join(repr(t) for t in others)
-        raise UsageError(
-            f"no sessions in tenant {args.tenant!r} of {shown(args.store)}"
-            f" (its tenants: {listed}; add --tenant NAME, or --all-tenants)"
-        )
+    if not others:
+        return
+    listed = ", ".join(repr(t) for t in others)
+    message = (
+        f"no sessions in tenant {args.tenant!r} of {shown(args.store)}"
+        f" (its tenants: {listed}; add --tenant NAME, or --all-tenants)"
+    )
+    if args.tenant != DEFAULT_TENANT:
+        raise UsageError(message)
+    print(_safe(f"agentlog list: note: {message}"), file=sys.stderr)
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
