@@ -159,6 +159,11 @@ def _check_transitions(
             )
         elif old is not None and effect.kind != old.kind:
             raise StorageDataError(f"{resource}: side effect {effect.id!r} changed its kind")
+        elif old is not None and old.state != "pending" and effect.payload != old.payload:
+            # What was claimed is what runs: a resumer must not act on other input.
+            raise StorageDataError(
+                f"{resource}: side effect {effect.id!r} changed its payload after it {old.state}"
+            )
 
 
 def _encode_body(checkpoint: Checkpoint) -> bytes:

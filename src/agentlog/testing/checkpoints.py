@@ -125,6 +125,10 @@ class CheckpointStoreConformance(StoreSuite):
         save("started")
         with pytest.raises(StorageDataError, match="started -> pending"):
             save("pending")
+        redirected = SideEffect("fx-1", "send_email", "succeeded", {"to": "evil@b.c"})
+        with pytest.raises(StorageDataError, match="changed its payload after it started"):
+            cps.save("t", "r", cps.load("t", "r").revision, status="running", state={},
+                     side_effects=[redirected])  # fmt: skip
         save("unknown")
         save("succeeded", status="completed")
         with pytest.raises(StorageDataError, match="succeeded -> failed"):
