@@ -367,6 +367,8 @@ class SessionStore(Transactions):
         """
         tenant = check_name("tenant_id", tenant_id)
         count = check_keep(keep)
+        if not isinstance(dry_run, bool):  # "no" would be taken for yes
+            raise TypeError(f"dry_run must be a bool, not {type(dry_run).__name__}")
         pruned: dict[str, int] = {}
         after: str | None = None
         while True:

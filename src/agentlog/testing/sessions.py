@@ -355,6 +355,9 @@ class SessionStoreConformance(StoreSuite):
         assert ss.prune_all("t", keep=1, dry_run=True) == {"s1": 3, "s2": 1}
         assert ss.prune_all("t", keep=1, dry_run=True, batch=1) == {"s1": 3, "s2": 1}
         assert _retained_start(ss, "t", "s1") == 1  # the dry run deleted nothing
+        with pytest.raises(TypeError, match="dry_run must be a bool"):
+            ss.prune_all("t", keep=1, dry_run="no")  # would be taken for yes
+        assert _retained_start(ss, "t", "s1") == 1
         assert ss.prune_all("t", keep=1, batch=2) == {"s1": 3, "s2": 1}
         assert {name: ss.load("t", name) for name in ("s1", "s2", "s3")} == before
         assert [_retained_start(ss, "t", n) for n in ("s1", "s2", "s3")] == [4, 2, 1]
