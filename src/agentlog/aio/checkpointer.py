@@ -413,7 +413,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
         return self._closed
 
     async def aclose(self) -> None:
-        """Finish every queued write, then close the backend; later calls raise."""
+        """Finish every queued write, then close the backend; later calls raise.
+
+        Appends that another event loop queued and has not handed on yet (at
+        its next turn) are refused with ``CheckpointerClosedError``."""
         if self._closed:
             return
         self._closed = True
