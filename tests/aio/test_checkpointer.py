@@ -252,6 +252,32 @@ def test_a_fork_child_is_refused_never_left_waiting(tmp_path: Path, engine: str)
     cp.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX")
+def test_a_fork_childs_memory_checkpointer_goes_on_as_a_sync_one_does() -> None:
+    """The in-memory writer has no thread: a child's copy writes, as a
+    MemoryCheckpointer's does, and the parent's log is its own."""
+    cp = AsyncMemoryCheckpointer()
+    asyncio.run(cp.append("s", [EVENT]))
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        code = 1
+        try:
+            signal.alarm(20)
+
+            async def child() -> None:
+                assert await cp.append("s", [EVENT, EVENT], expected_head=1) == 3
+                assert [e.seq async for e in cp.read("s")] == [1, 2, 3]
+
+            asyncio.run(child())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert asyncio.run(cp.head("s")) == 1  # the parent's own log
+    cp.close()
+
+
 class TestAsyncPostgresCheckpointer(OnPostgres, AsyncCheckpointerConformance):
     multiprocess = True
 

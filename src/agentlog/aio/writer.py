@@ -183,8 +183,9 @@ class Writer:
             self._thread.join()
 
     def _refuse_if_stopped(self) -> None:
-        if os.getpid() != self._pid:
-            # A child of os.fork(): the writer thread stayed in the parent.
+        if os.getpid() != self._pid and not self._inline:
+            # A child of os.fork(): the writer thread stayed in the parent (an
+            # inline writer has none: the child's copy goes on, as a sync one does).
             raise CheckpointerClosedError(
                 f"this writer was started in process {self._pid}, before os.fork(); "
                 "open a new one in this process"
