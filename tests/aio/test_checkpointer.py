@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import subprocess
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -223,31 +224,37 @@ def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(
     asyncio.run(main())
 
 
+def in_fork_child(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run the coroutine ``body()`` in a child of ``os.fork()``; it must return
+    (an assertion or a hang, cut at 20 s, fails the test through the exit status)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            asyncio.run(body())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork() is POSIX")
 def test_a_fork_child_is_refused_never_left_waiting(tmp_path: Path, engine: str) -> None:
     """The writer thread stays in the parent: a child's writes are refused at
     once with a typed error, whichever way they would have gone."""
     cp = AsyncSqliteCheckpointer(tmp_path / "f.db", engine=engine)
     asyncio.run(cp.append("s", [EVENT]))
-    pid = os.fork()
-    if pid == 0:  # the child: report through the exit status only
-        code = 1
-        try:
-            signal.alarm(20)  # a hang fails the test instead of stalling it
 
-            async def child() -> None:
-                with pytest.raises(CheckpointerClosedError):
-                    await cp.append("s", [EVENT])  # offered on the loop: the engine refuses
-                job = Job(asyncio.get_running_loop(), call=lambda: None)
-                with pytest.raises(CheckpointerClosedError, match=r"before os\.fork"):
-                    cp._writer.submit(job)  # the writer thread's queue refuses too
+    async def child() -> None:
+        with pytest.raises(CheckpointerClosedError):
+            await cp.append("s", [EVENT])  # offered on the loop: the engine refuses
+        job = Job(asyncio.get_running_loop(), call=lambda: None)
+        with pytest.raises(CheckpointerClosedError, match=r"before os\.fork"):
+            cp._writer.submit(job)  # the writer thread's queue refuses too
 
-            asyncio.run(child())
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    in_fork_child(child)
     assert asyncio.run(cp.append("s", [EVENT])) == 2  # the parent goes on
     cp.close()
 
@@ -258,22 +265,12 @@ def test_a_fork_childs_memory_checkpointer_goes_on_as_a_sync_one_does() -> None:
     MemoryCheckpointer's does, and the parent's log is its own."""
     cp = AsyncMemoryCheckpointer()
     asyncio.run(cp.append("s", [EVENT]))
-    pid = os.fork()
-    if pid == 0:  # the child: report through the exit status only
-        code = 1
-        try:
-            signal.alarm(20)
 
-            async def child() -> None:
-                assert await cp.append("s", [EVENT, EVENT], expected_head=1) == 3
-                assert [e.seq async for e in cp.read("s")] == [1, 2, 3]
+    async def child() -> None:
+        assert await cp.append("s", [EVENT, EVENT], expected_head=1) == 3
+        assert [e.seq async for e in cp.read("s")] == [1, 2, 3]
 
-            asyncio.run(child())
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    in_fork_child(child)
     assert asyncio.run(cp.head("s")) == 1  # the parent's own log
     cp.close()
 
