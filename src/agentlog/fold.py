@@ -13,11 +13,11 @@ from typing import Any
 
 from .events import StoredEvent
 
+__all__ = ["SHAPES", "TEXT_BLOCK_TYPES", "Folder", "fold_events"]
+
 #: The content blocks that hold plain text: Anthropic's ``text``, and the
 #: OpenAI Responses API's ``output_text`` (a model's) and ``input_text`` (a user's).
 TEXT_BLOCK_TYPES = frozenset({"text", "output_text", "input_text"})
-
-__all__ = ["SHAPES", "Folder", "fold_events"]
 
 # Bookkeeping events record what happened around the conversation; they are
 # part of the log but never become messages.

@@ -101,10 +101,8 @@ def _refuse_undecodable(path: str) -> None:
 
 
 def _refuse_special_file(path: str) -> None:
-    """Refuse a path that is there but is no regular file (SQLite's open of a
-    FIFO waits for a writer forever, and a device is no database), or one
-    SQLite cannot be given (not UTF-8)."""
-    _refuse_undecodable(path)
+    """Refuse a path that is there but is no regular file: SQLite's open of a
+    FIFO waits for a writer forever, and a device is no database."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -237,6 +235,7 @@ class EngineBase(Generic[ConnectionT]):
         self._closed_message = "the database is closed"
         self._file_key: tuple[int, int] | None = None
         if not self._memory:
+            _refuse_undecodable(path)
             _refuse_special_file(path)
         # A new file is created here, with file_mode (the owner's only unless
         # told otherwise); SQLite gives its -wal and -shm files the same mode.
@@ -1220,8 +1219,8 @@ def _log_problems(conn: Connection) -> list[str]:
     """What is wrong with the log's own shape, beyond SQLite's page checks: each
     session must hold its events with no gap from its first stored seq through
     its head, and a session whose events start past 1 (retention pruned them)
-    must have a snapshot at or past the pruned ones, none past its head; every event must belong
-    to a session. Each session's events are one range of the events table,
+    must have a snapshot at or past the pruned ones, none past its head;
+    every event must belong to a session. Each session's events are one range of the events table,
     so this reads every event once, in key order, with no sort."""
     problems = []
     counted = 0

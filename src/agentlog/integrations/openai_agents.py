@@ -28,7 +28,6 @@ equal, whatever its type) beside the fields agentlog's own event types need:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -36,6 +35,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, cast
 
+import orjson
 from agents import SessionSettings, TResponseInputItem
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
@@ -90,7 +90,7 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(tool_input, str) and tool_input.startswith("{"):
             # A function call's arguments are a JSON object in a string: the
             # tool_use block holds the object, as every other tool_use does.
-            tool_input = _json_object(tool_input, tool_input)
+            tool_input = _json_object_or_text(tool_input)
         block = {
             "type": "tool_use",
             "id": item.get("call_id", item.get("id")),
@@ -108,13 +108,13 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "context_view", ITEM_FIELD: item}
 
 
-def _json_object(text: str, otherwise: Any) -> Any:
-    """``text`` decoded when it is a JSON object, else ``otherwise``."""
+def _json_object_or_text(text: str) -> Any:
+    """``text`` decoded when it is a JSON object, else ``text`` as it is."""
     try:
-        decoded = json.loads(text)
-    except ValueError:
-        return otherwise
-    return decoded if isinstance(decoded, dict) else otherwise
+        decoded = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    return decoded if isinstance(decoded, dict) else text
 
 
 def item_of_event(event: Mapping[str, Any]) -> dict[str, Any] | None:
