@@ -7,6 +7,8 @@
  *   baseline DB PAYLOADS append SESSIONS BATCH SYNC   S1/S2: append every payload,
  *                                                       BATCH per call, round-robin
  *                                                       over SESSIONS sessions
+ *   baseline DB PAYLOADS groups SESSIONS SYNC           S5/S7: each transaction one payload
+ *                                                       for each of SESSIONS sessions
  *   baseline DB PAYLOADS scan                           S3: read session "s0" forward
  *   baseline DB PAYLOADS heads                          S4: head() of every session, then list
  *
@@ -85,50 +87,83 @@ static payload *load_payloads(const char *path, long *count) {
 #define SELECT_HEAD "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
 #define LIST_SESSIONS "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 
+typedef struct {
+    sqlite3_stmt *begin, *commit, *select, *insert_session, *update, *insert;
+} statements;
+
+static statements prepare_all(sqlite3 *db) {
+    statements st = {
+        prepare(db, "BEGIN IMMEDIATE"), prepare(db, "COMMIT"), prepare(db, SELECT_SESSION),
+        prepare(db, INSERT_SESSION), prepare(db, UPDATE_SESSION), prepare(db, INSERT_EVENT),
+    };
+    return st;
+}
+
+/* One append inside the open transaction: n payloads after session NAME's head. */
+static void append_one(sqlite3 *db, statements *st, const char *name, int name_len,
+                       payload *items, int n, double ts) {
+    sqlite3_bind_text(st->select, 1, "default", 7, SQLITE_STATIC);
+    sqlite3_bind_text(st->select, 2, name, name_len, SQLITE_STATIC);
+    sqlite3_int64 sid = 0, head = 0;
+    int rc = sqlite3_step(st->select);
+    if (rc == SQLITE_ROW) {
+        sid = sqlite3_column_int64(st->select, 0);
+        head = sqlite3_column_int64(st->select, 1);
+    }
+    sqlite3_reset(st->select);
+    if (rc == SQLITE_ROW) {
+        sqlite3_bind_int64(st->update, 1, head + n);
+        sqlite3_bind_double(st->update, 2, ts);
+        sqlite3_bind_int64(st->update, 3, sid);
+        run(db, st->update);
+    } else {
+        sqlite3_bind_text(st->insert_session, 1, "default", 7, SQLITE_STATIC);
+        sqlite3_bind_text(st->insert_session, 2, name, name_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st->insert_session, 3, head + n);
+        sqlite3_bind_double(st->insert_session, 4, ts);
+        sqlite3_bind_double(st->insert_session, 5, ts);
+        run(db, st->insert_session);
+        sid = sqlite3_last_insert_rowid(db);
+    }
+    sqlite3_bind_double(st->insert, 2, ts);
+    for (int j = 0; j < n; j++) {
+        payload *p = &items[j];
+        sqlite3_bind_int64(st->insert, 1, (sid << 32) + head + j + 1);
+        sqlite3_bind_text(st->insert, 3, p->type, p->type_len, SQLITE_STATIC);
+        sqlite3_bind_blob(st->insert, 4, p->data, p->data_len, SQLITE_STATIC);
+        run(db, st->insert);
+    }
+}
+
 static double append(sqlite3 *db, payload *items, long count, int sessions, int batch) {
-    sqlite3_stmt *begin = prepare(db, "BEGIN IMMEDIATE"), *commit = prepare(db, "COMMIT");
-    sqlite3_stmt *select = prepare(db, SELECT_SESSION), *insert_session = prepare(db, INSERT_SESSION);
-    sqlite3_stmt *update = prepare(db, UPDATE_SESSION), *insert = prepare(db, INSERT_EVENT);
+    statements st = prepare_all(db);
     char name[32];
     long call = 0;
     double start = now();
     for (long i = 0; i < count; i += batch, call++) {
         int n = (int)(count - i < batch ? count - i : batch);
-        double ts = (double)time(NULL);
         int name_len = snprintf(name, sizeof name, "s%ld", call % sessions);
-        run(db, begin);
-        sqlite3_bind_text(select, 1, "default", 7, SQLITE_STATIC);
-        sqlite3_bind_text(select, 2, name, name_len, SQLITE_STATIC);
-        sqlite3_int64 sid = 0, head = 0;
-        int rc = sqlite3_step(select);
-        if (rc == SQLITE_ROW) {
-            sid = sqlite3_column_int64(select, 0);
-            head = sqlite3_column_int64(select, 1);
+        run(db, st.begin);
+        append_one(db, &st, name, name_len, &items[i], n, (double)time(NULL));
+        run(db, st.commit);
+    }
+    return now() - start;
+}
+
+/* The floor under group commit: each transaction appends one payload to each
+ * of SESSIONS sessions, as a writer does for that many concurrent callers. */
+static double groups(sqlite3 *db, payload *items, long count, int sessions) {
+    statements st = prepare_all(db);
+    char name[32];
+    double start = now();
+    for (long i = 0; i < count; i += sessions) {
+        double ts = (double)time(NULL);
+        run(db, st.begin);
+        for (long j = i; j < count && j < i + sessions; j++) {
+            int name_len = snprintf(name, sizeof name, "s%ld", j - i);
+            append_one(db, &st, name, name_len, &items[j], 1, ts);
         }
-        sqlite3_reset(select);
-        if (rc == SQLITE_ROW) {
-            sqlite3_bind_int64(update, 1, head + n);
-            sqlite3_bind_double(update, 2, ts);
-            sqlite3_bind_int64(update, 3, sid);
-            run(db, update);
-        } else {
-            sqlite3_bind_text(insert_session, 1, "default", 7, SQLITE_STATIC);
-            sqlite3_bind_text(insert_session, 2, name, name_len, SQLITE_STATIC);
-            sqlite3_bind_int64(insert_session, 3, head + n);
-            sqlite3_bind_double(insert_session, 4, ts);
-            sqlite3_bind_double(insert_session, 5, ts);
-            run(db, insert_session);
-            sid = sqlite3_last_insert_rowid(db);
-        }
-        sqlite3_bind_double(insert, 2, ts);
-        for (int j = 0; j < n; j++) {
-            payload *p = &items[i + j];
-            sqlite3_bind_int64(insert, 1, (sid << 32) + head + j + 1);
-            sqlite3_bind_text(insert, 3, p->type, p->type_len, SQLITE_STATIC);
-            sqlite3_bind_blob(insert, 4, p->data, p->data_len, SQLITE_STATIC);
-            run(db, insert);
-        }
-        run(db, commit);
+        run(db, st.commit);
     }
     return now() - start;
 }
@@ -199,7 +234,7 @@ static double heads(sqlite3 *db, long *calls) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: baseline DB PAYLOADS append|scan|heads [SESSIONS BATCH SYNC]\n");
+        fprintf(stderr, "usage: baseline DB PAYLOADS append|groups|scan|heads [SESSIONS [BATCH] SYNC]\n");
         return 2;
     }
     sqlite3 *db;
@@ -213,6 +248,13 @@ int main(int argc, char **argv) {
         snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", argv[6]);
         if (sqlite3_exec(db, pragma, NULL, NULL, NULL) != SQLITE_OK) die(db, pragma);
         seconds = append(db, items, count, atoi(argv[4]), atoi(argv[5]));
+        done = count;
+    } else if (strcmp(argv[3], "groups") == 0 && argc == 6) {
+        payload *items = load_payloads(argv[2], &count);
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", argv[5]);
+        if (sqlite3_exec(db, pragma, NULL, NULL, NULL) != SQLITE_OK) die(db, pragma);
+        seconds = groups(db, items, count, atoi(argv[4]));
         done = count;
     } else if (strcmp(argv[3], "scan") == 0) {
         seconds = scan(db, &done);

@@ -159,15 +159,27 @@ def scenarios(quick: bool) -> list[Scenario]:
             systems=AGENTLOG,
         ),
         *(
-            Scenario(
-                f"S5 {threads}t {large // k}k",
-                f"S5 {threads} threads x 1 event/call, {large // k}k",
-                "threads",
-                large,
-                threads=threads,
-                systems=AGENTLOG,
-            )
+            scenario
             for threads in (4, 8)
+            for scenario in (
+                # The same sessions from one thread: what the threads must beat.
+                Scenario(
+                    f"S5 1t-{threads}s {large // k}k",
+                    f"S5 1 thread over {threads} sessions x 1/call, {large // k}k",
+                    "append",
+                    large,
+                    sessions=threads,
+                    systems=("raw-c", *AGENTLOG),
+                ),
+                Scenario(
+                    f"S5 {threads}t {large // k}k",
+                    f"S5 {threads} threads x 1 event/call, {large // k}k",
+                    "threads",
+                    large,
+                    threads=threads,
+                    systems=("raw-c", *AGENTLOG),
+                ),
+            )
         ),
         Scenario(
             f"S7 1 {small // k}k",
@@ -183,7 +195,7 @@ def scenarios(quick: bool) -> list[Scenario]:
             "async",
             large,
             threads=64,
-            systems=AGENTLOG,
+            systems=("raw-c", *AGENTLOG),
         ),
     ]
 
@@ -291,8 +303,8 @@ def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]
 
 def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> str:
     lines = [
-        f"{'scenario':<44}{'system':<17}{'rate':>13}{'vs raw C':>10}{'B/event':>9}{'peak MB':>9}",
-        "-" * 102,
+        f"{'scenario':<46}{'system':<17}{'rate':>13}{'vs raw C':>10}{'B/event':>9}{'peak MB':>9}",
+        "-" * 104,
     ]
     for scenario, cells in results:
         raw = next((c.rate for c in cells if c.system == "raw-c" and c.rates), None)
@@ -301,7 +313,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
         for n, cell in enumerate(cells):
             title = scenario.title if n == 0 else ""
             if not cell.rates:
-                lines.append(f"{title:<44}{cell.system:<17}{cell.note:>13}")
+                lines.append(f"{title:<46}{cell.system:<17}{cell.note:>13}")
                 continue
             ratio = f"{cell.rate / raw:.2f}" if raw and scenario.kind != "sessionstore" else "-"
             per_event = (
@@ -322,7 +334,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
                     f" load after snapshot {med['load_after_snapshot']:,.0f}/s {note}"
                 )
             lines.append(
-                f"{title:<44}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
+                f"{title:<46}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
                 f"{cell.peak_rss_kb / 1024:>9.0f}  {note}".rstrip()
             )
         lines.append("")
@@ -379,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         (
             c.rate
             for s, cells in results
-            if s.kind == "append" and s.batch == 1 and s.sync == "normal"
+            if s.kind == "append" and s.batch == 1 and s.sync == "normal" and s.sessions == 1
             for c in cells
             if c.system == "raw-c" and c.rates
         ),

@@ -197,12 +197,24 @@ def raw_c_with_list(*args: str) -> tuple[float, int, float]:
 def raw_c_append(
     path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
 ) -> tuple[float, int]:
+    return _raw_c_writing(path, events, "append", str(sessions), str(batch), sync.upper())
+
+
+def raw_c_groups(
+    path: str, events: list[dict[str, Any]], writers: int, sync: str
+) -> tuple[float, int]:
+    """S5/S7's floor: ``writers`` sessions, each transaction one event for each
+    (what a writer commits for that many callers, with no Python and no waiting)."""
+    return _raw_c_writing(path, events, "groups", str(writers), sync.upper())
+
+
+def _raw_c_writing(path: str, events: list[dict[str, Any]], *args: str) -> tuple[float, int]:
     from agentlog import SqliteCheckpointer
 
     SqliteCheckpointer(path).close()  # the schema, exactly as agentlog writes it
     payloads = Path(path + ".payloads")
     write_payloads(payloads, events)
-    return raw_c(path, str(payloads), "append", str(sessions), str(batch), sync.upper())
+    return raw_c(path, str(payloads), *args)
 
 
 # -- peers, when installed ---------------------------------------------------------------

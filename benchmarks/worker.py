@@ -87,6 +87,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "langgraph": lambda: systems.langgraph_append(*args),
             "eventsourcing": lambda: systems.eventsourcing_append(*args),
         }[system]
+    elif kind in ("async", "threads") and system == "raw-c":
+        data = events(spec["count"])
+        run = lambda: systems.raw_c_groups(path, data, spec["threads"], spec["sync"])  # noqa: E731
     elif kind == "async":
         data = events(spec["count"])
         run = lambda: systems.agentlog_async(engine, path, data, spec["threads"], spec["sync"])  # noqa: E731

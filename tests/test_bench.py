@@ -18,7 +18,16 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "bench.json"
     run = subprocess.run(
-        [PYTHON, "-m", "benchmarks", "--quick", "--only", "S1 2k,S3 2k,S4", "--json", str(out)],
+        [
+            PYTHON,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--only",
+            "S1 2k,S3 2k,S4,S5 4t",
+            "--json",
+            str(out),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -28,7 +37,7 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "vs raw C" in run.stdout
     results = json.loads(out.read_text())["results"]
-    assert [r["scenario"]["key"] for r in results] == ["S1 2k", "S3 2k", "S4 head()"]
+    assert [r["scenario"]["key"] for r in results] == ["S1 2k", "S3 2k", "S4 head()", "S5 4t 10k"]
     for result in results:
         cells = {cell["system"]: cell for cell in result["cells"]}
         for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in AVAILABLE else [])):
