@@ -122,3 +122,41 @@ def test_rows_written_by_hand_are_read_as_they_are(tmp_path: Path, engine: str) 
         first, second = cp.read("s")
         assert (first.type, second.type, second.ts) == ("user", "custom-kind", 2.5)
         assert second.event == {"type": "custom-kind", "x": 1}
+
+
+def test_a_version_9_file_loses_its_activity_index_and_nothing_else(
+    tmp_path: Path, engine: str
+) -> None:
+    """Version 10 drops sessions_by_activity (a page more per append); list()
+    still orders by activity, from the table."""
+    db = tmp_path / "v9.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        for name in ("a", "b", "c"):
+            cp.append(name, [EVENT])
+        cp.append("a", [EVENT])
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)")
+    conn.execute("PRAGMA user_version = 9")
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert [(info.id, info.head) for info in cp.list()] == [("a", 2), ("c", 1), ("b", 1)]
+        assert [event.seq for event in cp.read("a")] == [1, 2]
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
+        assert ("sessions_by_activity",) not in indexes
+    finally:
+        conn.close()
+
+
+def test_a_new_file_never_has_the_activity_index(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "new.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    conn = sqlite3.connect(db)
+    try:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert "sessions_by_activity" not in names and "sessions" in names
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        conn.close()

@@ -188,6 +188,29 @@ def test_a_backup_that_fails_its_check_is_removed(
     assert not copy.exists()
 
 
+def test_delete_idle_returns_oldest_first_whatever_the_creation_order(
+    tmp_path: Path, engine: str
+) -> None:
+    """Batches go in sid order (no index on activity); the names come back by
+    last activity, and another tenant's idle sessions between them stay."""
+    path = tmp_path / "r.db"
+    with SqliteStorage.open(path, engine=engine) as storage:
+        log, other = storage.checkpointer("acme"), storage.checkpointer("globex")
+        for n in range(205):  # three batches of deletes
+            log.append(f"s{n}", [EVENT])
+            other.append(f"o{n}", [EVENT])
+    conn = sqlite3.connect(path)
+    # Activity the reverse of creation, all long ago.
+    conn.execute("UPDATE sessions SET mtime = 1000 - sid")
+    conn.commit()
+    conn.close()
+    with SqliteStorage.open(path, engine=engine) as storage:
+        log = storage.checkpointer("acme")
+        assert log.delete_idle(1) == [f"s{n}" for n in reversed(range(205))]
+        assert log.list() == []
+        assert len(storage.checkpointer("globex").list()) == 205
+
+
 def test_delete_idle_keeps_what_was_written_after_the_cut_off(tmp_path: Path, engine: str) -> None:
     path = tmp_path / "r.db"
     with SqliteStorage.open(path, engine=engine) as storage:

@@ -1157,19 +1157,23 @@ class EngineBase(Generic[ConnectionT]):
         that looks at ``mtime`` inside it, so a session appended to meanwhile
         is kept. Space the sessions held is reused by later writes.
         """
-        deleted: list[str] = []
+        deleted: list[tuple[float, int, str]] = []
 
-        def work(conn: ConnectionT) -> list[str]:
-            rows = conn.rows(Q.IDLE_SESSIONS, (tenant, before, batch))
-            for sid, _ in rows:
+        def work(conn: ConnectionT, after: int) -> list[tuple[int, str, float]]:
+            rows = conn.rows(Q.IDLE_SESSIONS, (tenant, before, after, batch))
+            for sid, _, _ in rows:
                 self.delete_session(conn, sid)
-            return [name for _, name in rows]
+            return rows
 
+        # In sid order, each batch after the last (there is no index on
+        # activity to walk); the names come back oldest first.
+        after = 0
         while True:
-            names = self.write("delete idle sessions", work)
-            deleted.extend(names)
-            if len(names) < batch:
-                return deleted
+            rows = self.write("delete idle sessions", functools.partial(work, after=after))
+            deleted.extend((mtime, sid, name) for sid, name, mtime in rows)
+            if len(rows) < batch:
+                return [name for _, _, name in sorted(deleted)]
+            after = rows[-1][0]
 
     def close(self) -> None:
         """Close every connection; idempotent."""

@@ -279,9 +279,11 @@ SESSION_TOTALS = (
     f" coalesce(sum(s.head + 1 - coalesce({_FIRST_STORED}, s.head + 1)), 0) FROM sessions s"
 )
 LARGEST_SESSIONS = "SELECT tenant, name, head, mtime FROM sessions ORDER BY head DESC LIMIT ?"
-#: A tenant's sessions idle since before a time, oldest first, a bounded batch.
+#: ``(tenant, before, after_sid, limit)``: a batch of a tenant's sessions idle
+#: since before a time, in sid order after a sid (one pass over the table in all).
 IDLE_SESSIONS = (
-    "SELECT sid, name FROM sessions WHERE tenant = ? AND mtime < ? ORDER BY mtime LIMIT ?"
+    "SELECT sid, name, mtime FROM sessions WHERE tenant = ? AND mtime < ? AND sid > ?"
+    " ORDER BY sid LIMIT ?"
 )
 #: ``0`` none, ``1`` full, ``2`` incremental: set on a new file before its first table.
 AUTO_VACUUM = "PRAGMA auto_vacuum"
