@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -39,6 +40,9 @@ __all__ = [
     "SessionListing",
     "SessionMetadata",
     "StoredEvent",
+    "check_flag",
+    "check_poll_interval",
+    "check_seq",
     "check_session_id",
     "store_events",
     "to_session_id",
@@ -367,6 +371,25 @@ def check_seq(name: str, value: object) -> int:
     if value > MAX_POSITION:
         raise ValueError(f"{name} must be at most {MAX_POSITION}, got {value}")
     return value
+
+
+def check_flag(name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise ``TypeError`` (a truthy
+    string such as ``"no"`` is not taken for yes)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def check_poll_interval(value: object) -> float:
+    """A follower's poll interval: seconds as a real number > 0 (``inf``
+    allowed), else ``TypeError`` / ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"poll_interval must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not seconds > 0:  # NaN too
+        raise ValueError(f"poll_interval must be > 0, not {value!r}")
+    return seconds
 
 
 def check_retained(

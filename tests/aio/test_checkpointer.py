@@ -5,9 +5,13 @@ group, failures that reach every caller, no thread hop per call)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
+import threading
+import time
+import weakref
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,12 @@ import pytest
 from agentlog import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    FileCheckpointer,
     SqliteCheckpointer,
     StorageUnavailableError,
 )
 from agentlog.aio import (
+    AsyncBaseCheckpointer,
     AsyncCheckpointer,
     AsyncFileCheckpointer,
     AsyncMemoryCheckpointer,
@@ -355,3 +361,76 @@ def test_a_file_group_reports_each_append_as_written(tmp_path: Path) -> None:
     good, bad = asyncio.run(main())
     assert good == 1
     assert isinstance(bad, CorruptDatabaseError)
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_dropped_checkpointer_lets_its_thread_and_store_go(tmp_path: Path, kind: str) -> None:
+    """Dropped without aclose() after a write the writer thread ran (a
+    truncate): the checkpointer is collected, its thread stops, and the file
+    store's directory can be opened again."""
+
+    async def use() -> tuple[weakref.ref[AsyncBaseCheckpointer], threading.Thread | None]:
+        cp: AsyncBaseCheckpointer = (
+            AsyncFileCheckpointer(tmp_path / "store")
+            if kind == "file"
+            else AsyncSqliteCheckpointer(tmp_path / "a.db")
+        )
+        await cp.append("s", [EVENT, EVENT])
+        await cp.truncate("s", 1)
+        return weakref.ref(cp), cp._writer._thread
+
+    ref, thread = asyncio.run(use())
+    assert thread is not None
+    deadline = time.monotonic() + 30
+    while (ref() is not None or thread.is_alive()) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert ref() is None and not thread.is_alive()
+    if kind == "file":
+        FileCheckpointer(tmp_path / "store").close()  # not "in use by another checkpointer"
+
+
+def test_file_store_reads_never_wait_on_the_loop_for_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write under way holds the file store: head, read, list and metadata
+    go behind it on the writer thread instead of stopping the loop."""
+    armed, inside, release = threading.Event(), threading.Event(), threading.Event()
+    released: list[bool] = []
+    fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if armed.is_set() and not inside.is_set():
+            inside.set()
+            released.append(release.wait(30))  # False: only the timeout let it go
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+
+    async def main() -> None:
+        cp = AsyncFileCheckpointer(tmp_path / "store", fsync=True)
+        try:
+            await cp.append("s", [EVENT])
+            armed.set()
+            writing = asyncio.ensure_future(cp.append("s", [EVENT]))
+            while not inside.is_set():
+                await asyncio.sleep(0.001)
+            head = asyncio.ensure_future(cp.head("s"))
+            listed = asyncio.ensure_future(cp.list())
+            metadata = asyncio.ensure_future(cp.metadata("s"))
+
+            async def read() -> list[int]:
+                return [event.seq async for event in cp.read("s")]
+
+            seqs = asyncio.ensure_future(read())
+            await asyncio.sleep(0.05)  # the loop runs on while they wait
+            release.set()
+            assert await writing == 2
+            assert await head == 2 and await seqs == [1, 2]
+            assert [info.head for info in await listed] == [2]
+            assert (await metadata).revision == 2
+        finally:
+            await cp.aclose()
+
+    asyncio.run(main())
+    assert released == [True]

@@ -191,8 +191,14 @@ def test_follow_on_a_closed_checkpointer_raises(log: BaseCheckpointer) -> None:
 
 
 def test_follow_checks_its_arguments(log: BaseCheckpointer) -> None:
-    with pytest.raises(ValueError, match="poll_interval"):
-        log.follow("s", poll_interval=0)
+    for interval in (0, -1, float("nan")):
+        with pytest.raises(ValueError, match="poll_interval"):
+            log.follow("s", poll_interval=interval)
+    for bad in (True, "0.5", None):  # True is not one second
+        with pytest.raises(TypeError, match="poll_interval must be a number"):
+            log.follow("s", poll_interval=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="with_metadata must be a bool"):
+        log.list(with_metadata="no")  # type: ignore[call-overload]
     with pytest.raises(ValueError):
         log.follow("", 0)
     with pytest.raises(ValueError):

@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
+import itertools
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar, overload
 
 from ..errors import CheckpointerClosedError
@@ -29,6 +31,8 @@ from ..events import (
     SessionListing,
     SessionMetadata,
     StoredEvent,
+    check_flag,
+    check_poll_interval,
     check_seq,
     check_session_id,
 )
@@ -41,9 +45,10 @@ from ..log import (
     MemoryCheckpointer,
     PreparedAppend,
     SqliteCheckpointer,
+    WouldWait,
 )
 from .handle import AsyncSession
-from .writer import Job, Writer, off_loop
+from .writer import Closing, Job, Writer, off_loop
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -62,6 +67,26 @@ _APPENDS_NOW_PER_TURN = 16
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _take(
+    events: Iterator[StoredEvent], count: int
+) -> tuple[builtins.list[StoredEvent], Exception | None]:
+    """Up to ``count`` events, and the error that stopped them (every event
+    before a damaged one is handed out first)."""
+    taken: builtins.list[StoredEvent] = []
+    try:
+        for event in itertools.islice(events, count):
+            taken.append(event)
+    except Exception as exc:
+        return taken, exc
+    return taken, None
+
+
+def _follow_step(
+    backend: BaseCheckpointer, session_id: str, last: int
+) -> tuple[Any, builtins.list[StoredEvent]]:
+    return backend.change_token(session_id), backend.follow_page(session_id, last)
 
 
 class _LoopWaker:
@@ -143,6 +168,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._loop_shared: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         self._loop_flushes = 0
         self._closed = False
+        self._closing = Closing()
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
         self._wakers_lock = threading.Lock()
 
@@ -163,6 +189,15 @@ class AsyncBaseCheckpointer(AsyncClosable):
     async def _write(self, call: Callable[[], _T]) -> _T:
         self._check_open()
         result: _T = await self._writer.run(Job(asyncio.get_running_loop(), call=call))
+        return result
+
+    async def _read(self, read: Callable[[], _T]) -> _T:
+        """``read()`` on the loop; behind the write under way, on the writer
+        thread, when it would wait for that write (the file store's lock)."""
+        self._check_open()
+        result = self._backend.try_read(read)
+        if isinstance(result, WouldWait):
+            return await self._write(read)
         return result
 
     async def append(
@@ -283,16 +318,20 @@ class AsyncBaseCheckpointer(AsyncClosable):
         Other tasks run between pages.
         """
         self._check_open()
-        pages = self._backend.read(session_id, since_seq, limit)
-        for count, event in enumerate(pages, 1):
-            yield event
-            if count % 1000 == 0:
-                await asyncio.sleep(0)
+        events = self._backend.read(session_id, since_seq, limit)
+        while True:
+            taken, error = await self._read(functools.partial(_take, events, 1000))
+            for event in taken:
+                yield event
+            if error is not None:
+                raise error
+            if len(taken) < 1000:
+                return
+            await asyncio.sleep(0)
 
     async def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""
-        self._check_open()
-        return self._backend.head(session_id)
+        return await self._read(functools.partial(self._backend.head, session_id))
 
     async def follow(
         self,
@@ -318,8 +357,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         backend = self._backend
         session_id = check_session_id(session_id)
         last = check_seq("since_seq", since_seq)
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
+        poll_interval = check_poll_interval(poll_interval)
         signal = backend.commits
         backend.watch(session_id)
         waker = self._join_waker(asyncio.get_running_loop(), signal)
@@ -327,8 +365,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
             while True:
                 self._check_open()
                 mark = signal.count
-                token = backend.change_token(session_id)
-                page = backend.follow_page(session_id, last)
+                token, page = await self._read(
+                    functools.partial(_follow_step, backend, session_id, last)
+                )
                 if page:
                     for event in page:
                         last = event.seq
@@ -338,7 +377,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
                 while True:
                     await waker.wait(mark, poll_interval)
                     self._check_open()
-                    if signal.count != mark or backend.change_token(session_id) != token:
+                    if signal.count != mark:
+                        break
+                    now = await self._read(functools.partial(backend.change_token, session_id))
+                    if now != token:
                         break
         finally:
             self._leave_waker(waker)
@@ -374,15 +416,13 @@ class AsyncBaseCheckpointer(AsyncClosable):
     ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
         """Every session, most recently active first (with ``with_metadata=True``,
         :class:`~agentlog.SessionListing` rows: see :meth:`agentlog.BaseCheckpointer.list`)."""
-        self._check_open()
-        if with_metadata:
-            return self._backend.list(with_metadata=True)
-        return self._backend.list()
+        if check_flag("with_metadata", with_metadata):
+            return await self._read(functools.partial(self._backend.list, with_metadata=True))
+        return await self._read(self._backend.list)
 
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""
-        self._check_open()
-        return self._backend.metadata(session_id)
+        return await self._read(functools.partial(self._backend.metadata, session_id))
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new
@@ -417,18 +457,23 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
         Appends that another event loop queued and has not handed on yet (at
         its next turn) are refused with ``CheckpointerClosedError``."""
-        if self._closed:
+        if self._closing.done:
             return
-        self._closed = True
-        # This loop's queued appends are written (or handed to the writer) now;
-        # another loop's, flushed after the close, are refused.
-        self._flush_loop_group(asyncio.get_running_loop())
-        # Waiting for the writer's last group must not block the loop.
+        if not self._closed:
+            self._closed = True
+            # This loop's queued appends are written (or handed to the writer)
+            # now; another loop's, flushed after the close, are refused.
+            self._flush_loop_group(asyncio.get_running_loop())
+        # Waiting for the writer's last group must not block the loop; a
+        # second aclose() waits for the first to finish.
         await off_loop(self.close)
 
     def close(self) -> None:
         """Synchronous close (from outside the loop): drain the writer, close the backend."""
         self._closed = True
+        self._closing.run(self._shut)
+
+    def _shut(self) -> None:
         self._writer.close()
         self._backend.close()
 

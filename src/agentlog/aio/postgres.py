@@ -59,7 +59,9 @@ from ..events import (
     SessionListing,
     SessionMetadata,
     StoredEvent,
+    check_flag,
     check_identifier,
+    check_poll_interval,
     check_retained,
     check_seq,
     check_session_id,
@@ -557,6 +559,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
         """Every session of the tenant, most recently active first (with
         ``with_metadata=True``, :class:`~agentlog.SessionListing` rows)."""
+        with_metadata = check_flag("with_metadata", with_metadata)
         query = self._q.list_metadata if with_metadata else self._q.list
 
         async def rows(conn: psycopg.AsyncConnection[Any]) -> builtins.list[Any]:
@@ -757,8 +760,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._check_open()
         session_id = check_session_id(session_id)
         last = check_seq("since_seq", since_seq)
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
+        poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
         self._watch(key)
         try:

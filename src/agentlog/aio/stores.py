@@ -36,7 +36,7 @@ from ..stores import (
     SessionStore,
     SqliteStorage,
 )
-from .writer import Job, Writer, off_loop
+from .writer import Closing, Job, Writer, off_loop
 
 if TYPE_CHECKING:
     from ..stores.postgres import PostgresStorage
@@ -176,6 +176,7 @@ class AsyncStorage(AsyncClosable):
     ) -> None:
         self._storage = storage
         self._queue = WriteQueue(type(storage).__name__, inline=inline_writes)
+        self._closing = Closing()
         self.sessions = AsyncSessionStore(storage.sessions, self._queue)
         self.checkpoints = AsyncCheckpointStore(storage.checkpoints, self._queue)
         self.memory = AsyncMemoryStore(storage.memory, self._queue)
@@ -201,17 +202,19 @@ class AsyncStorage(AsyncClosable):
         self._storage.close()
 
     async def aclose(self) -> None:
-        """Finish every queued write, then close the storage; later calls raise."""
-        if self._queue.closed:
+        """Finish every queued write, then close the storage; later calls raise.
+
+        A second ``aclose()`` returns once the first has finished."""
+        if self._closing.done:
             return
         self._queue.closed = True
         # Waiting for the writer's last group must not block the loop.
-        await off_loop(self._shut)
+        await off_loop(self.close)
 
     def close(self) -> None:
         """Synchronous close (from outside the loop): drain the writer, close the storage."""
         self._queue.closed = True
-        self._shut()
+        self._closing.run(self._shut)
 
 
 class AsyncInMemoryStorage(AsyncStorage):

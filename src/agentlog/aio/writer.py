@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from ..errors import CheckpointerClosedError, StorageUnavailableError
 from ..log import BaseCheckpointer, PreparedAppend
 
-__all__ = ["Job", "Writer", "off_loop", "settle"]
+__all__ = ["Closing", "Job", "Writer", "off_loop", "settle"]
 
 _T = TypeVar("_T")
 
@@ -98,6 +98,23 @@ async def off_loop(call: Callable[[], _T], abandon: Callable[[_T], object] | Non
     result = await done
     thread.join()  # it has answered: only its last steps are left
     return result
+
+
+class Closing:
+    """A close run once: a close from any thread or loop while another runs
+    waits for that one to finish (a failed one is tried again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Whether a close has finished.
+        self.done = False
+
+    def run(self, shut: Callable[[], None]) -> None:
+        """``shut()``, or wait for the close under way; return once one has finished."""
+        with self._lock:
+            if not self.done:
+                shut()
+                self.done = True
 
 
 class Writer:
@@ -214,6 +231,8 @@ class Writer:
             except BaseException as exc:  # a bug or an interpreter shutdown: fail, never hang
                 self._fail(jobs, exc)
                 return
+            # Done with: held while idle, their calls would keep the owner alive.
+            del jobs
 
     def _owner_gone(self) -> bool:
         return self._owner is not None and self._owner() is None

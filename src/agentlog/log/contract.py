@@ -8,7 +8,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, overload, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    NamedTuple,
+    Protocol,
+    TypeVar,
+    overload,
+    runtime_checkable,
+)
 
 from ..errors import (
     CheckpointConflictError,
@@ -26,6 +35,8 @@ from ..events import (
     SessionListing,
     SessionMetadata,
     StoredEvent,
+    check_flag,
+    check_poll_interval,
     check_seq,
     check_session_id,
     decode_json,
@@ -39,11 +50,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
+    "WOULD_WAIT",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
     "MetadataCheckpointer",
     "PreparedAppend",
+    "WouldWait",
     "check_fork",
     "check_revision",
     "decode_metadata",
@@ -194,6 +207,23 @@ class PreparedAppend(NamedTuple):
     session_id: str
     batch: EncodedBatch
     expected_head: int | None
+
+
+_T = TypeVar("_T")
+
+
+class WouldWait:
+    """What :meth:`BaseCheckpointer.try_read` returns for a read it did not run:
+    it would have waited for a write under way."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WouldWait()"
+
+
+#: The one :class:`WouldWait`.
+WOULD_WAIT = WouldWait()
 
 
 class CommitSignal:
@@ -420,6 +450,16 @@ class BaseCheckpointer(Closable, ABC):
     ) -> builtins.list[int | Exception] | None:
         return None
 
+    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+        """``read()`` (calls of this checkpointer's reads), unless it would wait
+        for a write under way: then a :class:`WouldWait`, and it has not run.
+
+        For a caller that must not block (an event loop): it hands the read
+        to a thread instead. This base class's reads never wait for a write
+        (memory; SQLite's readers in WAL mode); the file store's do.
+        """
+        return read()
+
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
     ) -> builtins.list[int | Exception]:
@@ -502,7 +542,7 @@ class BaseCheckpointer(Closable, ABC):
         that unpacks a :class:`SessionInfo` into three names keeps working.
         """
         self._check_open()
-        if with_metadata:
+        if check_flag("with_metadata", with_metadata):
             return self._list_metadata()
         return self._list()
 
@@ -668,10 +708,9 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         session_id = check_session_id(session_id)
         since_seq = check_seq("since_seq", since_seq)
-        if not poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0, not {poll_interval!r}")
+        interval = check_poll_interval(poll_interval)
         # A longer wait than a lock can take is a wait without end (``inf``).
-        return self._follow(session_id, since_seq, min(float(poll_interval), threading.TIMEOUT_MAX))
+        return self._follow(session_id, since_seq, min(interval, threading.TIMEOUT_MAX))
 
     def watch(self, session_id: str) -> None:
         """A follower of ``session_id`` starts: a backend may start listening.

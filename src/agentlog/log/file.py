@@ -53,8 +53,9 @@ import threading
 import weakref
 import zlib
 from array import array
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -73,7 +74,7 @@ from ..errors import (
 from ..events import EncodedBatch, SessionInfo, StoredEvent
 from ..files import DEFAULT_FILE_MODE, check_file_mode, directory_mode
 from ..integrity import DamagedEvent, Progress, describe_damage, payload_problem
-from .contract import BaseCheckpointer, metadata_conflict
+from .contract import WOULD_WAIT, BaseCheckpointer, WouldWait, metadata_conflict
 
 try:
     import fcntl
@@ -82,6 +83,7 @@ except ImportError:  # pragma: no cover - not POSIX
 
 __all__ = ["METADATA_SUFFIX", "FileCheckpointer", "is_file_store", "read_metadata_file"]
 
+_T = TypeVar("_T")
 _LOCK_NAME = ".agentlog.lock"
 _SUFFIX = ".jsonl"
 #: What a session file's name takes to name its metadata file.
@@ -1038,6 +1040,16 @@ class FileCheckpointer(BaseCheckpointer):
             return None
         except OSError as exc:
             raise StorageUnavailableError(f"cannot look at {session_id!r}: {exc}") from exc
+
+    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+        """``read()``, unless a write under way holds this store (see
+        :meth:`BaseCheckpointer.try_read`)."""
+        if not self._lock.acquire(blocking=False):
+            return WOULD_WAIT
+        try:
+            return read()
+        finally:
+            self._lock.release()
 
     def _head(self, session_id: str) -> int:
         with self._lock:

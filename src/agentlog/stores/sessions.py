@@ -35,7 +35,7 @@ from ..errors import (
     StorageDataError,
     StorageNotFoundError,
 )
-from ..events import StoredEvent, check_seq, decode_json, encode_events
+from ..events import StoredEvent, check_flag, check_seq, decode_json, encode_events
 from ..integrity import verify_checksums
 from ..log.sqlite import notify_followers
 from .common import (
@@ -367,8 +367,7 @@ class SessionStore(Transactions):
         """
         tenant = check_name("tenant_id", tenant_id)
         count = check_keep(keep)
-        if not isinstance(dry_run, bool):  # "no" would be taken for yes
-            raise TypeError(f"dry_run must be a bool, not {type(dry_run).__name__}")
+        check_flag("dry_run", dry_run)  # "no" would be taken for yes
         pruned: dict[str, int] = {}
         after: str | None = None
         while True:

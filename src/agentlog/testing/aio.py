@@ -254,6 +254,57 @@ class AsyncCheckpointerConformance(CheckpointerConformance):
 
         asyncio.run(main())
 
+    def test_a_second_aclose_returns_once_the_first_has_finished(self, location: Path) -> None:
+        """Two closes at once (an ``async with`` exit and a shutdown hook): the
+        second returns only when the first has written what was queued and
+        let the store go, so it can be opened again at once."""
+
+        async def main() -> builtins.list[int | BaseException]:
+            cp = self.open_async_checkpointer(location)
+            pending = [
+                asyncio.ensure_future(cp.append(f"s{n % 5}", [make_event("user", n=n)] * 20))
+                for n in range(50)
+            ]
+            await asyncio.sleep(0)
+            first = asyncio.ensure_future(cp.aclose())
+            await asyncio.sleep(0)
+            await cp.aclose()
+            reopened = self.open_async_checkpointer(location)  # the first let go
+            try:
+                outcomes = await asyncio.gather(*pending, return_exceptions=True)
+                await first
+                if self.durable:
+                    heads = [await reopened.head(f"s{n}") for n in range(5)]
+                    assert heads == [200] * 5
+            finally:
+                await reopened.aclose()
+            return outcomes
+
+        outcomes = asyncio.run(main())
+        assert all(isinstance(o, int) for o in outcomes), outcomes
+
+    def test_options_of_the_wrong_type_are_refused(self, location: Path) -> None:
+        """A string is not taken for a yes, nor a bool for a number of seconds."""
+
+        async def main() -> None:
+            cp = self.open_async_checkpointer(location)
+            try:
+                await cp.append("s", [make_event("user")])
+                # with_metadata is beyond the protocol: a backend without it refuses too.
+                with pytest.raises(TypeError, match="with_metadata"):
+                    await getattr(cp, "list")(with_metadata="no")  # noqa: B009
+                wrong: tuple[Any, ...] = (True, "0.5", None)  # True is not one second
+                for bad in wrong:
+                    with pytest.raises(TypeError, match="poll_interval"):
+                        await cp.follow("s", poll_interval=bad).__anext__()
+                for interval in (0, -1, float("nan")):
+                    with pytest.raises(ValueError, match="poll_interval"):
+                        await cp.follow("s", poll_interval=interval).__anext__()
+            finally:
+                await cp.aclose()
+
+        asyncio.run(main())
+
     def test_aclose_finishes_queued_writes_then_refuses(self, location: Path) -> None:
         async def main() -> None:
             cp = self.open_async_checkpointer(location)

@@ -257,6 +257,29 @@ class AsyncStorageConformance(AsyncStorageSuite):
 
         self.run_async(location, main)
 
+    def test_a_second_aclose_returns_once_the_first_has_finished(self, location: Path) -> None:
+        async def main() -> None:
+            storage = await self.open_async_storage(location)
+            pending: list[asyncio.Future[Any]] = [
+                asyncio.ensure_future(storage.memory.put("t", "ns", f"k{n}", n, None))
+                for n in range(50)
+            ]
+            await asyncio.sleep(0)
+            first = asyncio.ensure_future(storage.aclose())
+            await asyncio.sleep(0)
+            await storage.aclose()
+            if self.durable:  # finished: every queued write is stored already
+                reopened = self.open_storage(location)
+                try:
+                    assert len(reopened.memory.list("t", "ns")) == 50
+                finally:
+                    reopened.close()
+            outcomes = await asyncio.gather(*pending, return_exceptions=True)
+            assert all(not isinstance(o, BaseException) for o in outcomes), outcomes
+            await first
+
+        asyncio.run(main())
+
     def test_aclose_finishes_queued_writes_then_refuses(self, location: Path) -> None:
         async def main() -> None:
             storage = await self.open_async_storage(location)
