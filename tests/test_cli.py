@@ -363,6 +363,8 @@ def test_tenant_on_every_session_command(tmp_path: Path) -> None:
     line = refused(agentlog_run("migrate", db, tmp_path / "copy.db", "--tenant", "acm"))
     assert "no sessions in tenant 'acm'" in line and "'acme', 'default'" in line
     assert not (tmp_path / "copy.db").exists()
+    line = refused(agentlog_run("gc", db, "--idle-days", "0", "--tenant", "acm"))
+    assert "no sessions in tenant 'acm'" in line and "'acme', 'default'" in line
     assert "migrated 2, skipped 0" in ok("migrate", db, tmp_path / "copy.db", "--tenant", "acme")
 
 
@@ -429,6 +431,7 @@ MISTAKES = [
     ["show", "{db}", "typo"],
     ["show", "{files}", "s1", "--tenant", "acme"],
     ["tail", "{db}", "s1", "--interval", "0"],
+    ["tail", "{db}", "s1", "--interval", "inf"],
     ["tail", "{db}", "typo"],
     ["fork", "{db}", "s1", "9", "s2"],
     ["fork", "{db}", "s1", "-1", "s2"],

@@ -640,6 +640,10 @@ def _cmd_backup(args: argparse.Namespace) -> None:
 def _cmd_gc(args: argparse.Namespace) -> None:
     dry = args.dry_run
     postgres = is_postgres(args.store)
+    if args.tenant != DEFAULT_TENANT:
+        with _open_database(args, write=False) as log:
+            if not log.list():
+                _refuse_empty_tenant(log, args)  # a typo: refused, naming the tenants
     if args.idle_days is not None:
         idle_for = args.idle_days * 86400.0
         with _open_database(args, write=not dry) as log:
@@ -772,8 +776,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    if not 0 < value < float("inf"):  # inf: another process's writes never shown
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
     return value
 
 
