@@ -33,6 +33,7 @@ __all__ = [
     "chain_digest",
     "checked_payloads",
     "checksum",
+    "checksum_problem",
     "describe_damage",
     "first_damaged",
     "missing_events",
@@ -67,12 +68,23 @@ def chain_digest(previous: bytes, payload: bytes, seq: int) -> bytes:
     return hashlib.sha256(previous + payload + seq.to_bytes(8, "big")).digest()
 
 
+def checksum_problem(payload: bytes, crc: int | None) -> str | None:
+    """A stored payload's checksum that does not match it, in words, or ``None``
+    (also for a payload stored without one)."""
+    if crc is None:
+        return None
+    computed = zlib.crc32(payload)
+    if computed != crc:
+        return f"payload checksum mismatch (stored {crc:#010x}, computed {computed:#010x})"
+    return None
+
+
 def payload_problem(payload: bytes, crc: int | None) -> str | None:
     """What is wrong with a stored payload, or ``None``: a checksum that does not
     match (when it has one), or bytes that are not one JSON object."""
-    computed = zlib.crc32(payload)
-    if crc is not None and computed != crc:
-        return f"payload checksum mismatch (stored {crc:#010x}, computed {computed:#010x})"
+    problem = checksum_problem(payload, crc)
+    if problem is not None:
+        return problem
     try:
         value = decode_json(payload)
     except ValueError as exc:

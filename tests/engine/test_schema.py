@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agentlog import SchemaVersionError, SqliteCheckpointer, StorageUnavailableError
-from agentlog.engine.schema import APPLICATION_ID, MAX_SEQ, MAX_SID, SCHEMA_VERSION
+from agentlog import (
+    SchemaVersionError,
+    SessionListing,
+    SessionMetadata,
+    SqliteCheckpointer,
+    SqliteStorage,
+    StorageUnavailableError,
+)
+from agentlog.engine.schema import APPLICATION_ID, MAX_SEQ, MAX_SID, MIGRATIONS, SCHEMA_VERSION
 
 from ..conftest import digest
 
@@ -160,3 +167,53 @@ def test_a_new_file_never_has_the_activity_index(tmp_path: Path, engine: str) ->
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
     finally:
         conn.close()
+
+
+def make_old_file(path: Path, version: int) -> None:
+    """A file of schema ``version`` built by that version's own statements,
+    holding session "old" with one event."""
+    conn = sqlite3.connect(path)
+    for step in range(1, version + 1):
+        for statement in MIGRATIONS[step]:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.execute(
+        "INSERT INTO sessions (sid, tenant, name, head, created, mtime) "
+        "VALUES (1, 'default', 'old', 1, 1.0, 2.0)"
+    )
+    if version >= 5:  # an append there gave the session revision 1
+        conn.execute("UPDATE sessions SET revision = 1")
+    payload = b'{"type":"user","content":"hi"}'
+    conn.execute(
+        "INSERT INTO events (id, ts, type, data) VALUES (?, 1.5, 'user', ?)",
+        ((1 << 32) | 1, payload),
+    )
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_an_older_file_is_read_in_full_read_only_and_left_as_it_is(
+    tmp_path: Path, engine: str, version: int
+) -> None:
+    """A read-only open cannot migrate: every read (the log's, its metadata,
+    the stores', a deep check) sees the file as the current version would,
+    with what the file lacks empty, and the file is not written."""
+    db = tmp_path / f"v{version}.db"
+    make_old_file(db, version)
+    before = digest(db)
+    with SqliteCheckpointer(db, engine=engine, read_only=True) as cp:
+        assert [(e.seq, e.event["content"]) for e in cp.read("old")] == [(1, "hi")]
+        assert cp.head("old") == 1
+        assert cp.metadata("old") == SessionMetadata(None, 1)
+        assert cp.list(with_metadata=True) == [SessionListing("old", 2.0, 1, None, 1)]
+        assert cp.check_integrity(deep=True) == (True, "ok")
+    with SqliteStorage.open(db, engine=engine, read_only=True) as storage:
+        loaded = storage.sessions.load("default", "old")
+        assert (loaded.session.revision, loaded.snapshot, len(loaded.items)) == (1, None, 1)
+        assert storage.memory.list("default", "ns") == []
+        assert storage.checkpoints.list("default") == []
+        assert storage.artifacts.list("default") == []
+    assert digest(db) == before
+    assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0

@@ -597,3 +597,21 @@ def test_a_payload_turned_into_text_is_damage_not_a_crash(tmp_path: Path, engine
         done = subprocess.run([PYTHON, "-m", "agentlog", *command], capture_output=True, text=True)
         assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr
         assert "event 7: payload checksum mismatch" in done.stdout + done.stderr
+
+
+def test_a_fork_over_a_damaged_event_is_refused_and_writes_nothing(
+    tmp_path: Path, engine: str
+) -> None:
+    """A fork copies rows as they are: over a damaged event it would pass the
+    damage on under a new name. It names the event instead; a fork that stops
+    before it is made as usual."""
+    db = tmp_path / "a.db"
+    fill(db, engine, 1500)  # more than one page of the check
+    damage(db, 1200, b'{"type":"user","content":"changed"}')
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        with pytest.raises(CorruptDatabaseError, match="event 1200: payload checksum") as caught:
+            cp.fork("s", 1300, "copy")
+        assert (caught.value.session_id, caught.value.seq) == ("s", 1200)
+        assert "copy" not in [info.id for info in cp.list()]
+        assert cp.fork("s", 1199, "before") == 1199
+        assert [e.seq for e in cp.read("before")][-1] == 1199

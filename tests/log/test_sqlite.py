@@ -77,8 +77,19 @@ def test_a_file_that_is_not_a_database_is_a_typed_error(tmp_path: Path, engine: 
 
 
 def test_missing_directory_is_a_typed_error(tmp_path: Path, engine: str) -> None:
-    with pytest.raises(StorageUnavailableError):
-        SqliteCheckpointer(tmp_path / "no" / "such" / "dir" / "a.db", engine=engine)
+    missing = tmp_path / "no" / "such" / "dir"
+    with pytest.raises(StorageUnavailableError, match="no such directory") as raised:
+        SqliteCheckpointer(missing / "a.db", engine=engine)
+    assert str(missing) in str(raised.value)
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_directory_is_no_database(tmp_path: Path, engine: str, read_only: bool) -> None:
+    # SQLite itself says "unable to open database file" or "disk I/O error".
+    with pytest.raises(StorageUnavailableError, match="it is a directory, not a database file"):
+        SqliteCheckpointer(tmp_path, engine=engine, read_only=read_only)
+    assert list(tmp_path.iterdir()) == []
 
 
 def corrupt_copy(tmp_path: Path, engine: str) -> Path:

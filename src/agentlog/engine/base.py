@@ -40,7 +40,9 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
     StorageConflictError,
+    StorageDataError,
     StorageUnavailableError,
+    damaged_event,
 )
 from ..events import EncodedBatch, StoredEvent, check_retained, check_session_id
 from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
@@ -51,6 +53,7 @@ from ..integrity import (
     Progress,
     chain_digest,
     checksum,
+    checksum_problem,
     session_damage,
     stored_bytes,
     walk_chain,
@@ -100,26 +103,55 @@ def _refuse_undecodable(path: str) -> None:
         ) from None
 
 
+def _refuse_damaged(conn: DriverConnection, name: str, after: int, last: int) -> None:
+    """Inside a write: raise for the first event with keys in (after, last]
+    whose payload fails its checksum. A fork copies rows as they are; a
+    damaged one would carry its damage on under another session's name."""
+    while True:
+        rows = conn.rows(Q.EVENTS_CHECKED, (after, last, _CHECK_PAGE))
+        for seq, payload, crc, _ in rows:
+            problem = checksum_problem(stored_bytes(payload), crc)
+            if problem is not None:
+                raise damaged_event(name, int(seq), problem)
+        if len(rows) < _CHECK_PAGE:
+            return
+        after = (after >> S.SEQ_BITS << S.SEQ_BITS) + int(rows[-1][0])
+
+
 def _refuse_special_file(path: str) -> None:
-    """Refuse a path that is there but is no regular file: SQLite's open of a
-    FIFO waits for a writer forever, and a device is no database."""
+    """Refuse a path that is no regular file, or whose directory is missing,
+    in words (SQLite says "unable to open database file" or "disk I/O error"):
+    SQLite's open of a FIFO waits for a writer forever, and a device is no
+    database."""
     try:
         mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if parent and not os.path.isdir(parent):
+            raise StorageUnavailableError(
+                f"cannot open {path!r}: no such directory {parent!r}"
+            ) from None
+        return  # not there: created, or refused, by the open itself
     except OSError:
-        return  # not there (created, or refused, by the open itself)
-    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return  # refused by the open itself, in its words
+    if stat.S_ISDIR(mode):
+        raise StorageUnavailableError(
+            f"cannot open {path!r}: it is a directory, not a database file"
+        )
+    if not stat.S_ISREG(mode):
         raise StorageUnavailableError(f"cannot open {path!r}: it is not a regular file")
 
 
 # -- one table from SQLite's primary result codes to agentlog's errors ---------------
 
 SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM = 5, 6, 7
-SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+SQLITE_CORRUPT, SQLITE_TOOBIG, SQLITE_NOTADB = 11, 18, 26
 _ERRORS: dict[int, type[Exception]] = {
     SQLITE_BUSY: StorageUnavailableError,
     SQLITE_LOCKED: StorageUnavailableError,
     SQLITE_NOMEM: MemoryError,
     SQLITE_CORRUPT: CorruptDatabaseError,
+    SQLITE_TOOBIG: StorageDataError,  # no retry makes it fit
     SQLITE_NOTADB: CorruptDatabaseError,
 }
 
@@ -227,6 +259,9 @@ class EngineBase(Generic[ConnectionT]):
         self.synchronous = synchronous
         self.wal_size_limit = wal_size_limit
         self._commits_unlooked = 0
+        # A read-only open of an older file: run on each connection first
+        # (schema.read_only_shims), set once the file's version is known.
+        self._read_only_shims: tuple[str, ...] = ()
         self._write_lock = threading.Lock()
         # The reader pool: a deque, whose pop() and append() are atomic on
         # their own (free-threaded builds included), so it needs no lock.
@@ -360,6 +395,10 @@ class EngineBase(Generic[ConnectionT]):
         # Look before touching: nothing below may change a file that is not
         # ours or was written by a newer version.
         self.schema_version = self._check_identity()
+        if self.read_only:
+            self._read_only_shims = tuple(S.read_only_shims(self.schema_version))
+            for statement in self._read_only_shims:
+                self._writer.rows(statement)
         if integrity_check:
             ok, detail = self.check_integrity()
             if not ok:
@@ -396,9 +435,7 @@ class EngineBase(Generic[ConnectionT]):
         if hash_chain:
             self.write("hash chain", self._keep_hash_chain)
             self.hash_chain = True
-        elif self.schema_version >= S.INTEGRITY_VERSION and self.read(
-            "settings", lambda conn: conn.rows(Q.SETTING_GET, (_HASH_CHAIN,))
-        ):
+        elif self.read("settings", lambda conn: conn.rows(Q.SETTING_GET, (_HASH_CHAIN,))):
             self.hash_chain = True
 
     def _keep_hash_chain(self, conn: ConnectionT) -> None:
@@ -407,10 +444,8 @@ class EngineBase(Generic[ConnectionT]):
             conn.rows(Q.SETTING_PUT, (_HASH_CHAIN, "1"))
 
     def _read_settings(self) -> None:
-        """Take the file's settings (a file older than INTEGRITY_VERSION has none)."""
-        if self.schema_version >= S.INTEGRITY_VERSION and self._writer.rows(
-            Q.SETTING_GET, (_HASH_CHAIN,)
-        ):
+        """Take the file's settings."""
+        if self._writer.rows(Q.SETTING_GET, (_HASH_CHAIN,)):
             self.hash_chain = True
 
     def _check_identity(self) -> int:
@@ -918,8 +953,10 @@ class EngineBase(Generic[ConnectionT]):
             self._check_retained(conn, name, sid, head, "fork", at_seq)
             if conn.rows(Q.SELECT_SESSION, (tenant, new_name)):
                 raise SessionExistsError(f"session {new_name!r} already exists")
+            source = S.event_key(sid, 0)
+            _refuse_damaged(conn, name, source, source + at_seq)
             new_sid = self.create_session(conn, tenant, new_name, head=at_seq, ts=ts, revision=1)
-            source, target = S.event_key(sid, 0), S.event_key(new_sid, 0)
+            target = S.event_key(new_sid, 0)
             conn.rows(Q.COPY_EVENTS, (source, target, source, source + at_seq))
             conn.rows(Q.COPY_SNAPSHOTS, (new_sid, sid, at_seq))
             return at_seq
@@ -993,21 +1030,14 @@ class EngineBase(Generic[ConnectionT]):
 
     def _checked_events(self, sid: int) -> Iterator[tuple[int, bytes, int | None, bytes | None]]:
         """Every stored ``(seq, payload, crc, digest)`` of session ``sid``, a page
-        (one read) at a time; a file older than INTEGRITY_VERSION has neither crc nor digest."""
+        (one read) at a time."""
         after, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
-        if self.schema_version < S.INTEGRITY_VERSION:
-            sql, extra = Q.EVENTS_BETWEEN + " LIMIT ?", False
-        else:
-            sql, extra = Q.EVENTS_CHECKED, True
         while True:
             rows = self.read(
-                "check", functools.partial(_page_rows, sql, (after, last, _CHECK_PAGE))
+                "check", functools.partial(_page_rows, Q.EVENTS_CHECKED, (after, last, _CHECK_PAGE))
             )
             for row in rows:
-                if extra:
-                    yield int(row[0]), stored_bytes(row[1]), row[2], row[3]
-                else:
-                    yield int(row[0]), stored_bytes(row[3]), None, None
+                yield int(row[0]), stored_bytes(row[1]), row[2], row[3]
             if len(rows) < _CHECK_PAGE:
                 return
             after = S.event_key(sid, int(rows[-1][0]))

@@ -71,7 +71,6 @@ from agentlog.integrity import first_damaged
 __all__ = ["CEngine"]
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
-cdef int INTEGRITY_VERSION = S.INTEGRITY_VERSION
 
 agentlog_crc32_init()
 
@@ -263,7 +262,8 @@ class CEngine(EngineBase):
         uri = None
         if self._immutable:
             uri = f"file:{_quote(self.path)}?mode=ro&immutable=1"
-        conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms, uri)
+        conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms, uri,
+                  self._read_only_shims)
         return conn
 
     def _append_batch(self, str tenant, str name, expected_head, double ts, list batch):
@@ -461,12 +461,10 @@ class CEngine(EngineBase):
         if self._memory:
             with self._write_lock:
                 self._check_open()
-                return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit,
-                                  self.schema_version < INTEGRITY_VERSION)
+                return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit)
         conn = _borrow_reader(self)
         try:
-            return _scan_page(conn, tenant, name, since_seq, limit,
-                              self.schema_version < INTEGRITY_VERSION)
+            return _scan_page(conn, tenant, name, since_seq, limit)
         finally:
             _return_reader(self, conn)
 

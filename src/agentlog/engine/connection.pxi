@@ -17,7 +17,6 @@ cdef enum:
     ST_NEXT_SID
     ST_SCAN
     ST_HEAD
-    ST_SCAN_UNCHECKED
     N_STATEMENTS
 
 cdef list _SQL = [
@@ -31,7 +30,6 @@ cdef list _SQL = [
     Q.NEXT_SID.encode(),
     Q.SCAN_EVENTS.encode(),
     Q.SELECT_HEAD.encode(),
-    Q.SCAN_EVENTS_UNCHECKED.encode(),
 ]
 
 
@@ -152,7 +150,8 @@ cdef class CConnection:
             self.statements[i] = NULL
 
     cdef int open(self, str path, bint create, bint query_only, int busy_timeout_ms,
-                  str uri=None) except -1:
+                  str uri=None, tuple setup=()) except -1:
+        """Open ``path``; run ``setup`` (a read-only open's shims) before ``query_only``."""
         cdef bytes encoded = (path if uri is None else uri).encode("utf-8")
         cdef const char *filename = encoded
         cdef int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
@@ -170,6 +169,8 @@ cdef class CConnection:
         self.busy.timeout_ms = busy_timeout_ms
         self.busy.seed = <unsigned int>(<size_t>self.db >> 4) ^ <unsigned int>(_monotonic() * 1e6)
         _wait_for_locks(self.db, &self.busy, True)
+        for statement in setup:
+            self.rows(statement, ())
         if query_only:
             self.rows(Q.QUERY_ONLY, ())
         return 0

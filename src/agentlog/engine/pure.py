@@ -17,7 +17,6 @@ from ..events import EncodedBatch, StoredEvent
 from ..integrity import checked_payloads, checksum
 from . import sql as Q
 from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
-from .schema import INTEGRITY_VERSION
 
 __all__ = ["PyConnection", "PyEngine", "sqlite_info"]
 
@@ -129,6 +128,8 @@ class PyEngine(EngineBase[PyConnection]):
             )
             try:
                 db.execute(Q.busy_timeout(self._busy_timeout_ms))
+                for statement in self._read_only_shims:
+                    db.execute(statement)
                 if query_only:
                     db.execute(Q.QUERY_ONLY)
             except BaseException:
@@ -171,9 +172,9 @@ class PyEngine(EngineBase[PyConnection]):
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
-        checked = self.schema_version >= INTEGRITY_VERSION
-        sql = Q.SCAN_EVENTS if checked else Q.SCAN_EVENTS_UNCHECKED
-        rows = self.read("read", lambda conn: conn.rows(sql, (tenant, name, since_seq, limit)))
+        rows = self.read(
+            "read", lambda conn: conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit))
+        )
         if not rows:
             return []
         # Each payload checked against its crc; one decode call for the page.

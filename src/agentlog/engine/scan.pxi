@@ -106,9 +106,8 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
         page.count += 1
 
 
-cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit,
-                     bint unchecked):
-    cdef sqlite3_stmt *st = conn.statement(ST_SCAN_UNCHECKED if unchecked else ST_SCAN)
+cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit):
+    cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
     cdef Py_ssize_t tenant_size, name_size, i
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
     cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
@@ -148,8 +147,7 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
             view.release()
         if events is None or len(events) != page.count:
             # Written unchecked (before checksums) and damaged since: name it.
-            sql = Q.SCAN_EVENTS_UNCHECKED if unchecked else Q.SCAN_EVENTS
-            raise first_damaged(name, conn.rows(sql, (tenant, name, since_seq, limit)))
+            raise first_damaged(name, conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit)))
         stored_type = StoredEvent
         seqs, stamps = page.seqs, page.stamps
         previous_seq = PyLong_FromLongLong(seqs[0] - 1)

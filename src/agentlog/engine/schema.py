@@ -14,6 +14,8 @@ this appends about 1.4x faster at the same size. The price is a bound of
 
 from __future__ import annotations
 
+import re
+
 #: ``PRAGMA application_id`` of an agentlog database ("AGLG").
 APPLICATION_ID = 0x41474C47
 
@@ -21,7 +23,7 @@ APPLICATION_ID = 0x41474C47
 SCHEMA_VERSION = 10
 
 #: The version from which events carry ``crc`` and ``digest`` and the file has
-#: ``settings`` (read-only opens of an older file scan without them).
+#: ``settings`` (a read-only open of an older file reads them as NULL and none).
 INTEGRITY_VERSION = 9
 
 #: The tenant the Checkpointer face of the log uses.
@@ -211,6 +213,50 @@ def migration(from_version: int) -> list[str]:
         f"PRAGMA application_id = {APPLICATION_ID}",
         f"PRAGMA user_version = {SCHEMA_VERSION}",
     ]
+
+
+_CREATE_TABLE = re.compile(r"CREATE TABLE (\w+) ")
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
+_RENAME_TABLE = re.compile(r"ALTER TABLE (\w+) RENAME TO (\w+)")
+
+#: What a column added by a step holds in the rows that were there before it:
+#: NULL, unless the step set it (step 5 gave every session revision 1).
+_ADDED_VALUES = {("sessions", "revision"): "1"}
+
+
+def read_only_shims(version: int) -> list[str]:
+    """TEMP tables and views that let a read-only connection read a file of an
+    older ``version`` with the current version's statements.
+
+    A read-only open cannot migrate the file. These statements, run on each
+    of its connections before anything else, give it the current schema in
+    the connection's own TEMP database, which shadows the file's names: a
+    table the file lacks is an empty TEMP table (no snapshots, no memory), and
+    a table lacking columns is a view that adds them with the values the
+    migration would have given (NULL: no metadata, no checksum). The file
+    itself is never written.
+    """
+    statements: list[str] = []
+    temporary: set[str] = set()
+    missing: dict[str, list[str]] = {}
+    lacking = migration(version)
+    renamed = {m[1] for sql in lacking if (m := _RENAME_TABLE.match(sql))}
+    for sql in lacking:
+        if (m := _CREATE_TABLE.match(sql)) and m[1] not in renamed:
+            statements.append(sql.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+            temporary.add(m[1])
+        elif m := _ADD_COLUMN.match(sql):
+            table, column = m[1], m[2]
+            if table in temporary:
+                statements.append(sql)  # the TEMP table's name comes first
+            else:
+                value = _ADDED_VALUES.get((table, column), "NULL")
+                missing.setdefault(table, []).append(f"{value} AS {column}")
+    for table, columns in missing.items():
+        statements.append(
+            f"CREATE TEMP VIEW {table} AS SELECT *, {', '.join(columns)} FROM main.{table}"
+        )
+    return statements
 
 
 def event_key(sid: int, seq: int) -> int:

@@ -78,13 +78,6 @@ SCAN_EVENTS = (
     " AND e.id > (s.sid << 32) + ? AND e.id <= (s.sid << 32) + 4294967295"
     " ORDER BY e.id LIMIT ?"
 )
-#: :data:`SCAN_EVENTS` on a file older than ``schema.INTEGRITY_VERSION`` (read-only):
-#: no checksums.
-SCAN_EVENTS_UNCHECKED = SCAN_EVENTS.replace("e.crc", "NULL")
-#: Events with keys in (?, ?]: ``(seq, ts, type, data)``.
-EVENTS_BETWEEN = (
-    "SELECT id & 4294967295, ts, type, data FROM events WHERE id > ? AND id <= ? ORDER BY id"
-)
 #: What a deep check and ``verify`` look at, a page of keys in (?, ?]:
 #: ``(seq, data, crc, digest)``.
 EVENTS_CHECKED = (
@@ -233,11 +226,6 @@ MIGRATE_SESSION = (
 #: ``(first key, last key)``: a session's events with their seqs.
 MIGRATE_EVENTS = (
     "SELECT id & 4294967295, ts, type, data, item_id, crc FROM events"
-    " WHERE id BETWEEN ? AND ? ORDER BY id"
-)
-#: The same, from a file written before events carried checksums.
-MIGRATE_EVENTS_UNCHECKED = (
-    "SELECT id & 4294967295, ts, type, data, item_id, NULL FROM events"
     " WHERE id BETWEEN ? AND ? ORDER BY id"
 )
 MIGRATE_SNAPSHOTS = (

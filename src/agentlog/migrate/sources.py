@@ -180,16 +180,13 @@ class SqliteSource:
             self._db = None
 
     def _read(self, db: Engine, name: str) -> tuple[str, Converted] | None:
-        checked = db.schema_version >= S.INTEGRITY_VERSION  # events carry checksums
-
         def work(conn: Connection) -> tuple[str, Converted] | None:
             rows = conn.rows(Q.MIGRATE_SESSION, (self.tenant, name))
             if not rows:
                 return None
             sid, name_, head, revision, created, mtime, metadata = rows[0]
             first, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
-            scan = Q.MIGRATE_EVENTS if checked else Q.MIGRATE_EVENTS_UNCHECKED
-            stored = conn.rows(scan, (first, last))
+            stored = conn.rows(Q.MIGRATE_EVENTS, (first, last))
             snapshots = tuple(
                 (int(t), bytes(state), float(c))
                 for t, state, c in conn.rows(Q.MIGRATE_SNAPSHOTS, (sid,))
@@ -258,4 +255,6 @@ def open_source(source: Path, tenant: str, engine: str | None) -> Source:
         return FileSource(source)
     if source.is_file():
         return SqliteSource(source, tenant, engine)
+    if not source.exists():
+        raise MigrationError(f"{source}: no such file or directory")
     raise MigrationError(f"{source} is neither a directory nor an agentlog SQLite file")
