@@ -7,6 +7,7 @@ import math
 import subprocess
 import time
 from collections.abc import Iterator, KeysView, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +17,13 @@ from agentlog import (
     InvalidEventError,
     InvalidSessionIdError,
     MemoryCheckpointer,
+    SqliteCheckpointer,
     StoredEvent,
     check_session_id,
     store_events,
 )
+from agentlog import events as events_module
+from agentlog.events import encode_events
 from agentlog.testing import HOSTILE_SESSION_IDS
 
 from .conftest import PYTHON, child_env
@@ -192,3 +196,27 @@ def test_a_big_batch_takes_memory_in_proportion_to_what_it_encodes() -> None:
     assert count == 200_000
     # The encodings, their tuples and the list: ~160 bytes an event beyond the JSON.
     assert grown < size + count * 400, (grown, size)
+
+
+def test_an_event_larger_than_any_backend_takes_is_refused_by_its_index(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SQLite stores at most 1,000,000,000 bytes in one value (and said "NOT
+    NULL constraint failed" or "string or blob too big", as an outage);
+    PostgreSQL closes the connection. The bound is lowered here so that the
+    test need not build a gigabyte."""
+    monkeypatch.setattr(events_module, "MAX_EVENT_BYTES", 200)
+    small, large = {"type": "user", "content": "hi"}, {"type": "user", "content": "x" * 300}
+    with pytest.raises(InvalidEventError, match=r"event 1: it is 3\d\d bytes encoded") as caught:
+        encode_events([small, large])
+    assert caught.value.index == 1
+    with pytest.raises(InvalidEventError, match="event 0:"):
+        encode_events([{"type": "odd-kind", "content": "x" * 300}])  # the careful path too
+    assert events_module.MAX_EVENT_BYTES < 2**30  # below PostgreSQL's own bound
+    logs = [MemoryCheckpointer(), SqliteCheckpointer(tmp_path / "a.db", engine="python")]
+    for log in logs:
+        log.append("s", [small])
+        with pytest.raises(InvalidEventError):
+            log.append("s", [small, large])
+        assert [event.seq for event in log.read("s")] == [1]
+        log.close()

@@ -34,6 +34,7 @@ from .errors import (
 )
 from .events import (
     EVENT_TYPES,
+    MAX_EVENT_BYTES,
     MAX_SESSION_ID_LENGTH,
     REQUIRED_FIELDS,
     SessionEvent,
@@ -81,6 +82,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_TENANT",
     "EVENT_TYPES",
+    "MAX_EVENT_BYTES",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
     "AgentlogError",

@@ -32,6 +32,7 @@ from .errors import (
 
 __all__ = [
     "EVENT_TYPES",
+    "MAX_EVENT_BYTES",
     "MAX_POSITION",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
@@ -297,6 +298,16 @@ _REQUIRED_FIELD_GET = {kind: fields[0] for kind, fields in REQUIRED_FIELDS.items
 # ones, all a one-event append ever has, are left as they are (a few KiB).
 _EXACT_FROM = 16
 
+#: The largest event, encoded, that any backend takes: what SQLite stores in
+#: one value (its SQLITE_MAX_LENGTH), and less than PostgreSQL's 1 GiB.
+MAX_EVENT_BYTES = 1_000_000_000
+
+
+def _oversized(index: int, size: int) -> InvalidEventError:
+    return InvalidEventError(
+        index, f"it is {size:,} bytes encoded, more than the {MAX_EVENT_BYTES:,} an event can be"
+    )
+
 
 #: A batch of events as backends receive it: validated ``(type, json_bytes)`` pairs.
 EncodedBatch = list[tuple[str, bytes]]
@@ -327,11 +338,15 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
                         pass
                     else:
                         if b"null" not in payload:
+                            if len(payload) > MAX_EVENT_BYTES:
+                                raise _oversized(index, len(payload))
                             if index >= _EXACT_FROM:
                                 payload = bytes(memoryview(payload))
                             add((kind, payload))
                             continue
         kind, payload = _encode_one(index, event)
+        if len(payload) > MAX_EVENT_BYTES:
+            raise _oversized(index, len(payload))
         if index >= _EXACT_FROM:
             payload = bytes(memoryview(payload))
         add((kind, payload))
