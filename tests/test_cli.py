@@ -537,6 +537,18 @@ def test_info_is_a_short_summary() -> None:
     assert len(lines) <= 5
 
 
+def test_the_pools_retry_log_is_not_the_commands_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psycopg's pool logs each failed reconnect (a server gone during tail: 25
+    lines on stderr before the command's own); the command's line is enough."""
+    import logging
+
+    pool_log = logging.getLogger("psycopg.pool")
+    monkeypatch.setattr(pool_log, "level", logging.NOTSET)
+    assert pool_log.isEnabledFor(logging.WARNING)
+    main(["info"])
+    assert not pool_log.isEnabledFor(logging.ERROR)
+
+
 def test_info_says_why_the_c_engine_is_missing() -> None:
     run = agentlog_run("info", env={**child_env(), "AGENTLOG_NO_EXTENSIONS": "1"})
     assert run.returncode == 0, run.stderr
@@ -723,6 +735,13 @@ def test_a_path_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 def test_bench_outside_a_checkout_is_one_line(tmp_path: Path) -> None:
     line = refused(agentlog_run("bench", cwd=tmp_path))
     assert line.startswith("agentlog bench: error:") and "checkout" in line
+
+
+def test_bench_help_outside_a_checkout_is_help(tmp_path: Path) -> None:
+    # Every other --help works anywhere; this one says where the benchmark runs.
+    run = agentlog_run("bench", "--help", cwd=tmp_path)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.startswith("usage: agentlog bench") and "checkout" in run.stdout
 
 
 def test_unrecognized_arguments_name_the_subcommand(store: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,19 @@ def test_the_command_line(
 
 
 # -- tenants, dry runs that see what the apply refuses, and what failures leave ------------
+
+
+def test_migrations_in_the_same_second_each_get_a_backup(
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scripted per-tenant migrations run within a second; the default backup
+    is named for the second, so the next ones take -2, -3 (they were refused)."""
+    monkeypatch.setattr(time, "gmtime", lambda *_: time.struct_time((2026, 1, 2, 3, 4, 5, 4, 2, 0)))
+    target = tmp_path / "target.db"
+    backups = [migrate(v1_source, target, tenant=t).backup for t in ("a", "b", "c")]
+    stamp = "target.db.migration-20260102T030405Z"
+    assert [b.name if b else None for b in backups] == [stamp, f"{stamp}-2", f"{stamp}-3"]
+    assert all(b is not None and (b / "source").is_dir() for b in backups)
 
 
 def test_the_ledger_is_kept_per_tenant(v1_source: Path, tmp_path: Path, engine: str) -> None:

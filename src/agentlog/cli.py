@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -734,6 +735,13 @@ def _cmd_info(args: argparse.Namespace) -> None:
     print(f"engines: {', '.join(info['available'])} (agentlog info --json for the details)")
 
 
+_BENCH_HELP = """usage: agentlog bench [options]
+
+Run the benchmark (python -m benchmarks) from the top of a checkout of
+agentlog: it uses the checkout's benchmarks/ package and C baseline, which an
+installed wheel does not have. There, agentlog bench --help lists its options."""
+
+
 def _bench(argv: list[str]) -> None:
     # The benchmark lives in the checkout's benchmarks/ package (with its C
     # baseline), not in the installed package: run it from the checkout.
@@ -743,6 +751,9 @@ def _bench(argv: list[str]) -> None:
     except ModuleNotFoundError as exc:
         if exc.name not in ("benchmarks", "benchmarks.run"):  # a peer it needs is missing
             _fail("agentlog bench", f"{exc} (pip install -e '.[bench]' in the checkout)")
+        if {"-h", "--help"} & set(argv):
+            print(_BENCH_HELP)
+            return
         _fail("agentlog bench", "run it from a checkout of agentlog (it uses benchmarks/)")
     bench_main(argv)
 
@@ -1042,6 +1053,9 @@ def _quiet_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``agentlog`` command."""
     arguments = sys.argv[1:] if argv is None else list(argv)
+    # psycopg's pool logs each failed connection attempt (several lines each)
+    # while it retries; what the command makes of the failure is its one line.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
     try:
         _run(arguments)
         sys.stdout.flush()

@@ -146,6 +146,26 @@ def test_tenants_share_a_schema_and_see_only_their_sessions(schema: str) -> None
         PostgresCheckpointer(postgres_conninfo(), schema=schema, tenant="")
 
 
+def test_a_hand_edited_version_row_is_refused_untouched(schema: str, admin: Any) -> None:
+    """A version row no release writes (below 1, or two rows) is refused as
+    such, before any migration step runs from it (a KeyError before)."""
+    from agentlog import PostgresCheckpointer
+
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+        log.append("s", [EVENT])
+    for change, words in (
+        (f"UPDATE {schema}.agentlog_version SET version = -1", "invalid version"),
+        (f"INSERT INTO {schema}.agentlog_version VALUES ('agentlog', 99)", "2 rows"),
+    ):
+        admin.execute(change)
+        with pytest.raises(SchemaVersionError, match=words):
+            PostgresCheckpointer(postgres_conninfo(), schema=schema)
+    rows = admin.execute(f"SELECT version FROM {schema}.agentlog_version ORDER BY 1").fetchall()
+    assert rows == [(-1,), (99,)]
+    count = admin.execute(f"SELECT count(*) FROM {schema}.events").fetchone()
+    assert count == (1,)
+
+
 def test_a_newer_or_foreign_schema_is_refused_untouched(schema: str, admin: Any) -> None:
     from agentlog import PostgresCheckpointer
 

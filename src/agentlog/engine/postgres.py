@@ -316,10 +316,18 @@ def schema_version_of(conn: psycopg.Connection[Any], schema: str) -> int:
         if has_tables:
             raise SchemaVersionError(f"schema {schema!r} holds tables but no agentlog store")
         return 0
-    row = conn.execute(f"SELECT application, version FROM {s}.agentlog_version").fetchone()
-    if row is None or row[0] != "agentlog":
+    rows = conn.execute(f"SELECT application, version FROM {s}.agentlog_version").fetchall()
+    if not any(row[0] == "agentlog" for row in rows):
         raise SchemaVersionError(f"schema {schema!r} is not an agentlog store")
-    return int(row[1])
+    # Only a hand-edited table gets here otherwise: refused, never migrated from.
+    if len(rows) != 1:
+        raise SchemaVersionError(
+            f"schema {schema!r} has {len(rows)} rows in agentlog_version; a store has one"
+        )
+    version = rows[0][1]
+    if type(version) is not int or version < 1:
+        raise SchemaVersionError(f"schema {schema!r} has an invalid version ({version!r})")
+    return version
 
 
 def connect_options(connect_timeout: float) -> dict[str, Any]:

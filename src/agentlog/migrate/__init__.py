@@ -27,6 +27,7 @@ read one at a time, so a large source is never held in memory at once.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -37,7 +38,7 @@ from ..terminal import progress_bar
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import open_source
-from .targets import SqliteTarget, open_target
+from .targets import SqliteTarget, Target, open_target
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -49,6 +50,24 @@ __all__ = [
     "legacy_value",
     "migrate",
 ]
+
+
+def _new_backup_directory(dst: Target) -> Path:
+    """A new directory named for this second, ``-2``, ``-3``… after it when a
+    migration in the same second (another tenant's, scripted) took the name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    if isinstance(dst, SqliteTarget):
+        base = dst.path.with_name(f"{dst.path.name}.migration-{stamp}")
+    else:
+        base = Path(f"agentlog-migration-{stamp}")
+    for attempt in itertools.count(1):
+        backup = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        try:
+            backup.mkdir(mode=0o700)  # the owner's only: it holds every transcript
+        except FileExistsError:
+            continue
+        return backup
+    raise AssertionError("unreachable")
 
 
 def migrate(
@@ -119,16 +138,13 @@ def migrate(
     pending = [s for s in report.sessions if s.action == "migrate"]
     if not pending:
         return report
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     if backup_dir:
         backup = Path(backup_dir)
-    elif isinstance(dst, SqliteTarget):
-        backup = dst.path.with_name(f"{dst.path.name}.migration-{stamp}")
+        if backup.exists():
+            raise MigrationError(f"backup directory {backup} already exists")
+        backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     else:
-        backup = Path(f"agentlog-migration-{stamp}")
-    if backup.exists():
-        raise MigrationError(f"backup directory {backup} already exists")
-    backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
+        backup = _new_backup_directory(dst)
     copy = src.backup(backup / "source")
     dst.backup(backup)
     report.backup = backup
