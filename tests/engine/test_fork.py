@@ -20,6 +20,8 @@ import pytest
 
 from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
 
+from ..conftest import require_engine
+
 EVENT = {"type": "user", "content": "hello"}
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork() here")
@@ -155,3 +157,40 @@ def test_a_fork_while_a_parent_thread_writes_does_not_deadlock_the_child(
     assert storage.artifacts.get("acme", "a")[1] == b"payload"
     assert log.append("s", [EVENT], expected_head=1) == 2
     storage.close()
+
+
+def test_a_fork_after_the_writer_thread_started(tmp_path: Path) -> None:
+    """The C engine's writer thread does not cross a fork: the child refuses
+    the parent's log (its close and collection leave the thread's locks
+    alone) and writes through a log of its own; the parent's thread goes on."""
+    require_engine("c")
+    db = tmp_path / "w.db"
+    cp = SqliteCheckpointer(db, engine="c")
+    lock = cp._engine._write_lock  # type: ignore[attr-defined]
+    with lock:  # appends that find the lock held are queued: the thread starts
+        waiting = [threading.Thread(target=cp.append, args=(f"t{n}", [EVENT])) for n in range(3)]
+        for thread in waiting:
+            thread.start()
+        threading.Event().wait(0.1)
+    for thread in waiting:
+        thread.join()
+
+    def child() -> list[Any]:
+        found = refusals({"append": lambda: cp.append("s", [EVENT]), "close": cp.close})
+        own = SqliteCheckpointer(db, engine="c")
+        found.append(["own append", own.append("child", [EVENT])])
+        own.close()
+        gc.collect()
+        return found
+
+    assert in_child(child) == [["append", "refused"], ["close", "allowed"], ["own append", 1]]
+    with lock:
+        again = [threading.Thread(target=cp.append, args=(f"t{n}", [EVENT])) for n in range(3)]
+        for thread in again:
+            thread.start()
+        threading.Event().wait(0.1)
+    for thread in again:
+        thread.join()
+    assert [cp.head(f"t{n}") for n in range(3)] == [2, 2, 2]
+    assert cp.head("child") == 1
+    cp.close()

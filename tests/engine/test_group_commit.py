@@ -4,6 +4,8 @@ caller still gets its own exact result."""
 from __future__ import annotations
 
 import contextlib
+import gc
+import os
 import signal
 import threading
 import time
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlog import CheckpointConflictError, SqliteCheckpointer
+from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteCheckpointer
 
 from ..conftest import require_engine
 
@@ -152,3 +154,80 @@ def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Pa
         assert stored == list(range(1, len(stored) + 1))
         assert set(told) <= set(stored)
     assert interrupted > 0  # the test did interrupt waiters
+
+
+def threads_of_this_process(expected: int | None = None) -> int:
+    """OS threads, the C writer thread included (it is no Python thread); given
+    ``expected``, waited for a while, as a joined thread may still be exiting."""
+    deadline = time.monotonic() + 5
+    while True:
+        count = len(os.listdir("/proc/self/task"))
+        if count == expected or expected is None or time.monotonic() > deadline:
+            return count
+        time.sleep(0.01)
+
+
+def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:
+    """Appends that find the write lock held: they go to the writer thread."""
+    lock = cp._engine._write_lock  # type: ignore[attr-defined]
+    workers = [
+        threading.Thread(target=cp.append, args=(f"busy{n}", [EVENT])) for n in range(threads)
+    ]
+    with lock:
+        for worker in workers:
+            worker.start()
+        time.sleep(0.1)
+    for worker in workers:
+        worker.join()
+
+
+def test_close_writes_what_callers_queued_then_refuses(tmp_path: Path) -> None:
+    """close() while callers wait behind a long write: the writer thread writes
+    what they queued, each gets its head, and only then does the file close."""
+    require_engine("c")
+    db = tmp_path / "drain.db"
+    cp = SqliteCheckpointer(db, engine="c")
+    busy_appends(cp)  # the writer thread is running
+    heads: dict[int, int] = {}
+    cp._engine._write_lock.acquire()  # type: ignore[attr-defined]  # a long write
+    try:
+        callers = [
+            threading.Thread(target=lambda n=n: heads.__setitem__(n, cp.append(f"q{n}", [EVENT])))
+            for n in range(4)
+        ]
+        for caller in callers:
+            caller.start()
+        time.sleep(0.2)  # all four queued behind the lock
+        closing = threading.Thread(target=cp.close)
+        closing.start()
+        time.sleep(0.1)
+        assert closing.is_alive()  # close waits for what was queued
+    finally:
+        cp._engine._write_lock.release()  # type: ignore[attr-defined]
+    closing.join(10)
+    for caller in callers:
+        caller.join(10)
+    assert heads == {0: 1, 1: 1, 2: 1, 3: 1}
+    with pytest.raises(CheckpointerClosedError):
+        cp.append("late", [EVENT])
+    with SqliteCheckpointer(db, engine="c") as again:
+        assert [again.head(f"q{n}") for n in range(4)] == [1, 1, 1, 1]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
+def test_the_writer_thread_ends_with_its_engine(tmp_path: Path) -> None:
+    """Closed, or dropped without close(): the writer thread does not outlive it."""
+    require_engine("c")
+    gc.collect()  # no engine of an earlier test left to end during this one
+    before = threads_of_this_process()
+    cp = SqliteCheckpointer(tmp_path / "closed.db", engine="c")
+    busy_appends(cp)
+    assert threads_of_this_process(before + 1) == before + 1
+    cp.close()
+    assert threads_of_this_process(before) == before
+    dropped = SqliteCheckpointer(tmp_path / "dropped.db", engine="c")
+    busy_appends(dropped)
+    assert threads_of_this_process(before + 1) == before + 1
+    del dropped
+    gc.collect()
+    assert threads_of_this_process(before) == before

@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ..errors import (
@@ -101,21 +102,6 @@ def _refuse_undecodable(path: str) -> None:
         raise StorageUnavailableError(
             f"cannot open '{shown}': SQLite needs a path in UTF-8 (rename the file)"
         ) from None
-
-
-def _refuse_damaged(conn: DriverConnection, name: str, after: int, last: int) -> None:
-    """Inside a write: raise for the first event with keys in (after, last]
-    whose payload fails its checksum. A fork copies rows as they are; a
-    damaged one would carry its damage on under another session's name."""
-    while True:
-        rows = conn.rows(Q.EVENTS_CHECKED, (after, last, _CHECK_PAGE))
-        for seq, payload, crc, _ in rows:
-            problem = checksum_problem(stored_bytes(payload), crc)
-            if problem is not None:
-                raise damaged_event(name, int(seq), problem)
-        if len(rows) < _CHECK_PAGE:
-            return
-        after = (after >> S.SEQ_BITS << S.SEQ_BITS) + int(rows[-1][0])
 
 
 def _refuse_special_file(path: str) -> None:
@@ -194,8 +180,42 @@ _OPEN_FILES: dict[tuple[int, int], tuple[str, int]] = {}
 _OPEN_FILES_LOCK = threading.Lock()
 
 
+def _refuse_damaged(conn: DriverConnection, name: str, after: int, last: int) -> None:
+    """Inside a write: raise for the first event with keys in (after, last]
+    whose payload fails its checksum. A fork copies rows as they are; a
+    damaged one would carry its damage on under another session's name."""
+    while True:
+        rows = conn.rows(Q.EVENTS_CHECKED, (after, last, _CHECK_PAGE))
+        for seq, payload, crc, _ in rows:
+            problem = checksum_problem(stored_bytes(payload), crc)
+            if problem is not None:
+                raise damaged_event(name, int(seq), problem)
+        if len(rows) < _CHECK_PAGE:
+            return
+        after = (after >> S.SEQ_BITS << S.SEQ_BITS) + int(rows[-1][0])
+
+
 class _WouldWait(Exception):
     """``BEGIN IMMEDIATE`` without waiting found the write lock held."""
+
+
+class WriteLock(Protocol):
+    """The engine's write lock: ``threading.Lock``'s face (the C twin's is one
+    its writer thread takes without the GIL)."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def __enter__(self) -> bool: ...
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
 
 
 class DriverConnection(Protocol):
@@ -262,7 +282,7 @@ class EngineBase(Generic[ConnectionT]):
         # A read-only open of an older file: run on each connection first
         # (schema.read_only_shims), set once the file's version is known.
         self._read_only_shims: tuple[str, ...] = ()
-        self._write_lock = threading.Lock()
+        self._write_lock: WriteLock = self._new_write_lock()
         # The reader pool: a deque, whose pop() and append() are atomic on
         # their own (free-threaded builds included), so it needs no lock.
         self._idle_readers: collections.deque[ConnectionT] = collections.deque()
@@ -349,6 +369,10 @@ class EngineBase(Generic[ConnectionT]):
     def sqlite_info() -> dict[str, Any]:
         """Version, source id and compile options of the SQLite this twin drives."""
         raise NotImplementedError
+
+    def _new_write_lock(self) -> WriteLock:
+        """The lock that every write on the writer connection holds."""
+        return threading.Lock()
 
     def _connect(self, query_only: bool) -> ConnectionT:
         """A new connection to ``self.path`` with the busy timeout set.
@@ -613,10 +637,20 @@ class EngineBase(Generic[ConnectionT]):
         the WAL grows but cannot finish while transactions overlap without
         end; this is what bounds the file under a steady load.
         """
-        self._commits_unlooked += 1
+        if self._count_commits(1):
+            self._bound_wal()
+
+    def _count_commits(self, count: int) -> bool:
+        """Count ``count`` more commits; whether the WAL is due its look."""
+        self._commits_unlooked += count
         if self._commits_unlooked < _COMMITS_PER_WAL_LOOK:
-            return
+            return False
         self._commits_unlooked = 0
+        return True
+
+    def _bound_wal(self) -> None:
+        """Under the write lock: checkpoint and truncate the WAL if it is past
+        ``wal_size_limit`` (see :meth:`_note_commit`)."""
         if self._wal_size() > self.wal_size_limit:
             # The commit is done: a checkpoint that fails (a full disk, an I/O
             # error) must never turn it into an error its caller would retry.
@@ -1224,7 +1258,7 @@ class EngineBase(Generic[ConnectionT]):
             "connection cannot be used across a fork; open the database again in this process"
         )
         self._closed = True
-        self._write_lock = threading.Lock()
+        self._write_lock = self._new_write_lock()
         self._finalizer.detach()
         _ABANDONED.append((self._writer, self._idle_readers))
         self._idle_readers = collections.deque()

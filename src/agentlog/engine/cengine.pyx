@@ -11,20 +11,20 @@ paths are the shared ``EngineBase``.
 
 Its parts are included files beside it, compiled into this one module (with
 the embedded SQLite, one translation unit): ``connection.pxi`` (prepared
-statements, ``CConnection``), ``group_commit.pxi`` (the request queue's C side,
-``_apply`` and ``_commit_group``) and ``scan.pxi`` (page stepping and
-``StoredEvent`` building); this file holds ``CEngine``.
+statements, ``CConnection``), ``group_commit.pxi`` (requests, ``_apply`` and
+``_commit_group``, the write lock and the writer thread) and ``scan.pxi``
+(page stepping and ``StoredEvent`` building); this file holds ``CEngine``.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong
 from cpython.mem cimport PyMem_RawFree
-from libc.stdint cimport int64_t
-from libc.stdlib cimport free, realloc
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset, strlen, strncpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
-from posix.unistd cimport usleep
+from posix.unistd cimport getpid, usleep
 
 from agentlog.engine.includes.python cimport (
     PyBUF_READ,
@@ -40,14 +40,13 @@ from agentlog.engine.includes.faults cimport (
     agentlog_realloc,
 )
 from agentlog.engine.includes.sqlite3 cimport *
+from agentlog.engine.includes.threads cimport *
 from agentlog.engine.includes.support cimport (
     agentlog_crc32,
     agentlog_crc32_init,
     agentlog_stored_event,
 )
 
-import threading
-from _thread import allocate_lock as _allocate_lock
 from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
@@ -219,14 +218,6 @@ cdef int64_t _engine_head(object engine, str tenant, str name) except -1:
         _return_reader(engine, conn)
 
 
-cdef inline int _wake(_Append item) except -1:
-    """Under the queue's lock: wake ``item``'s caller if it sleeps and is not woken yet."""
-    if item.wake is not None and not item.woken:
-        item.woken = True
-        item.wake.release()
-    return 0
-
-
 cdef object _outcome(_Append item):
     """What one written (or refused) append comes to: its head, or the error."""
     cdef int status = item.request.status
@@ -251,11 +242,23 @@ class CEngine(EngineBase):
     sqlite_info = staticmethod(_sqlite_info)
 
     def __init__(self, path, **options):
-        self.commits = 0  # write transactions that appends used, for tests and tuning
-        self._pending = []  # queued appends, oldest first
-        self._pending_lock = threading.Lock()
-        self._leading = False  # whether some caller is writing (or about to)
+        self._commits_direct = 0  # appends' transactions outside the writer thread
+        self._commits_counted = 0  # the writer thread's, counted towards the WAL's looks
+        self._group_writer = _GroupWriter()
         super().__init__(path, **options)
+
+    @property
+    def commits(self):
+        """Write transactions that appends used (for tests and tuning)."""
+        return self._commits_direct + self._group_writer.commits
+
+    def _new_write_lock(self):
+        return _WriteLock()
+
+    def close(self):
+        # What callers queued is written first; the thread then ends.
+        self._group_writer.stop()
+        super().close()
 
     def _connect(self, query_only):
         conn = CConnection()
@@ -269,17 +272,19 @@ class CEngine(EngineBase):
     def _append_batch(self, str tenant, str name, expected_head, double ts, list batch):
         """Append a non-empty batch atomically; return the new head.
 
-        Group commit: the caller queues its append. When no one is writing it
-        leads: it takes the write lock and writes every queued append in one
-        transaction. Appends that arrive meanwhile wait for that commit; then
-        one of those still queued leads the next group. A caller returns only
-        after the commit that holds its events; a conflict refuses that
-        append alone. A caller interrupted while it waits (Ctrl-C, any
-        exception) takes its append back if no group has taken it yet: then
-        it is never written. Once taken, it is written or refused as a whole.
+        Group commit: when no other thread is appending and the write lock is
+        free, the caller writes its own at once. Otherwise it queues it for
+        the writer thread, which writes everything queued in one transaction
+        and wakes each caller after the commit that holds its events; a
+        conflict refuses that append alone. A caller interrupted while it
+        waits (Ctrl-C, any exception a signal handler raises) takes its append
+        back if no group has taken it yet: then it is never written. Once
+        taken, it is written or refused as a whole, and the caller raises
+        after that commit.
         """
         cdef int64_t expected = -1 if expected_head is None else expected_head
         cdef _Append mine = _Append()
+        cdef _GroupWriter writer = <_GroupWriter>self._group_writer
         if self.read_only:
             raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
         if self.hash_chain:
@@ -288,82 +293,59 @@ class CEngine(EngineBase):
                 "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
             )
         mine.prepare(tenant, name, expected, ts, batch)
-        if not self._leading and not self._pending and self._write_lock.acquire(False):
-            # Nobody queued and nobody writing: a group of one, written now,
-            # without the queue's lock. Whoever queues meanwhile leads the
-            # next group (it finds no leader) and waits for this write lock.
-            try:
-                self._commit_items([mine], True)
-            finally:
-                self._write_lock.release()
-        else:
-            self._queue_and_wait(mine)
+        writer.w.callers += 1
+        try:
+            if writer.w.callers == 1 and (<_WriteLock>self._write_lock).acquire(False):
+                # Nobody else appending and nobody writing: written now, with
+                # no hand-off. (Between two groups the lock is free for a
+                # moment; a caller among others queues, for a larger group.)
+                try:
+                    self._commit_items([mine], True)
+                finally:
+                    self._write_lock.release()
+            else:
+                self._queue_and_wait(writer, mine)
+        finally:
+            writer.w.callers -= 1
         outcome = _outcome(mine)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def _queue_and_wait(self, _Append mine):
-        """Queue ``mine``, then lead a group or sleep until one writes it.
-
-        Each waiter sleeps on a lock of its own, so a commit wakes exactly the
-        callers it wrote. A leader done offers the lead to the oldest caller
-        still queued, but a caller already running that arrives first takes it
-        (no wake-up between two groups); the one offered then sleeps again.
-        """
-        cdef bint lead
-        with self._pending_lock:
-            self._pending.append(mine)
-            lead = not self._leading
-            if lead:
-                self._leading = True
-            else:
-                mine.wake = _allocate_lock()
-                mine.wake.acquire()
-        while not lead:
+    def _queue_and_wait(self, _GroupWriter writer, _Append mine):
+        """Queue ``mine`` for the writer thread and sleep until it is written."""
+        cdef Request *r = &mine.request
+        cdef PyLockStatus status
+        r.wake = PyThread_allocate_lock()
+        if r.wake == NULL:
+            raise MemoryError("append: out of memory")
+        PyThread_acquire_lock(r.wake, WAIT_LOCK)
+        writer.start(<CConnection>self._writer, <_WriteLock>self._write_lock)
+        if not writer.queue(r):
+            r.status = _CLOSED
+            return
+        while True:
+            with nogil:
+                status = PyThread_acquire_lock_timed(r.wake, -1, 1)
+            if status == PY_LOCK_ACQUIRED:
+                break
             try:
-                mine.wake.acquire()
-                with self._pending_lock:
-                    mine.woken = False
-                    if mine.done:
-                        return
-                    lead = not self._leading
-                    if lead:
-                        self._leading = True
+                PyErr_CheckSignals()  # interrupted: the handler may raise (Ctrl-C)
             except BaseException:
-                # Interrupted: not yet taken into a group, it never will be;
-                # a lead offered to it goes on to the next in the queue.
-                with self._pending_lock:
-                    if not mine.done and mine in self._pending:
-                        self._pending.remove(mine)
-                    if not self._leading:
-                        self._offer_lead()
+                if not writer.take_back(r):
+                    # Taken into a group: written or refused as a whole; its
+                    # buffers live until that commit has used them.
+                    with nogil:
+                        PyThread_acquire_lock(r.wake, WAIT_LOCK)
                 raise
-        try:
+        if r.status > 0:
+            mine.error = r.error.decode("utf-8", "replace")
+        # The writer thread's commits, counted here towards the WAL's bound.
+        done = writer.w.commits
+        if self._count_commits(done - self._commits_counted):
             with self._write_lock:
-                self._commit_pending()
-        finally:
-            with self._pending_lock:
-                self._leading = False
-                self._offer_lead()
-
-    def _offer_lead(self):
-        """Under the queue's lock, with no leader: wake the oldest queued caller to lead."""
-        if self._pending:
-            _wake(<_Append>self._pending[0])
-
-    def _commit_pending(self):
-        """Under the write lock: write every queued append in one transaction,
-        then wake the callers waiting for it."""
-        cdef _Append item
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-        try:
-            self._commit_items(pending, True)
-        finally:
-            with self._pending_lock:
-                for item in pending:
-                    _wake(item)
+                self._bound_wal()
+        self._commits_counted = done
 
     def _append_group(self, str tenant, requests, double ts, *, bint wait):
         """``EngineBase._append_group`` through the group-commit loop: non-empty
@@ -435,7 +417,7 @@ class CEngine(EngineBase):
                 rc = _commit_group(conn.db, statements, group, size, errbuf, wait, &conn.busy)
             if rc == GROUP_WOULD_WAIT:
                 return False
-            self.commits += 1
+            self._commits_direct += 1
             message = errbuf.decode("utf-8", "replace")
             for item in pending:
                 if item.request.status > 0:

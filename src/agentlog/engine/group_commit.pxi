@@ -3,9 +3,13 @@
 # uses come from cengine.pyx's imports and the parts included before it.
 #
 # Group commit: appends queued by many threads, written in one transaction. Each
-# append is a Request, C views of its batch kept alive by its _Append;
-# CEngine._append_batch queues them, and the caller that leads writes every
-# queued one with _commit_group in one BEGIN IMMEDIATE, without the GIL.
+# append is a Request, C views of its batch kept alive by its _Append. A caller
+# that finds no other thread appending and the write lock free writes its own
+# append at once. Otherwise it queues it for the file's writer thread
+# (_GroupWriter): a C thread, without a Python thread state, that takes every
+# queued request, writes them with _commit_group in one BEGIN IMMEDIATE under
+# the engine's write lock, and wakes each caller, never needing the GIL;
+# callers sleep on a lock of their own meanwhile.
 
 # append() outcomes beyond SQLite's own codes (negative: refused on its own)
 cdef enum:
@@ -36,6 +40,11 @@ cdef struct Request:
     int *payload_sizes
     int status  # SQLITE_OK, an APPEND_* outcome, or the SQLite error that failed the group
     int64_t head  # the new head, or the actual head on a conflict
+    # Queued for the writer thread (under its lock):
+    Request *next
+    bint taken  # in a group being written: no longer the caller's to take back
+    PyThread_type_lock wake  # released by the writer thread once written (or refused)
+    char error[256]  # the message of the SQLite error that failed its group
 
 
 cdef class _Append:
@@ -44,8 +53,6 @@ cdef class _Append:
     cdef Request request
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
-    cdef object wake  # the lock its caller sleeps on while it waits (None: it never waited)
-    cdef bint woken  # ``wake`` released and not yet taken up: never released twice
     cdef str error
 
     def __cinit__(self):
@@ -53,6 +60,10 @@ cdef class _Append:
         self.request.kind_sizes = NULL
         self.request.payloads = NULL
         self.request.payload_sizes = NULL
+        self.request.next = NULL
+        self.request.taken = False
+        self.request.wake = NULL
+        self.request.error[0] = 0
 
     cdef int prepare(self, str tenant, str name, int64_t expected, double ts, list batch) except -1:
         cdef Py_ssize_t count = len(batch), i, size
@@ -83,6 +94,8 @@ cdef class _Append:
         return 0
 
     def __dealloc__(self):
+        if self.request.wake != NULL:
+            PyThread_free_lock(self.request.wake)
         PyMem_RawFree(self.request.kinds)
         PyMem_RawFree(self.request.payloads)
         PyMem_RawFree(self.request.kind_sizes)
@@ -197,3 +210,246 @@ cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize
         if group[i].status >= 0:  # not already refused on its own
             group[i].status = rc
     return rc
+
+
+# -- the write lock and the writer thread ------------------------------------------
+
+
+cdef class _WriteLock:
+    """The engine's write lock, ``threading.Lock``'s face on a lock that the
+    writer thread takes and gives back without the GIL."""
+
+    cdef PyThread_type_lock lock
+
+    def __cinit__(self):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError("cannot allocate a lock")
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    def acquire(self, bint blocking=True, double timeout=-1):
+        """Take the lock; as ``threading.Lock.acquire`` (a signal's handler may raise)."""
+        cdef PyLockStatus status
+        cdef long long microseconds = -1 if timeout < 0 else <long long>(timeout * 1e6)
+        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK):
+            return True
+        if not blocking:
+            return False
+        while True:
+            with nogil:
+                status = PyThread_acquire_lock_timed(self.lock, microseconds, 1)
+            if status == PY_LOCK_ACQUIRED:
+                return True
+            if status == PY_LOCK_FAILURE:
+                return False
+            PyErr_CheckSignals()  # interrupted: the handler may raise (Ctrl-C)
+
+    def release(self):
+        PyThread_release_lock(self.lock)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+cdef struct WriterState:
+    pthread_mutex_t lock  # guards the queue and the flags
+    pthread_cond_t work  # signalled when a request is queued, or on stopping
+    Request *first
+    Request *last
+    bint started
+    bint stopping
+    pthread_t thread
+    long owner  # the process that started the thread (a fork child has none)
+    sqlite3 *db  # the writer connection's, with its hot statements
+    sqlite3_stmt *statements[N_STATEMENTS]
+    BusyWait *busy
+    PyThread_type_lock write_lock  # the engine's: every other write takes it too
+    Request **group
+    Py_ssize_t capacity
+    uint64_t commits
+    Py_ssize_t callers  # threads inside CEngine._append_batch (changed under the GIL)
+    char errbuf[256]
+
+
+cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
+    """On the writer thread: write the requests from ``taken`` on in one
+    transaction, then wake each caller (who may free its request at once)."""
+    cdef Request *r = taken
+    cdef Request *following
+    cdef Request **grown
+    cdef Py_ssize_t size = 0, i
+    cdef int rc
+    while r != NULL:
+        size += 1
+        r = r.next
+    if size > w.capacity:
+        grown = <Request **>realloc(w.group, size * sizeof(Request *))
+        if grown != NULL:
+            w.group, w.capacity = grown, size
+    if size > w.capacity:
+        r = taken
+        while r != NULL:
+            r.status = SQLITE_NOMEM
+            r = r.next
+    else:
+        r = taken
+        for i in range(size):
+            r.status = SQLITE_OK
+            w.group[i] = r
+            r = r.next
+        w.errbuf[0] = 0
+        PyThread_acquire_lock(w.write_lock, WAIT_LOCK)
+        rc = _commit_group(w.db, w.statements, w.group, size, w.errbuf, True, w.busy)
+        w.commits += 1
+        PyThread_release_lock(w.write_lock)
+        if rc != SQLITE_OK:
+            for i in range(size):
+                if w.group[i].status > 0:
+                    strncpy(w.group[i].error, w.errbuf, 255)
+                    w.group[i].error[255] = 0
+    r = taken
+    while r != NULL:
+        following = r.next
+        PyThread_release_lock(r.wake)
+        r = following
+
+
+cdef void *_writer_main(void *arg) noexcept nogil:
+    """The writer thread: each time requests are queued, write them all as one group."""
+    cdef WriterState *w = <WriterState *>arg
+    cdef Request *taken
+    cdef Request *r
+    cdef sigset_t every
+    # Signals go to the Python threads, whose handlers run there (Ctrl-C).
+    sigfillset(&every)
+    pthread_sigmask(SIG_BLOCK, &every, NULL)
+    pthread_mutex_lock(&w.lock)
+    while True:
+        while w.first == NULL and not w.stopping:
+            pthread_cond_wait(&w.work, &w.lock)
+        if w.first == NULL:
+            break  # stopping, and nothing left queued
+        taken, w.first, w.last = w.first, NULL, NULL
+        r = taken
+        while r != NULL:
+            r.taken = True
+            r = r.next
+        pthread_mutex_unlock(&w.lock)
+        _write_group(w, taken)
+        pthread_mutex_lock(&w.lock)
+    pthread_mutex_unlock(&w.lock)
+    return NULL
+
+
+cdef class _GroupWriter:
+    """The file's writer thread and its queue (one per engine, started on
+    first use, stopped by ``stop()`` or when the engine is collected)."""
+
+    cdef WriterState *w
+
+    def __cinit__(self):
+        self.w = <WriterState *>calloc(1, sizeof(WriterState))
+        if self.w == NULL:
+            raise MemoryError("cannot allocate the writer's state")
+        pthread_mutex_init(&self.w.lock, NULL)
+        pthread_cond_init(&self.w.work, NULL)
+
+    def __dealloc__(self):
+        if self.w == NULL:
+            return
+        if self.w.started and self.w.owner != getpid():
+            return  # a fork child: the thread and its locks are the parent's, left alone
+        self.stop()
+        pthread_cond_destroy(&self.w.work)
+        pthread_mutex_destroy(&self.w.lock)
+        free(self.w.group)
+        free(self.w)
+        self.w = NULL
+
+    @property
+    def commits(self):
+        return self.w.commits
+
+    @property
+    def idle(self):
+        """Nothing queued (a hint: read without the queue's lock)."""
+        return self.w.first == NULL
+
+    cdef int start(self, CConnection conn, _WriteLock write_lock) except -1:
+        """Start the thread on ``conn`` (the writer connection) if not started."""
+        cdef int i
+        if self.w.started:
+            return 0
+        for i in range(ST_SCAN):
+            self.w.statements[i] = conn.statement(i)
+        self.w.db = conn.db
+        self.w.busy = &conn.busy
+        self.w.write_lock = write_lock.lock
+        if pthread_create(&self.w.thread, NULL, _writer_main, self.w) != 0:
+            raise StorageUnavailableError("append: cannot start the writer thread")
+        self.w.started = True
+        self.w.owner = getpid()
+        return 0
+
+    # The queue's lock is taken with the GIL held: the writer thread holds it
+    # only for a few pointer moves and never wants the GIL, and giving the GIL
+    # up here would cost every append a hand-off to another thread and back.
+
+    cdef bint queue(self, Request *r) noexcept:
+        """Queue ``r`` for the thread; False once it is stopping (then not queued)."""
+        cdef bint queued
+        pthread_mutex_lock(&self.w.lock)
+        queued = not self.w.stopping
+        if queued:
+            r.next = NULL
+            r.taken = False
+            if self.w.last == NULL:
+                self.w.first = r
+            else:
+                self.w.last.next = r
+            self.w.last = r
+            pthread_cond_signal(&self.w.work)
+        pthread_mutex_unlock(&self.w.lock)
+        return queued
+
+    cdef bint take_back(self, Request *r) noexcept:
+        """Unqueue ``r`` if no group has taken it yet; whether it did."""
+        cdef Request *previous = NULL
+        cdef Request *each
+        cdef bint found = False
+        pthread_mutex_lock(&self.w.lock)
+        each = self.w.first
+        while each != NULL and not found:
+            if each == r:
+                found = True
+                if previous == NULL:
+                    self.w.first = r.next
+                else:
+                    previous.next = r.next
+                if self.w.last == r:
+                    self.w.last = previous
+            else:
+                previous, each = each, each.next
+        pthread_mutex_unlock(&self.w.lock)
+        return found
+
+    def stop(self):
+        """Stop the thread once what is queued is written (new requests are refused)."""
+        cdef bint started = self.w.started
+        cdef bint was_stopping
+        if started and self.w.owner != getpid():
+            return  # a fork child: the thread and its locks are the parent's
+        with nogil:
+            pthread_mutex_lock(&self.w.lock)
+            was_stopping = self.w.stopping
+            self.w.stopping = True
+            pthread_cond_signal(&self.w.work)
+            pthread_mutex_unlock(&self.w.lock)
+            if started and not was_stopping:
+                pthread_join(self.w.thread, NULL)
