@@ -21,6 +21,7 @@ import pytest
 from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
 
 from ..conftest import require_engine
+from .test_group_commit import busy_appends
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -166,14 +167,7 @@ def test_a_fork_after_the_writer_thread_started(tmp_path: Path) -> None:
     require_engine("c")
     db = tmp_path / "w.db"
     cp = SqliteCheckpointer(db, engine="c")
-    lock = cp._engine._write_lock  # type: ignore[attr-defined]
-    with lock:  # appends that find the lock held are queued: the thread starts
-        waiting = [threading.Thread(target=cp.append, args=(f"t{n}", [EVENT])) for n in range(3)]
-        for thread in waiting:
-            thread.start()
-        threading.Event().wait(0.1)
-    for thread in waiting:
-        thread.join()
+    busy_appends(cp)  # the writer thread starts
 
     def child() -> list[Any]:
         found = refusals({"append": lambda: cp.append("s", [EVENT]), "close": cp.close})
@@ -184,13 +178,7 @@ def test_a_fork_after_the_writer_thread_started(tmp_path: Path) -> None:
         return found
 
     assert in_child(child) == [["append", "refused"], ["close", "allowed"], ["own append", 1]]
-    with lock:
-        again = [threading.Thread(target=cp.append, args=(f"t{n}", [EVENT])) for n in range(3)]
-        for thread in again:
-            thread.start()
-        threading.Event().wait(0.1)
-    for thread in again:
-        thread.join()
-    assert [cp.head(f"t{n}") for n in range(3)] == [2, 2, 2]
+    busy_appends(cp)  # through the same thread
+    assert [cp.head(f"busy{n}") for n in range(4)] == [2, 2, 2, 2]
     assert cp.head("child") == 1
     cp.close()
