@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentlog import EventsPrunedError, StorageUnavailableError
+from agentlog import EventsPrunedError, InvalidEventError, StorageUnavailableError
 
 from ..conftest import postgres_schema
 
@@ -92,6 +92,26 @@ def test_an_async_pool_passed_in_is_used_and_left_open(
             assert not pool.closed
             async with AsyncPostgresCheckpointer(pool, schema=schema) as log:
                 assert await log.head("s") == 1
+
+    asyncio.run(main())
+
+
+def test_a_batch_larger_than_one_statement_takes_is_refused(
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlog.aio import AsyncPostgresCheckpointer
+    from agentlog.engine import postgres as engine_postgres
+
+    monkeypatch.setattr(engine_postgres, "MAX_BATCH_BYTES", 200)
+    large = [{"type": "user", "content": "x" * 50} for _ in range(3)]  # ~80 bytes each
+
+    async def main() -> None:
+        schema = postgres_schema(tmp_path)
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            with pytest.raises(InvalidEventError, match="event 2: with it the batch is over"):
+                await log.append("s", large)
+            assert await log.append("s", large[:2]) == 2
+            assert await log.head("s") == 2
 
     asyncio.run(main())
 

@@ -17,6 +17,7 @@ import pytest
 
 from agentlog import (
     Checkpointer,
+    InvalidEventError,
     SchemaVersionError,
     StorageDataError,
     StorageUnavailableError,
@@ -144,6 +145,28 @@ def test_tenants_share_a_schema_and_see_only_their_sessions(schema: str) -> None
         assert acme.head("s") == 2
     with pytest.raises(StorageDataError):
         PostgresCheckpointer(postgres_conninfo(), schema=schema, tenant="")
+
+
+def test_a_batch_larger_than_one_statement_takes_is_refused_alone(
+    schema: str, postgres_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL closes the connection on a message over 1 GiB, which read as
+    an outage (retryable, per the README); a batch that large is refused by
+    the index of the event that takes it past the bound, alone in a group.
+    The bound is lowered here so that the test need not build a gigabyte."""
+    from agentlog import PostgresCheckpointer
+    from agentlog.engine import postgres as engine_postgres
+
+    monkeypatch.setattr(engine_postgres, "MAX_BATCH_BYTES", 200)
+    large = [{"type": "user", "content": "x" * 50} for _ in range(3)]  # ~80 bytes each
+    with PostgresCheckpointer(postgres_server, schema=schema) as log:
+        log.append("s", [EVENT])
+        with pytest.raises(InvalidEventError, match="event 2: with it the batch is over 200"):
+            log.append("s", large)
+        appends = [log.prepare_append("s", large[:1]), log.prepare_append("t", large)]
+        head, refused = log.append_prepared(appends)
+        assert head == 2 and isinstance(refused, InvalidEventError)
+        assert (log.head("s"), log.head("t")) == (2, 0)
 
 
 def test_a_hand_edited_version_row_is_refused_untouched(schema: str, admin: Any) -> None:

@@ -36,6 +36,7 @@ from ..engine.postgres import (
     connect_options,
     migrate_schema,
     notify_key,
+    oversized_batch,
     pool_sizes,
     retained_start,
     statement_timeout_sql,
@@ -308,6 +309,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
         batch = encode_events(events)
+        if (oversized := oversized_batch(batch)) is not None:
+            raise oversized
         async with self._call():
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._queued.append((session_id, expected_head, batch, future))

@@ -62,6 +62,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
+    InvalidEventError,
     SchemaVersionError,
     SessionExistsError,
     SessionNotFoundError,
@@ -82,6 +83,7 @@ from ..integrity import (
 __all__ = [
     "CHECKSUM_VERSION",
     "DEFAULT_SCHEMA",
+    "MAX_BATCH_BYTES",
     "MAX_SEQ",
     "SCHEMA_VERSION",
     "AppendRequest",
@@ -93,6 +95,7 @@ __all__ = [
     "connect_options",
     "migrate_schema",
     "notify_key",
+    "oversized_batch",
     "pool_sizes",
     "retained_start",
     "schema_version_of",
@@ -300,6 +303,27 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> None:
             for statement in MIGRATIONS[step]:
                 conn.execute(statement.format(s=s))
         conn.execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
+
+
+#: The most one append sends in its statement, its events' bytes together:
+#: PostgreSQL takes a message of at most 1 GiB, and closes the connection
+#: on a larger one ("invalid message length").
+MAX_BATCH_BYTES = 1_000_000_000
+
+
+def oversized_batch(batch: EncodedBatch) -> InvalidEventError | None:
+    """The error for a batch too large for one append, naming the event that
+    takes it past :data:`MAX_BATCH_BYTES`; ``None`` when it fits."""
+    total = 0
+    for index, (_, payload) in enumerate(batch):
+        total += len(payload)
+        if total > MAX_BATCH_BYTES:
+            return InvalidEventError(
+                index,
+                f"with it the batch is over {MAX_BATCH_BYTES:,} bytes encoded, more than"
+                " PostgreSQL takes in one append: append the events in smaller batches",
+            )
+    return None
 
 
 def schema_version_of(conn: psycopg.Connection[Any], schema: str) -> int:
@@ -822,6 +846,8 @@ class PostgresDatabase:
     ) -> int:
         """Append ``batch`` after the head (checking ``expected``); the new head."""
         self.check_writable("appending")
+        if (oversized := oversized_batch(batch)) is not None:
+            raise oversized
         with self.connection("appending") as conn, conn.cursor() as cur:
             return self._append_on(cur, tenant, name, expected, ts, batch)
 
@@ -834,6 +860,15 @@ class PostgresDatabase:
         so two groups never deadlock.
         """
         self.check_writable("appending a group")
+        refused = {
+            index: error
+            for index, (_, _, batch) in enumerate(requests)
+            if (error := oversized_batch(batch)) is not None
+        }
+        if refused:  # refused alone, as a conflict is; the others go on
+            rest = [index for index in range(len(requests)) if index not in refused]
+            written = iter(self.append_many(tenant, [requests[i] for i in rest], ts))
+            return [refused[i] if i in refused else next(written) for i in range(len(requests))]
         results: builtins.list[int | Exception] = [0] * len(requests)
         order = sorted(range(len(requests)), key=lambda index: requests[index][0])
         names = {name for name, _, _ in requests}
