@@ -327,24 +327,21 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
     for index, event in enumerate(events):
         # The common case inline: a dict of a known type whose encoding holds
         # no null (so no NaN either). Anything else takes the careful path.
+        payload = None
         if type(event) is dict:
-            kind = event.get("type")
-            if type(kind) is str and kind in EVENT_TYPES:
-                field = _REQUIRED_FIELD_GET(kind)
+            given = event.get("type")
+            if type(given) is str and given in EVENT_TYPES:
+                field = _REQUIRED_FIELD_GET(given)
                 if field is None or event.get(field) is not None:
                     try:
-                        payload = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
+                        encoded_event = _dumps(event, default=_refuse, option=_DUMPS_OPTIONS)
                     except TypeError:
                         pass
                     else:
-                        if b"null" not in payload:
-                            if len(payload) > MAX_EVENT_BYTES:
-                                raise _oversized(index, len(payload))
-                            if index >= _EXACT_FROM:
-                                payload = bytes(memoryview(payload))
-                            add((kind, payload))
-                            continue
-        kind, payload = _encode_one(index, event)
+                        if b"null" not in encoded_event:
+                            kind, payload = given, encoded_event
+        if payload is None:
+            kind, payload = _encode_one(index, event)
         if len(payload) > MAX_EVENT_BYTES:
             raise _oversized(index, len(payload))
         if index >= _EXACT_FROM:
