@@ -231,3 +231,98 @@ def test_the_writer_thread_ends_with_its_engine(tmp_path: Path) -> None:
     del dropped
     gc.collect()
     assert threads_of_this_process(before) == before
+
+
+def test_two_closes_at_once_both_wait_for_what_was_queued(tmp_path: Path) -> None:
+    """The second close() used to return while the first waited for the
+    writer thread, and closed the connection under the group it was writing
+    (a crash or a hang)."""
+    require_engine("c")
+    cp = SqliteCheckpointer(tmp_path / "twice.db", engine="c")
+    engine = cp._engine  # type: ignore[attr-defined]
+    heads: dict[int, int] = {}
+    callers = [
+        threading.Thread(target=lambda n=n: heads.__setitem__(n, cp.append(f"s{n}", [EVENT])))
+        for n in range(5)
+    ]
+    closers = [threading.Thread(target=engine.close) for _ in range(2)]
+    with engine._write_lock:
+        for caller in callers:
+            caller.start()
+        time.sleep(0.1)  # queued behind the lock
+        for closer in closers:
+            closer.start()
+        time.sleep(0.1)
+    for thread in [*callers, *closers]:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert heads == dict.fromkeys(range(5), 1)
+
+
+def test_a_stopping_writer_starts_no_thread(tmp_path: Path) -> None:
+    """An append that reaches the queue while close() stops the writer is
+    refused, and starts no thread that nobody would join (~8 MB each)."""
+    require_engine("c")
+    cp = SqliteCheckpointer(tmp_path / "late.db", engine="c")
+    engine = cp._engine  # type: ignore[attr-defined]
+    gc.collect()
+    before = threads_of_this_process()
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            cp.append("s", [EVENT])
+        except BaseException as exc:
+            errors.append(exc)
+
+    with engine._write_lock:  # as close() holds it: the append goes to the queue
+        engine._group_writer.stop()
+        late = threading.Thread(target=append)
+        late.start()
+        late.join(10)
+    assert [type(e) for e in errors] == [CheckpointerClosedError]
+    assert not engine._group_writer.started
+    assert threads_of_this_process(before) == before
+    cp.close()
+
+
+def test_close_waiting_for_the_writer_thread_can_be_interrupted(tmp_path: Path) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    require_engine("c")
+    cp = SqliteCheckpointer(tmp_path / "stuck.db", engine="c")
+    lock = cp._engine._write_lock  # type: ignore[attr-defined]
+    lock.acquire()  # the writer thread's group waits behind it
+    callers = [threading.Thread(target=cp.append, args=(f"s{n}", [EVENT])) for n in range(3)]
+    for caller in callers:
+        caller.start()
+    time.sleep(0.1)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            cp.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        lock.release()
+    cp.close()  # waits again, now to the end
+    for caller in callers:
+        caller.join(10)
+    with SqliteCheckpointer(tmp_path / "stuck.db", engine="c") as again:
+        assert [again.head(f"s{n}") for n in range(3)] == [1, 1, 1]
+
+
+def test_the_write_lock_refuses_a_release_it_does_not_hold(tmp_path: Path) -> None:
+    require_engine("c")
+    with SqliteCheckpointer(tmp_path / "l.db", engine="c") as cp:
+        lock = cp._engine._write_lock  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeError, match="release unlocked lock"):
+            lock.release()
+        assert lock.acquire(False)
+        assert not lock.acquire(False)  # still one holder at most
+        lock.release()

@@ -47,6 +47,7 @@ from agentlog.engine.includes.support cimport (
     agentlog_stored_event,
 )
 
+import threading
 from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
@@ -245,6 +246,7 @@ class CEngine(EngineBase):
         self._commits_direct = 0  # appends' transactions outside the writer thread
         self._commits_counted = 0  # the writer thread's, counted towards the WAL's looks
         self._group_writer = _GroupWriter()
+        self._closing = threading.Lock()
         super().__init__(path, **options)
 
     @property
@@ -256,9 +258,16 @@ class CEngine(EngineBase):
         return _WriteLock()
 
     def close(self):
-        # What callers queued is written first; the thread then ends.
-        self._group_writer.stop()
-        super().close()
+        # What callers queued is written first; the thread then ends. One
+        # close at a time: a second must not close the connection under a
+        # thread the first is still waiting for.
+        with self._closing:
+            self._group_writer.stop()
+            super().close()
+
+    def abandon_after_fork(self):
+        super().abandon_after_fork()
+        self._closing = threading.Lock()  # a parent thread may have held it at the fork
 
     def _connect(self, query_only):
         conn = CConnection()

@@ -248,6 +248,9 @@ cdef class _WriteLock:
             PyErr_CheckSignals()  # interrupted: the handler may raise (Ctrl-C)
 
     def release(self):
+        if PyThread_acquire_lock(self.lock, NOWAIT_LOCK):  # it was not held
+            PyThread_release_lock(self.lock)
+            raise RuntimeError("release unlocked lock")
         PyThread_release_lock(self.lock)
 
     def __enter__(self):
@@ -264,6 +267,8 @@ cdef struct WriterState:
     Request *last
     bint started
     bint stopping
+    bint joined
+    PyThread_type_lock exited  # held from the start; released by the thread as it ends
     pthread_t thread
     long owner  # the process that started the thread (a fork child has none)
     sqlite3 *db  # the writer connection's, with its hot statements
@@ -326,8 +331,14 @@ cdef void *_writer_main(void *arg) noexcept nogil:
     cdef Request *taken
     cdef Request *r
     cdef sigset_t every
-    # Signals go to the Python threads, whose handlers run there (Ctrl-C).
+    # Signals go to the Python threads, whose handlers run there (Ctrl-C);
+    # a fault of this thread's own stays its own (faulthandler reports it).
     sigfillset(&every)
+    sigdelset(&every, SIGSEGV)
+    sigdelset(&every, SIGBUS)
+    sigdelset(&every, SIGFPE)
+    sigdelset(&every, SIGILL)
+    sigdelset(&every, SIGABRT)
     pthread_sigmask(SIG_BLOCK, &every, NULL)
     pthread_mutex_lock(&w.lock)
     while True:
@@ -335,6 +346,7 @@ cdef void *_writer_main(void *arg) noexcept nogil:
             pthread_cond_wait(&w.work, &w.lock)
         if w.first == NULL:
             break  # stopping, and nothing left queued
+
         taken, w.first, w.last = w.first, NULL, NULL
         r = taken
         while r != NULL:
@@ -344,6 +356,7 @@ cdef void *_writer_main(void *arg) noexcept nogil:
         _write_group(w, taken)
         pthread_mutex_lock(&w.lock)
     pthread_mutex_unlock(&w.lock)
+    PyThread_release_lock(w.exited)
     return NULL
 
 
@@ -357,6 +370,11 @@ cdef class _GroupWriter:
         self.w = <WriterState *>calloc(1, sizeof(WriterState))
         if self.w == NULL:
             raise MemoryError("cannot allocate the writer's state")
+        self.w.exited = PyThread_allocate_lock()
+        if self.w.exited == NULL:
+            free(self.w)
+            self.w = NULL
+            raise MemoryError("cannot allocate the writer's state")
         pthread_mutex_init(&self.w.lock, NULL)
         pthread_cond_init(&self.w.work, NULL)
 
@@ -366,8 +384,11 @@ cdef class _GroupWriter:
         if self.w.started and self.w.owner != getpid():
             return  # a fork child: the thread and its locks are the parent's, left alone
         self.stop()
+        if self.w.started and not self.w.joined:
+            return  # interrupted while it waited: the thread may still use its state
         pthread_cond_destroy(&self.w.work)
         pthread_mutex_destroy(&self.w.lock)
+        PyThread_free_lock(self.w.exited)
         free(self.w.group)
         free(self.w)
         self.w = NULL
@@ -377,13 +398,14 @@ cdef class _GroupWriter:
         return self.w.commits
 
     @property
-    def idle(self):
-        """Nothing queued (a hint: read without the queue's lock)."""
-        return self.w.first == NULL
+    def started(self):
+        """Whether the thread was started (it may have ended since)."""
+        return self.w.started
 
     cdef int start(self, CConnection conn, _WriteLock write_lock) except -1:
-        """Start the thread on ``conn`` (the writer connection) if not started."""
-        cdef int i
+        """Start the thread on ``conn`` (the writer connection) if not started,
+        and not once stopping (then :meth:`queue` refuses the request)."""
+        cdef int i, rc
         if self.w.started:
             return 0
         for i in range(ST_SCAN):
@@ -391,10 +413,22 @@ cdef class _GroupWriter:
         self.w.db = conn.db
         self.w.busy = &conn.busy
         self.w.write_lock = write_lock.lock
-        if pthread_create(&self.w.thread, NULL, _writer_main, self.w) != 0:
+        # Under the queue's lock: a stop() either sees the thread started (and
+        # joins it) or has already marked the writer stopping (none starts).
+        pthread_mutex_lock(&self.w.lock)
+        if self.w.stopping:
+            pthread_mutex_unlock(&self.w.lock)
+            return 0
+        PyThread_acquire_lock(self.w.exited, WAIT_LOCK)
+        rc = pthread_create(&self.w.thread, NULL, _writer_main, self.w)
+        if rc == 0:
+            self.w.started = True
+            self.w.owner = getpid()
+        else:
+            PyThread_release_lock(self.w.exited)
+        pthread_mutex_unlock(&self.w.lock)
+        if rc != 0:
             raise StorageUnavailableError("append: cannot start the writer thread")
-        self.w.started = True
-        self.w.owner = getpid()
         return 0
 
     # The queue's lock is taken with the GIL held: the writer thread holds it
@@ -440,16 +474,26 @@ cdef class _GroupWriter:
         return found
 
     def stop(self):
-        """Stop the thread once what is queued is written (new requests are refused)."""
-        cdef bint started = self.w.started
-        cdef bint was_stopping
-        if started and self.w.owner != getpid():
+        """Stop the thread once what is queued is written (new requests are
+        refused) and wait for it to end; a signal's handler may interrupt the
+        wait (Ctrl-C), and a later stop() waits again. Callers serialise it."""
+        cdef bint started
+        cdef PyLockStatus status
+        if self.w.started and self.w.owner != getpid():
             return  # a fork child: the thread and its locks are the parent's
+        pthread_mutex_lock(&self.w.lock)
+        self.w.stopping = True
+        started = self.w.started
+        pthread_cond_signal(&self.w.work)
+        pthread_mutex_unlock(&self.w.lock)
+        if not started or self.w.joined:
+            return
+        while True:
+            with nogil:
+                status = PyThread_acquire_lock_timed(self.w.exited, -1, 1)
+            if status == PY_LOCK_ACQUIRED:
+                break
+            PyErr_CheckSignals()
         with nogil:
-            pthread_mutex_lock(&self.w.lock)
-            was_stopping = self.w.stopping
-            self.w.stopping = True
-            pthread_cond_signal(&self.w.work)
-            pthread_mutex_unlock(&self.w.lock)
-            if started and not was_stopping:
-                pthread_join(self.w.thread, NULL)
+            pthread_join(self.w.thread, NULL)
+        self.w.joined = True

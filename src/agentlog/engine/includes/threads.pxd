@@ -6,8 +6,14 @@ cdef extern from "<signal.h>" nogil:
     ctypedef struct sigset_t:
         pass
     int sigfillset(sigset_t *set)
+    int sigdelset(sigset_t *set, int signal)
     enum:
         SIG_BLOCK
+        SIGSEGV
+        SIGBUS
+        SIGFPE
+        SIGILL
+        SIGABRT
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_t:
