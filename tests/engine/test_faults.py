@@ -23,6 +23,7 @@ that run) they fail instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 
 from agentlog import SqliteCheckpointer
+from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.engine.faults import FAULT_KINDS, FaultKind, FaultSeam, fault_seam
 from agentlog.errors import StorageNotFoundError, StorageUnavailableError
 from agentlog.stores import SqliteStorage
@@ -318,6 +320,67 @@ def test_group_commit_under_faults(
                 events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
                 expected[name] = (len(appends), events)
         check_recovered(cp, path, expected)
+    assert failed or total == 0
+
+
+async def async_race(cp: AsyncSqliteCheckpointer) -> dict[str, list[int]]:
+    """As :func:`race`, with THREADS coroutines on one event loop: the appends
+    go to the engine's writer thread through the loop's channel."""
+    acked: dict[str, list[int]] = {f"t{t}": [] for t in range(THREADS)}
+
+    async def work(name: str) -> None:
+        for i in range(APPENDS):
+            try:
+                await cp.append(name, [dict(EVENT, n=i)])
+            except TYPED as exc:
+                assert str(exc), "an error that does not say what failed"
+                continue
+            acked[name].append(i)
+
+    await asyncio.wait_for(asyncio.gather(*(work(name) for name in acked)), timeout=60)
+    return acked
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_async_group_commit_under_faults(
+    tmp_path: Path, seam: FaultSeam, kind: FaultKind, mode: str
+) -> None:
+    """Coroutines' appends, written by the writer thread in shared transactions
+    and completed through the loop's channel: each ends in its head or a typed
+    error (never a hang), and the log holds exactly the acknowledged ones."""
+    path = tmp_path / "async.db"
+
+    async def run(armed: int | None) -> tuple[dict[str, Any], dict[str, list[int]], int]:
+        """The race on a fresh log: the state before, the acknowledged appends,
+        and (unarmed) how many operations of ``kind`` it did."""
+        fresh_log(path).close()
+        with SqliteCheckpointer(path, engine="c") as cp:
+            before = log_state(cp)
+        async with AsyncSqliteCheckpointer(path, engine="c") as cp:
+            if armed is None:
+                seam.count(kind)
+            else:
+                seam.arm(kind, after=armed, persistent=MODES[mode])
+            try:
+                acked = await async_race(cp)
+                total, _ = seam.counts()
+            finally:
+                seam.disarm()
+        return before, acked, total
+
+    _, acked, total = asyncio.run(run(None))
+    assert all(len(v) == APPENDS for v in acked.values())
+    failed = 0
+    for point in points(total):
+        before, acked, _ = asyncio.run(run(point))
+        expected = dict(before)
+        for name, appends in acked.items():
+            failed += APPENDS - len(appends)
+            if appends:
+                events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
+                expected[name] = (len(appends), events)
+        check_recovered(SqliteCheckpointer(path, engine="c"), path, expected)
     assert failed or total == 0
 
 

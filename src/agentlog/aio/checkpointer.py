@@ -48,7 +48,7 @@ from ..log import (
     WouldWait,
 )
 from .handle import AsyncSession
-from .writer import Closing, Job, Writer, off_loop
+from .writer import Closing, Job, LoopChannel, Writer, off_loop
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -60,7 +60,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 # How many appends one task may have written at once (see
-# AsyncBaseCheckpointer._append_now) before the loop gets a turn.
+# AsyncBaseCheckpointer._alone_in_turn) before the loop gets a turn.
 _APPENDS_NOW_PER_TURN = 16
 
 
@@ -161,7 +161,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._loop_groups: dict[asyncio.AbstractEventLoop, builtins.list[Job]] = {}
         # Per loop, in this turn of it: the task whose appends are written at
         # once, and how many were; and the loops where several tasks append
-        # (see _append_now). Weakly: a loop that ended leaves.
+        # (see _alone_in_turn). Weakly: a loop that ended leaves.
         self._loop_turns: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, builtins.list[Any]
         ] = weakref.WeakKeyDictionary()
@@ -171,6 +171,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._closing = Closing()
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
         self._wakers_lock = threading.Lock()
+        # Per loop, its channel to the backend's own writer thread (None: the
+        # loop cannot watch it); False once the backend has shown it has none.
+        self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopChannel | None] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._has_channels = appends_on_loop
 
     @property
     def backend(self) -> BaseCheckpointer:
@@ -180,7 +186,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
     @property
     def write_groups(self) -> int:
         """How many groups of writes have run (each one transaction on SQLite)."""
-        return self._writer.groups + self._loop_flushes
+        channels = sum(channel.groups for channel in self._channels.values() if channel)
+        return self._writer.groups + self._loop_flushes + channels
 
     def _check_open(self) -> None:
         if self._closed:
@@ -219,11 +226,20 @@ class AsyncBaseCheckpointer(AsyncClosable):
             return head
         group = self._loop_groups.get(loop)
         if group is None:
-            written = self._append_now(loop, prepared)
-            if written is not None:
-                if isinstance(written, Exception):
-                    raise written
-                return written
+            alone = self._alone_in_turn(loop)
+            if alone:
+                written = self._backend.try_append_prepared([prepared])
+                if written is not None:
+                    self._loop_flushes += 1
+                    if isinstance(written[0], Exception):
+                        raise written[0]
+                    return written[0]
+            if (alone or loop in self._loop_shared) and prepared.batch:
+                # The write would wait, or several tasks append: to the
+                # backend's own writer thread, where it has one.
+                channel = self._channel(loop)
+                if channel is not None:
+                    return await channel.append(prepared)
             group = self._loop_groups[loop] = []
             loop.call_soon(self._flush_loop_group, loop)
         job = Job(loop, append=prepared)
@@ -231,32 +247,32 @@ class AsyncBaseCheckpointer(AsyncClosable):
         try:
             head = await job.future
         except asyncio.CancelledError:
-            # Not yet written: never will be. Handed to the writer: withdrawn
+            # Not yet written: never will be. Handed to a writer: withdrawn
             # if it has not taken it; otherwise written or refused as a whole.
             if job in group:
                 group.remove(job)
+            elif job.channel is not None:
+                job.channel.withdraw(job.queued)
             else:
                 self._writer.withdraw(job)
             raise
         return head
 
-    def _append_now(
-        self, loop: asyncio.AbstractEventLoop, prepared: PreparedAppend
-    ) -> int | Exception | None:
-        """An append alone in its turn of the loop, written at once if that needs
-        no waiting; None when it is to be queued instead.
+    def _alone_in_turn(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether an append is to be written at once, if that needs no waiting:
+        while one task appends alone on ``loop``.
 
         A task appending one event at a time (the common agent loop) then
         costs about what a synchronous append does: no future, no turn of the
-        loop. Only while one task appends alone: once another task appends in
-        the same turn, or a group of several is written, every append is
-        queued and grouped (see _flush_loop_group) until a group of one shows
-        the others have stopped. A task that keeps appending without awaiting
-        anything else is queued after _APPENDS_NOW_PER_TURN, so that other
-        tasks run.
+        loop. Once another task appends in the same turn, or a group of
+        several is written, every append is queued and grouped (to the
+        backend's writer thread, or per turn: see _flush_loop_group) until a
+        group of one shows the others have stopped. A task that keeps
+        appending without awaiting anything else is queued after
+        _APPENDS_NOW_PER_TURN, so that other tasks run.
         """
         if loop in self._loop_shared:
-            return None
+            return False
         turn = self._loop_turns.get(loop)
         task = asyncio.current_task(loop)
         if turn is None:
@@ -264,15 +280,45 @@ class AsyncBaseCheckpointer(AsyncClosable):
             loop.call_soon(self._loop_turns.pop, loop, None)
         elif turn[0] is not task:
             self._loop_shared.add(loop)
-            return None
+            return False
         elif turn[1] >= _APPENDS_NOW_PER_TURN:
-            return None
+            return False
         turn[1] += 1
-        results = self._backend.try_append_prepared([prepared])
-        if results is None:
+        return True
+
+    def _channel(self, loop: asyncio.AbstractEventLoop) -> LoopChannel | None:
+        """``loop``'s channel to the backend's writer thread, made on first use;
+        None where the backend has none (then appends group per turn here)."""
+        if not self._has_channels:
             return None
-        self._loop_flushes += 1
-        return results[0]
+        try:
+            return self._channels[loop]
+        except KeyError:
+            pass
+        completions = self._backend.append_completions()
+        if completions is None:
+            self._has_channels = False
+            return None
+        channel: LoopChannel | None
+        try:
+            channel = LoopChannel(self._backend, completions, loop, self._on_channel_group)
+        except NotImplementedError:  # a loop that cannot watch a descriptor
+            completions.close()
+            channel = None
+        else:
+            # A loop that ends with appends still queued leaves its channel to
+            # the engine, which closes it once the writer thread is done.
+            weakref.finalize(loop, completions.close)
+        self._channels[loop] = channel
+        return channel
+
+    def _on_channel_group(self, loop: asyncio.AbstractEventLoop, size: int, left: int) -> None:
+        """A group completed on ``loop``: one append alone, with none left,
+        shows its other tasks have stopped appending (see _alone_in_turn)."""
+        if size > 1:
+            self._loop_shared.add(loop)
+        elif not left:
+            self._loop_shared.discard(loop)
 
     def _flush_loop_group(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: write its queued appends in one transaction if nothing
@@ -297,9 +343,17 @@ class AsyncBaseCheckpointer(AsyncClosable):
                 job.future.set_exception(exc)
             return
         if results is None:
-            for job in jobs:
+            try:
+                channel = self._channel(loop)
+            except Exception:  # closed meanwhile, or no descriptor left: to the writer
+                channel = None
+            for job, prepared in zip(jobs, appends, strict=True):
                 try:
-                    self._writer.submit(job)
+                    if channel is not None and prepared.batch:
+                        job.channel = channel
+                        job.queued = channel.queue(prepared, job.future)
+                    else:
+                        self._writer.submit(job)
                 except Exception as exc:  # the writer is closed or failed
                     job.future.set_exception(exc)
             return
@@ -476,6 +530,13 @@ class AsyncBaseCheckpointer(AsyncClosable):
     def _shut(self) -> None:
         self._writer.close()
         self._backend.close()
+        # Every append queued to the backend's writer thread has finished now
+        # (or will, on an engine another holder keeps open): each loop
+        # completes its own, on its own thread.
+        for loop, channel in list(self._channels.items()):
+            if channel is not None:
+                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                    loop.call_soon_threadsafe(channel.shut)
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):

@@ -22,10 +22,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..engine import AppendCompletions
 from ..errors import CheckpointerClosedError, StorageUnavailableError
 from ..log import BaseCheckpointer, PreparedAppend
 
-__all__ = ["Closing", "Job", "Writer", "off_loop", "settle"]
+__all__ = ["Closing", "Job", "LoopChannel", "Writer", "off_loop", "settle"]
 
 _T = TypeVar("_T")
 
@@ -36,7 +37,7 @@ _OWNER_LOOK = 1.0
 class Job:
     """One queued write and the future its caller awaits."""
 
-    __slots__ = ("append", "call", "future", "loop")
+    __slots__ = ("append", "call", "channel", "future", "loop", "queued")
 
     def __init__(
         self,
@@ -49,6 +50,10 @@ class Job:
         self.future: asyncio.Future[Any] = loop.create_future()
         self.append = append
         self.call = call
+        # Queued to the backend's own writer thread instead: through which
+        # channel, and its handle there (to withdraw it).
+        self.channel: LoopChannel | None = None
+        self.queued: object = None
 
 
 def settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
@@ -290,3 +295,85 @@ class Writer:
             # A closed loop has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, items)
+
+
+class LoopChannel:
+    """One event loop's appends queued to the backend's own writer thread.
+
+    Where the backend has one (SQLite on the C engine:
+    :meth:`~agentlog.log.BaseCheckpointer.append_completions`), the loop
+    queues each append to it as a thread's append is queued, and the writer
+    thread writes the loop's appends and the threads' together, one group per
+    transaction, without the GIL. It then makes this loop's channel readable
+    once per group: the loop wakes once and completes every future of the
+    group, with no thread of this package in between.
+    """
+
+    def __init__(
+        self,
+        backend: BaseCheckpointer,
+        completions: AppendCompletions,
+        loop: asyncio.AbstractEventLoop,
+        on_group: Callable[[asyncio.AbstractEventLoop, int, int], None],
+    ) -> None:
+        self._backend = backend
+        self._completions = completions
+        self._fd = completions.fileno()
+        self._on_group = on_group
+        self._closing = False
+        #: Groups completed on the loop (each one wake-up of it).
+        self.groups = 0
+        loop.add_reader(self._fd, self._ready)  # NotImplementedError on a loop without it
+
+    def queue(self, prepared: PreparedAppend, future: asyncio.Future[Any]) -> object:
+        """Queue ``prepared`` (non-empty); ``future`` settles after the commit
+        that holds it. Returns its handle for :meth:`withdraw`."""
+        return self._backend.queue_prepared(prepared, self._completions, future)
+
+    def withdraw(self, queued: object) -> bool:
+        """Take a queued append back if the writer thread has not taken it into
+        a group: then it is never written. Taken, it is written or refused whole."""
+        return self._completions.withdraw(queued)
+
+    async def append(self, prepared: PreparedAppend) -> int:
+        """Queue ``prepared`` (non-empty) and await its commit (cancelled: see
+        :meth:`withdraw`)."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        queued = self.queue(prepared, future)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.withdraw(queued)
+            raise
+
+    def _ready(self) -> None:
+        """On the loop: complete every append that has finished."""
+        finished = self._completions.finished()
+        written = False
+        for future, outcome in finished:
+            if future.done():  # cancelled while the writer had it
+                written = written or not isinstance(outcome, Exception)
+            elif isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                written = True
+                future.set_result(outcome)
+        if finished:
+            self.groups += 1
+            self._on_group(asyncio.get_running_loop(), len(finished), self._completions.pending)
+        if written:
+            self._backend.notify_commit()
+        if self._closing:
+            self._release()
+
+    def shut(self) -> None:
+        """On the loop, once the checkpointer is closing: complete what has
+        finished, and release the channel once every queued append has."""
+        self._closing = True
+        self._ready()
+
+    def _release(self) -> None:
+        if self._completions.pending:
+            return  # the writer thread still has some: the next wake-up tries again
+        asyncio.get_running_loop().remove_reader(self._fd)
+        self._completions.close()

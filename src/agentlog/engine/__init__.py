@@ -18,13 +18,14 @@ from typing import Any
 
 from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .base import DEFAULT_WAL_SIZE_LIMIT
-from .interface import Connection, Engine, EngineFactory
+from .interface import AppendCompletions, Connection, Engine, EngineFactory
 from .pure import PyEngine
 
 __all__ = [
     "AVAILABLE_ENGINES",
     "DEFAULT_ENGINE",
     "DEFAULT_WAL_SIZE_LIMIT",
+    "AppendCompletions",
     "Connection",
     "Engine",
     "EngineFactory",

@@ -61,7 +61,7 @@ from ..integrity import (
 )
 from . import schema as S
 from . import sql as Q
-from .interface import Connection
+from .interface import AppendCompletions, Connection
 
 __all__ = ["DEFAULT_WAL_SIZE_LIMIT", "DriverConnection", "EngineBase", "driver_error"]
 
@@ -395,6 +395,26 @@ class EngineBase(Generic[ConnectionT]):
         batch: EncodedBatch,
     ) -> int:
         """Append a non-empty batch atomically; return the new head (the hot path)."""
+        raise NotImplementedError
+
+    def append_completions(self) -> AppendCompletions | None:
+        """A channel for an event loop's appends to a writer thread; None: this
+        engine has none (the C twin has; see :meth:`queue_append`)."""
+        self._check_open()
+        return None
+
+    def queue_append(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: EncodedBatch,
+        completions: AppendCompletions,
+        token: object,
+    ) -> object:
+        """Queue an append for the writer thread (only where
+        :meth:`append_completions` gave a channel)."""
         raise NotImplementedError
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:

@@ -24,7 +24,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset, strlen, strncpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
-from posix.unistd cimport getpid, usleep
+from posix.unistd cimport close, getpid, read, usleep
 
 from agentlog.engine.includes.python cimport (
     PyBUF_READ,
@@ -44,9 +44,13 @@ from agentlog.engine.includes.threads cimport *
 from agentlog.engine.includes.support cimport (
     agentlog_crc32,
     agentlog_crc32_init,
+    agentlog_is_finished,
+    agentlog_poke,
+    agentlog_set_finished,
     agentlog_stored_event,
 )
 
+import os
 import threading
 from urllib.parse import quote as _quote
 
@@ -247,6 +251,7 @@ class CEngine(EngineBase):
         self._commits_counted = 0  # the writer thread's, counted towards the WAL's looks
         self._group_writer = _GroupWriter()
         self._closing = threading.Lock()
+        self._completions = set()  # each until closed (see append_completions)
         super().__init__(path, **options)
 
     @property
@@ -264,6 +269,9 @@ class CEngine(EngineBase):
         with self._closing:
             self._group_writer.stop()
             super().close()
+            # Every queued append has finished: the channels need not outlive
+            # their holders now.
+            self._completions.clear()
 
     def abandon_after_fork(self):
         super().abandon_after_fork()
@@ -349,12 +357,54 @@ class CEngine(EngineBase):
                 raise
         if r.status > 0:
             mine.error = r.error.decode("utf-8", "replace")
-        # The writer thread's commits, counted here towards the WAL's bound.
-        done = writer.w.commits
+        self._count_writer_commits(True)
+
+    def _count_writer_commits(self, bint wait):
+        """Count the writer thread's commits towards the WAL's bound (see
+        ``EngineBase._note_commit``); without ``wait`` (on an event loop), the
+        look is left to a later count if the write lock is held."""
+        done = (<_GroupWriter>self._group_writer).w.commits
         if self._count_commits(done - self._commits_counted):
-            with self._write_lock:
-                self._bound_wal()
+            if wait:
+                with self._write_lock:
+                    self._bound_wal()
+            elif self._write_lock.acquire(False):
+                try:
+                    self._bound_wal()
+                finally:
+                    self._write_lock.release()
         self._commits_counted = done
+
+    def append_completions(self):
+        """A channel for an event loop's appends to the writer thread (see
+        :meth:`queue_append`); None where appends cannot be queued to it (a
+        read-only or hash-chained file). Kept until its ``close()``."""
+        self._check_open()
+        if self.read_only or self.hash_chain:
+            return None
+        completions = _Completions(self, self._group_writer)
+        self._completions.add(completions)
+        return completions
+
+    def queue_append(self, str tenant, str name, expected_head, double ts, list batch,
+                     _Completions completions, token):
+        """Queue a non-empty batch for the writer thread, as a thread's append
+        would be, and return at once. ``completions.finished()`` hands back
+        ``(token, outcome)`` once it is written or refused; until the writer
+        thread takes it into a group, ``completions.withdraw()`` takes it back."""
+        cdef _Append mine = _Append()
+        cdef _GroupWriter writer = <_GroupWriter>self._group_writer
+        self._check_open()
+        if completions.write_fd < 0:
+            raise CheckpointerClosedError("append: this event loop's channel is closed")
+        mine.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
+        mine.token = token
+        mine.request.wake_fd = completions.write_fd
+        writer.start(<CConnection>self._writer, <_WriteLock>self._write_lock)
+        if not writer.queue(&mine.request):
+            raise CheckpointerClosedError(self._closed_message)
+        completions.queued.append(mine)
+        return mine
 
     def _append_group(self, str tenant, requests, double ts, *, bint wait):
         """``EngineBase._append_group`` through the group-commit loop: non-empty

@@ -9,7 +9,11 @@
 # (_GroupWriter): a C thread, without a Python thread state, that takes every
 # queued request, writes them with _commit_group in one BEGIN IMMEDIATE under
 # the engine's write lock, and wakes each caller, never needing the GIL;
-# callers sleep on a lock of their own meanwhile.
+# callers sleep on a lock of their own meanwhile. An event loop's appends are
+# queued the same way (CEngine.queue_append), each with a finished flag instead
+# of a lock, and each loop's are announced by one byte on its completion pipe
+# (_Completions) per group, so the loop wakes once per group and the writer
+# thread still never needs the GIL.
 
 # append() outcomes beyond SQLite's own codes (negative: refused on its own)
 cdef enum:
@@ -44,6 +48,8 @@ cdef struct Request:
     Request *next
     bint taken  # in a group being written: no longer the caller's to take back
     PyThread_type_lock wake  # released by the writer thread once written (or refused)
+    int wake_fd  # without a wake lock: the completion pipe poked once it is finished
+    int finished  # set (atomically) once written or refused, for an event loop's append
     char error[256]  # the message of the SQLite error that failed its group
 
 
@@ -54,6 +60,7 @@ cdef class _Append:
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
     cdef str error
+    cdef object token  # an event loop's append: what its _Completions hands back with it
 
     def __cinit__(self):
         self.request.kinds = NULL
@@ -63,6 +70,8 @@ cdef class _Append:
         self.request.next = NULL
         self.request.taken = False
         self.request.wake = NULL
+        self.request.wake_fd = -1
+        self.request.finished = 0
         self.request.error[0] = 0
 
     cdef int prepare(self, str tenant, str name, int64_t expected, double ts, list batch) except -1:
@@ -288,8 +297,9 @@ cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
     cdef Request *r = taken
     cdef Request *following
     cdef Request **grown
-    cdef Py_ssize_t size = 0, i
-    cdef int rc
+    cdef Py_ssize_t size = 0, i, pokes = 0
+    cdef int rc, fd
+    cdef int poked[16]
     while r != NULL:
         size += 1
         r = r.next
@@ -318,11 +328,32 @@ cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
                 if w.group[i].status > 0:
                     strncpy(w.group[i].error, w.errbuf, 255)
                     w.group[i].error[255] = 0
+    # Wake each caller: a thread by its lock; an event loop's append by its
+    # flag, and its loop once per group by a byte on the loop's pipe. Under the
+    # queue's lock, so that no pipe is closed between the two (see
+    # _Completions.close).
+    pthread_mutex_lock(&w.lock)
     r = taken
     while r != NULL:
         following = r.next
-        PyThread_release_lock(r.wake)
+        if r.wake != NULL:
+            PyThread_release_lock(r.wake)
+        else:
+            fd = r.wake_fd
+            agentlog_set_finished(&r.finished)
+            for i in range(pokes):
+                if poked[i] == fd:
+                    break
+            else:
+                if pokes < 16:
+                    poked[pokes] = fd
+                    pokes += 1
+                else:
+                    agentlog_poke(fd)
         r = following
+    for i in range(pokes):
+        agentlog_poke(poked[i])
+    pthread_mutex_unlock(&w.lock)
 
 
 cdef void *_writer_main(void *arg) noexcept nogil:
@@ -497,3 +528,99 @@ cdef class _GroupWriter:
         with nogil:
             pthread_join(self.w.thread, NULL)
         self.w.joined = True
+
+
+cdef class _Completions:
+    """One event loop's channel for the appends it queues for the writer thread
+    (``CEngine.queue_append``): a pipe the writer thread makes readable once
+    per group, and the appends not yet handed back. Made by
+    ``CEngine.append_completions``, which keeps it (and so every append queued
+    through it) alive until :meth:`close`: the writer thread may still be
+    writing an append whose loop has gone."""
+
+    cdef int read_fd, write_fd
+    cdef _GroupWriter writer
+    cdef object engine
+    cdef list queued  # the _Append objects not yet handed back by finished()
+
+    def __cinit__(self, engine, _GroupWriter writer):
+        self.read_fd = self.write_fd = -1
+        self.engine, self.writer, self.queued = engine, writer, []
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError as exc:  # out of descriptors
+            raise StorageUnavailableError(f"append: cannot make a completion pipe: {exc}") from exc
+        self.read_fd, self.write_fd = read_fd, write_fd
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+
+    def __dealloc__(self):
+        # Only once closed, or once its engine has closed (the writer thread
+        # has ended): nothing can poke the pipe any more.
+        self._close_pipe()
+
+    cdef void _close_pipe(self) noexcept:
+        if self.read_fd >= 0:
+            close(self.read_fd)
+            close(self.write_fd)
+            self.read_fd = self.write_fd = -1
+
+    def fileno(self):
+        """The pipe's read end: readable when queued appends have finished."""
+        return self.read_fd
+
+    @property
+    def pending(self):
+        """How many queued appends it has not handed back yet."""
+        return len(self.queued)
+
+    def finished(self):
+        """``(token, outcome)`` of every queued append written or refused
+        since the last call: its new head, or the exception that refused it
+        (a conflict, a bound) or failed its whole group."""
+        cdef char buffer[256]
+        cdef _Append item
+        cdef list done = [], waiting = []
+        if self.read_fd >= 0:
+            with nogil:
+                while read(self.read_fd, buffer, sizeof(buffer)) > 0:
+                    pass
+        for item in self.queued:
+            if not agentlog_is_finished(&item.request.finished):
+                waiting.append(item)
+                continue
+            if item.request.status > 0:
+                item.error = item.request.error.decode("utf-8", "replace")
+            done.append((item.token, _outcome(item)))
+            item.token = None
+        if done:
+            self.queued = waiting
+            self.engine._count_writer_commits(False)
+        return done
+
+    def withdraw(self, _Append item):
+        """Take a queued append back if no group has taken it yet: then it is
+        never written, and True. False once a group has it (written or
+        refused as a whole), or once handed back."""
+        if item not in self.queued or not self.writer.take_back(&item.request):
+            return False
+        self.queued.remove(item)
+        return True
+
+    def close(self):
+        """Close the pipe, once every queued append has finished; whether it did."""
+        cdef _Append item
+        cdef WriterState *w = self.writer.w
+        if self.read_fd < 0:
+            return True
+        for item in self.queued:
+            if not agentlog_is_finished(&item.request.finished):
+                return False
+        if w.started and w.owner != getpid():
+            self._close_pipe()  # a fork child: the writer thread is the parent's
+        else:
+            pthread_mutex_lock(&w.lock)
+            self._close_pipe()
+            pthread_mutex_unlock(&w.lock)
+        self.engine._completions.discard(self)
+        return True

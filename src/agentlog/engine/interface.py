@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from ..events import EncodedBatch, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
 
-__all__ = ["Connection", "Engine", "EngineFactory"]
+__all__ = ["AppendCompletions", "Connection", "Engine", "EngineFactory"]
 
 T = TypeVar("T")
 
@@ -25,6 +25,37 @@ class Connection(Protocol):
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; return all its rows."""
+        ...
+
+
+class AppendCompletions(Protocol):
+    """One event loop's channel for the appends it queues for the engine's
+    writer thread (:meth:`Engine.queue_append`): a file descriptor that
+    becomes readable once per group written, and the appends not yet handed
+    back. Used on the loop's thread only."""
+
+    @property
+    def pending(self) -> int:
+        """How many queued appends it has not handed back yet."""
+        ...
+
+    def fileno(self) -> int:
+        """Readable once queued appends have finished (for ``loop.add_reader``)."""
+        ...
+
+    def finished(self) -> list[tuple[Any, int | Exception]]:
+        """``(token, outcome)`` of each queued append finished since the last
+        call: its new head, or the exception that refused or failed it."""
+        ...
+
+    def withdraw(self, queued: object) -> bool:
+        """Take a queued append back before the writer has taken it: True,
+        and it is never written; False once it is written or refused whole."""
+        ...
+
+    def close(self) -> bool:
+        """Release the descriptor once no queued append is left unfinished;
+        whether it did (False: try again once they have finished)."""
         ...
 
 
@@ -94,6 +125,28 @@ class Engine(Protocol):
     ) -> list[int | Exception] | None:
         """:meth:`append_many`, only if it needs no waiting — for the write lock
         or (``synchronous="full"``) the disk; else None, and nothing written."""
+        ...
+
+    def append_completions(self) -> AppendCompletions | None:
+        """A channel for an event loop's appends to the writer thread, or None
+        where this engine has none to queue them to (then the loop hands them
+        to a thread of its own)."""
+        ...
+
+    def queue_append(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: EncodedBatch,
+        completions: AppendCompletions,
+        token: object,
+    ) -> object:
+        """Queue a non-empty batch for the writer thread and return at once: a
+        handle for ``completions.withdraw``. ``completions.finished()`` hands
+        back ``(token, outcome)`` after the commit that holds it (or once it is
+        refused), as :meth:`append` would have returned or raised it."""
         ...
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:

@@ -46,6 +46,7 @@ from ..events import (
 from ..lifecycle import Closable
 
 if TYPE_CHECKING:
+    from ..engine import AppendCompletions
     from .handle import Session
 
 __all__ = [
@@ -390,7 +391,7 @@ class BaseCheckpointer(Closable, ABC):
         """
         session_id, batch, expected_head = self._checked(session_id, events, expected_head)
         head = self._append(session_id, batch, expected_head, time.time())
-        self._notify_commit()
+        self.notify_commit()
         return head
 
     def prepare_append(
@@ -426,7 +427,7 @@ class BaseCheckpointer(Closable, ABC):
         """
         self._check_open()
         results = self._append_many(appends, time.time())
-        self._notify_commit()
+        self.notify_commit()
         return results
 
     def try_append_prepared(
@@ -442,8 +443,30 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         results = self._try_append_many(appends, time.time())
         if results is not None:
-            self._notify_commit()
+            self.notify_commit()
         return results
+
+    def append_completions(self) -> AppendCompletions | None:
+        """A channel for an event loop's appends to this backend's writer
+        thread (see :meth:`queue_prepared`), or None where it has none (then
+        the loop hands its appends to a thread of its own)."""
+        self._check_open()
+        return None
+
+    def queue_prepared(
+        self, prepared: PreparedAppend, completions: AppendCompletions, token: object
+    ) -> object:
+        """Queue a prepared, non-empty append for the writer thread and return
+        at once: a handle for ``completions.withdraw``. Once it is written or
+        refused, ``completions.finished()`` hands back ``(token, outcome)``;
+        then call :meth:`notify_commit` for the followers. Only where
+        :meth:`append_completions` gave the channel."""
+        raise NotImplementedError
+
+    def notify_commit(self) -> None:
+        """Wake this process's followers, if any, after a write."""
+        if self._commit_signal is not None:
+            self._commit_signal.notify()
 
     def _try_append_many(
         self, appends: Sequence[PreparedAppend], ts: float
@@ -577,7 +600,7 @@ class BaseCheckpointer(Closable, ABC):
         expected = check_revision(expected_revision)
         data = encode_metadata(value)
         revision = self._set_metadata(session_id, data, expected, time.time())
-        self._notify_commit()
+        self.notify_commit()
         return revision
 
     def session(self, session_id: str, *, shape: str = "anthropic") -> Session:
@@ -591,7 +614,7 @@ class BaseCheckpointer(Closable, ABC):
         """Remove every event and the session itself; deleting twice is fine."""
         self._check_open()
         self._delete(check_session_id(session_id))
-        self._notify_commit()
+        self.notify_commit()
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove every event with seq > ``to_seq``; return the new head.
@@ -603,7 +626,7 @@ class BaseCheckpointer(Closable, ABC):
         session_id = check_session_id(session_id)
         to_seq = check_seq("to_seq", to_seq)
         head = self._truncate(session_id, to_seq, time.time())
-        self._notify_commit()
+        self.notify_commit()
         return head
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
@@ -617,15 +640,10 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
         head = self._fork(session_id, at_seq, new_session_id, time.time())
-        self._notify_commit()
+        self.notify_commit()
         return head
 
     # -- following --------------------------------------------------------------
-
-    def _notify_commit(self) -> None:
-        """Wake this process's followers, if any, after a write."""
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
 
     @property
     def commits(self) -> CommitSignal:
@@ -755,4 +773,4 @@ class BaseCheckpointer(Closable, ABC):
             try:
                 self._close()
             finally:
-                self._notify_commit()  # a waiting follower sees the close
+                self.notify_commit()  # a waiting follower sees the close

@@ -162,7 +162,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
         deleted = self._db.delete_idle(self._tenant, time.time() - idle_for)
         if deleted:
-            self._notify_commit()
+            self.notify_commit()
         return deleted
 
     def list_all_tenants(self) -> builtins.list[tuple[str, SessionInfo]]:

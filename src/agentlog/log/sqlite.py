@@ -13,6 +13,7 @@ from typing import Any
 
 from ..engine import (
     DEFAULT_WAL_SIZE_LIMIT,
+    AppendCompletions,
     Engine,
     open_engine,
     open_shared_engine,
@@ -145,7 +146,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     _owns_engine = True
     _keep: object = None
 
-    def _notify_commit(self) -> None:
+    def notify_commit(self) -> None:
         signal = self._signal[0]
         if signal is not None:
             signal.notify()
@@ -322,7 +323,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
         deleted = self._engine.delete_idle(self._tenant, time.time() - idle_for)
         if deleted:
-            self._notify_commit()
+            self.notify_commit()
         return deleted
 
     @property
@@ -346,6 +347,23 @@ class SqliteCheckpointer(BaseCheckpointer):
     ) -> builtins.list[int | Exception] | None:
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._engine.try_append_many(self._tenant, requests, ts)
+
+    def append_completions(self) -> AppendCompletions | None:
+        """The engine's channel for an event loop's appends to its writer thread
+        (the C engine has one; see :meth:`BaseCheckpointer.queue_prepared`)."""
+        self._check_open()
+        return self._engine.append_completions()
+
+    def queue_prepared(
+        self, prepared: PreparedAppend, completions: AppendCompletions, token: object
+    ) -> object:
+        """Queue a prepared, non-empty append for the engine's writer thread
+        (see :meth:`BaseCheckpointer.queue_prepared`)."""
+        self._check_open()
+        session_id, batch, expected = prepared
+        return self._engine.queue_append(
+            self._tenant, session_id, expected, time.time(), batch, completions, token
+        )
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._engine.scan(self._tenant, session_id, since_seq, limit)
