@@ -330,6 +330,28 @@ def test_threads_and_coroutines_share_one_writer_thread(tmp_path: Path) -> None:
     sync_cp.close()
 
 
+def test_synchronous_full_appends_share_the_writer_threads_fsyncs(tmp_path: Path) -> None:
+    """With synchronous="full" no append is written on the loop (each commit
+    waits for the disk): on the C engine they queue to its writer thread, and
+    64 coroutines' appends share a few commits and their fsyncs."""
+    require_engine("c")
+
+    async def main() -> tuple[int, list[int]]:
+        async with AsyncSqliteCheckpointer(
+            tmp_path / "full.db", engine="c", synchronous="full"
+        ) as cp:
+            engine = cp.backend._engine  # type: ignore[attr-defined]
+            commits = engine.commits
+            heads = await asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(64)))
+            names = [thread.name for thread in threading.enumerate()]
+            assert not [name for name in names if name.startswith("agentlog writer")], names
+            return engine.commits - commits, heads
+
+    commits, heads = asyncio.run(main())
+    assert heads == [1] * 64
+    assert 1 <= commits <= 16, commits
+
+
 def test_aclose_writes_what_coroutines_queued_on_the_writer_thread(tmp_path: Path) -> None:
     """Appends queued to the C engine's writer thread when the checkpointer
     closes: each is written, and each caller gets its head."""

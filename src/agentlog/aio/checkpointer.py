@@ -4,11 +4,13 @@ Each twin holds the synchronous backend (which checks every argument and
 owns the storage) and a :class:`~.writer.Writer`. On the event loop's own
 thread it checks and encodes appends, reads pages and heads (a page read is
 a short, lock-free WAL read on SQLite; see the README for the measurement).
-On SQLite, the appends queued in one turn of a loop are then offered to the
-backend as one group, written right there if that needs no waiting (the
-write lock free at once, no fsync per commit); every other write goes to the
-writer thread. So the loop never waits for a lock, a disk or a busy timeout,
-and no call hops through ``asyncio.to_thread``.
+On SQLite, a task appending alone is written right there if that needs no
+waiting (the write lock free at once, no fsync per commit). Other appends go
+to the engine's own writer thread where it has one (the C engine: see
+:class:`~.writer.LoopChannel`), or are offered per turn of the loop as one
+group, then handed to the Writer; every other write goes to the Writer. So
+the loop never waits for a lock, a disk or a busy timeout, and no call hops
+through ``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -172,11 +174,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
         self._wakers_lock = threading.Lock()
         # Per loop, its channel to the backend's own writer thread (None: the
-        # loop cannot watch it); False once the backend has shown it has none.
+        # loop cannot watch it); none at all once the backend has shown it has
+        # no such thread.
         self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopChannel | None] = (
             weakref.WeakKeyDictionary()
         )
-        self._has_channels = appends_on_loop
+        self._has_channels = True
 
     @property
     def backend(self) -> BaseCheckpointer:
@@ -222,6 +225,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
         prepared = self._backend.prepare_append(session_id, events, expected_head)
         loop = asyncio.get_running_loop()
         if not self._appends_on_loop:
+            # Never written on the loop (every commit waits for the disk, or
+            # the backend's writes block): on the backend's own writer thread
+            # if it has one, else on this package's.
+            channel = self._channel(loop) if prepared.batch else None
+            if channel is not None:
+                return await channel.append(prepared)
             head: int = await self._writer.run(Job(loop, append=prepared))
             return head
         group = self._loop_groups.get(loop)
@@ -540,8 +549,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):
-    """:class:`~agentlog.SqliteCheckpointer`, async: appends grouped per turn of the loop,
-    written on it when nothing has to wait, else by the writer thread."""
+    """:class:`~agentlog.SqliteCheckpointer`, async: a lone task's append written
+    on the loop when nothing has to wait; the others queued to the engine's
+    writer thread (the C engine's, shared with the threads appending to the
+    file) or, on the pure engine, grouped per turn of the loop."""
 
     def __init__(self, file: str | os.PathLike[str], **options: Any) -> None:
         backend = SqliteCheckpointer(file, **options)
