@@ -7,8 +7,9 @@
 Each runs on both engines (where built): appending 1 and 100 events, ``head()``,
 scanning one page of 1,000 events, and a follower's wake-up (a commit to the
 delivery of its event, sync and async; the async ones time rounds of 100
-awaited calls on one running loop). The side-by-side ratio table is
-``python -m benchmarks``; these are for catching a regression in one call.
+awaited calls on one running loop), and a group of 64 coroutines' appends.
+The side-by-side ratio table is ``python -m benchmarks``; these are for
+catching a regression in one call.
 The test command runs them once with ``--benchmark-disable``, as plain tests.
 """
 
@@ -101,6 +102,25 @@ def test_async_append_1_x100(benchmark: Any, tmp_path: Path, engine: str) -> Non
 @pytest.mark.parametrize("engine", ENGINES)
 def test_async_follow_wake_up_x100(benchmark: Any, tmp_path: Path, engine: str) -> None:
     _async_rounds(benchmark, tmp_path / "f.db", engine, follow=True)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_async_append_group_of_64(benchmark: Any, tmp_path: Path, engine: str) -> None:
+    """64 coroutines appending one event each at once: one group on the writer
+    thread (the C engine's, through the loop's channel) or per turn of the loop."""
+    loop = asyncio.new_event_loop()
+    cp = loop.run_until_complete(_open(tmp_path / "g.db", engine))
+    event = [EVENTS[0]]
+
+    async def one_group() -> list[int]:
+        return await asyncio.gather(*(cp.append(f"s{n}", event) for n in range(64)))
+
+    try:
+        heads = benchmark(lambda: loop.run_until_complete(one_group()))
+        assert len(set(heads)) == 1 and heads[0] >= 1
+    finally:
+        loop.run_until_complete(cp.aclose())
+        loop.close()
 
 
 def _async_rounds(benchmark: Any, path: Path, engine: str, *, follow: bool) -> None:

@@ -376,6 +376,108 @@ def test_aclose_writes_what_coroutines_queued_on_the_writer_thread(tmp_path: Pat
         assert [cp.head(f"s{n}") for n in range(8)] == [1] * 8
 
 
+def _engines_alive() -> int:
+    from agentlog.engine.cengine import CEngine
+
+    gc.collect()
+    return sum(isinstance(o, CEngine) for o in gc.get_objects())
+
+
+def test_closed_checkpointers_leave_a_long_lived_loop(tmp_path: Path) -> None:
+    """A reviewer's probe: each closed checkpointer whose appends went through
+    the writer thread stayed alive (engine and all) until its loop ended."""
+    require_engine("c")
+    before = _engines_alive()
+
+    async def main() -> int:
+        for n in range(10):
+            cp = AsyncSqliteCheckpointer(tmp_path / f"{n}.db", engine="c")
+            await asyncio.gather(*(cp.append(f"s{k}", [EVENT]) for k in range(4)))
+            await cp.aclose()
+            del cp
+        return _engines_alive()
+
+    assert asyncio.run(main()) == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_loop_that_ends_with_an_append_taken_leaks_nothing(tmp_path: Path) -> None:
+    """A reviewer's probe: a loop ended while the writer thread had one of its
+    appends (its caller cancelled); after close() the loop, the engine and
+    the loop's pipe were kept for good (the engine held the caller's future,
+    and so its loop)."""
+    require_engine("c")
+
+    async def cancelled_while_taken(cp: AsyncSqliteCheckpointer) -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(cp.append("s", [EVENT]), 0.2)
+
+    def one_round(path: Path) -> None:
+        cp = AsyncSqliteCheckpointer(path, engine="c")
+        with subprocess.Popen(
+            [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as holder:
+            assert holder.stdout is not None and holder.stdin is not None
+            assert holder.stdout.readline() == "locked\n"
+            asyncio.run(cancelled_while_taken(cp))
+            holder.stdin.write("release\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=30) == 0
+        cp.close()  # the writer thread writes it first
+        with SqliteCheckpointer(path, engine="c") as check:
+            assert check.head("s") == 1  # taken: written whole
+
+    before = _engines_alive(), len(os.listdir("/proc/self/fd"))
+    for n in range(3):
+        one_round(tmp_path / f"{n}.db")
+    assert (_engines_alive(), len(os.listdir("/proc/self/fd"))) == before
+    assert not [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+
+
+def test_a_loop_hearing_of_its_appends_after_the_close_does_not_crash(tmp_path: Path) -> None:
+    """A reviewer's probe: the loop collected its finished appends after a
+    close() from another thread, when the WAL was due its look; the look ran
+    on the closed engine's connection (a segfault)."""
+    require_engine("c")
+    path = tmp_path / "w.db"
+    payload = [{"type": "user", "content": "x" * 2000}]
+    cp = AsyncSqliteCheckpointer(path, engine="c", wal_size_limit=4096)
+    cp.backend.append("warm", payload)
+    # Another process keeps the file open, so the WAL outlives our close.
+    keep_open = HOLD_THE_WRITE_LOCK.replace("BEGIN IMMEDIATE", "SELECT 1 FROM sqlite_master")
+    reader = subprocess.Popen(
+        [PYTHON, "-c", keep_open.replace('db.execute("COMMIT")', ""), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline() == "locked\n"
+    engine = cp.backend._engine  # type: ignore[attr-defined]
+
+    async def main() -> list[int]:
+        await asyncio.gather(*(cp.append(f"a{k}", payload) for k in range(3)))  # shared loop
+        while engine._commits_unlooked != 15:  # the next commit counted is due the look
+            cp.backend.append("warm", payload)
+        tasks = [asyncio.ensure_future(cp.append(f"s{k}", payload)) for k in range(8)]
+        await asyncio.sleep(0)  # queued to the writer thread
+        closer = threading.Thread(target=cp.close)
+        closer.start()
+        closer.join()  # the loop is busy meanwhile: it hears of them only now
+        assert engine.closed
+        return await asyncio.gather(*tasks)
+
+    try:
+        assert asyncio.run(main()) == [1] * 8
+    finally:
+        reader.stdin.write("done\n")
+        reader.stdin.flush()
+        reader.wait(timeout=30)
+
+
 def in_fork_child(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run the coroutine ``body()`` in a child of ``os.fork()``; it must return
     (an assertion or a hang, cut at 20 s, fails the test through the exit status)."""

@@ -314,10 +314,6 @@ class AsyncBaseCheckpointer(AsyncClosable):
         except NotImplementedError:  # a loop that cannot watch a descriptor
             completions.close()
             channel = None
-        else:
-            # A loop that ends with appends still queued leaves its channel to
-            # the engine, which closes it once the writer thread is done.
-            weakref.finalize(loop, completions.close)
         self._channels[loop] = channel
         return channel
 
@@ -544,8 +540,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
         # completes its own, on its own thread.
         for loop, channel in list(self._channels.items()):
             if channel is not None:
-                with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                try:
                     loop.call_soon_threadsafe(channel.shut)
+                except RuntimeError:  # a closed loop: nobody waits
+                    channel.abandon()
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):

@@ -306,7 +306,8 @@ class LoopChannel:
     thread writes the loop's appends and the threads' together, one group per
     transaction, without the GIL. It then makes this loop's channel readable
     once per group: the loop wakes once and completes every future of the
-    group, with no thread of this package in between.
+    group, with no thread of this package in between. The futures stay here:
+    the engine holds nothing of the loop's, so a loop that ends is collected.
     """
 
     def __init__(
@@ -320,20 +321,29 @@ class LoopChannel:
         self._completions = completions
         self._fd = completions.fileno()
         self._on_group = on_group
+        self._futures: dict[object, asyncio.Future[Any]] = {}
         self._closing = False
         #: Groups completed on the loop (each one wake-up of it).
         self.groups = 0
         loop.add_reader(self._fd, self._ready)  # NotImplementedError on a loop without it
+        # A loop that ends first leaves the channel to be closed (by the
+        # engine, once its writer thread is done with what the loop queued).
+        self._finalizer = weakref.finalize(loop, completions.close)
 
     def queue(self, prepared: PreparedAppend, future: asyncio.Future[Any]) -> object:
         """Queue ``prepared`` (non-empty); ``future`` settles after the commit
         that holds it. Returns its handle for :meth:`withdraw`."""
-        return self._backend.queue_prepared(prepared, self._completions, future)
+        queued = self._backend.queue_prepared(prepared, self._completions)
+        self._futures[queued] = future
+        return queued
 
     def withdraw(self, queued: object) -> bool:
         """Take a queued append back if the writer thread has not taken it into
         a group: then it is never written. Taken, it is written or refused whole."""
-        return self._completions.withdraw(queued)
+        if not self._completions.withdraw(queued):
+            return False
+        del self._futures[queued]
+        return True
 
     async def append(self, prepared: PreparedAppend) -> int:
         """Queue ``prepared`` (non-empty) and await its commit (cancelled: see
@@ -350,7 +360,8 @@ class LoopChannel:
         """On the loop: complete every append that has finished."""
         finished = self._completions.finished()
         written = False
-        for future, outcome in finished:
+        for queued, outcome in finished:
+            future = self._futures.pop(queued)
             if future.done():  # cancelled while the writer had it
                 written = written or not isinstance(outcome, Exception)
             elif isinstance(outcome, Exception):
@@ -372,8 +383,14 @@ class LoopChannel:
         self._closing = True
         self._ready()
 
+    def abandon(self) -> None:
+        """The loop has closed: nobody waits. Release the channel (or leave it
+        to the engine, while its writer thread still has some of them)."""
+        self._futures.clear()
+        self._finalizer()
+
     def _release(self) -> None:
         if self._completions.pending:
             return  # the writer thread still has some: the next wake-up tries again
         asyncio.get_running_loop().remove_reader(self._fd)
-        self._completions.close()
+        self._finalizer()  # closes the channel, and lets the loop go

@@ -321,13 +321,25 @@ class EngineBase(Generic[ConnectionT]):
         # the engine. Not at interpreter exit: a daemon thread may still be
         # using a connection then, and the process's end releases everything.
         self._finalizer = weakref.finalize(
-            self, _shut_down, self._writer, self._idle_readers, self._file_key
+            self,
+            _shut_down,
+            self._writer,
+            self._idle_readers,
+            self._file_key,
+            self._stop_before_shut_down(),
         )
         self._finalizer.atexit = False
         # A SQLite connection must not cross os.fork(): the child refuses this
         # engine (see _after_fork_in_child).
         self._pid = os.getpid()
         _LIVE_ENGINES.add(self)
+
+    def _stop_before_shut_down(self) -> Callable[[], object] | None:
+        """What must stop before the connections close, also when the engine is
+        collected without :meth:`close` (the C twin's writer thread, which may
+        still be writing appends queued from an event loop); None here. It
+        must not hold the engine."""
+        return None
 
     @property
     def closed(self) -> bool:
@@ -411,7 +423,6 @@ class EngineBase(Generic[ConnectionT]):
         ts: float,
         batch: EncodedBatch,
         completions: AppendCompletions,
-        token: object,
     ) -> object:
         """Queue an append for the writer thread (only where
         :meth:`append_completions` gave a channel)."""
@@ -1377,10 +1388,13 @@ def _shut_down(
     writer: DriverConnection,
     readers: collections.deque[Any],
     key: tuple[int, int] | None,
+    stop_first: Callable[[], object] | None,
 ) -> None:
     """Close an engine's connections and release its claim: at :meth:`EngineBase.close`,
     or when the engine is collected without it (this holds no reference to it)."""
     try:
+        if stop_first is not None:
+            stop_first()
         while True:
             try:
                 conn = readers.pop()

@@ -262,6 +262,11 @@ class CEngine(EngineBase):
     def _new_write_lock(self):
         return _WriteLock()
 
+    def _stop_before_shut_down(self):
+        # Collected without close(): the writer thread writes what is queued
+        # (an event loop's appends keep no engine alive) and ends first.
+        return self._group_writer.stop
+
     def close(self):
         # What callers queued is written first; the thread then ends. One
         # close at a time: a second must not close the connection under a
@@ -269,8 +274,11 @@ class CEngine(EngineBase):
         with self._closing:
             self._group_writer.stop()
             super().close()
-            # Every queued append has finished: the channels need not outlive
-            # their holders now.
+            # Every queued append has finished: the channels whose loops have
+            # gone are closed; the others, their loops close.
+            for completions in list(self._completions):
+                if completions.abandoned:
+                    completions.close()
             self._completions.clear()
 
     def abandon_after_fork(self):
@@ -364,16 +372,17 @@ class CEngine(EngineBase):
         ``EngineBase._note_commit``); without ``wait`` (on an event loop), the
         look is left to a later count if the write lock is held."""
         done = (<_GroupWriter>self._group_writer).w.commits
-        if self._count_commits(done - self._commits_counted):
-            if wait:
-                with self._write_lock:
-                    self._bound_wal()
-            elif self._write_lock.acquire(False):
-                try:
-                    self._bound_wal()
-                finally:
-                    self._write_lock.release()
+        due = self._count_commits(done - self._commits_counted)
         self._commits_counted = done
+        if not due:
+            return
+        if not self._write_lock.acquire(wait):
+            return
+        try:
+            if not self._closed:  # a loop may hear of its appends after the close
+                self._bound_wal()
+        finally:
+            self._write_lock.release()
 
     def append_completions(self):
         """A channel for an event loop's appends to the writer thread (see
@@ -382,23 +391,26 @@ class CEngine(EngineBase):
         self._check_open()
         if self.read_only or self.hash_chain:
             return None
+        for completions in list(self._completions):
+            if completions.abandoned:
+                completions.close()  # its loop has gone; done once the writer is
         completions = _Completions(self, self._group_writer)
         self._completions.add(completions)
         return completions
 
     def queue_append(self, str tenant, str name, expected_head, double ts, list batch,
-                     _Completions completions, token):
+                     _Completions completions):
         """Queue a non-empty batch for the writer thread, as a thread's append
-        would be, and return at once. ``completions.finished()`` hands back
-        ``(token, outcome)`` once it is written or refused; until the writer
-        thread takes it into a group, ``completions.withdraw()`` takes it back."""
+        would be, and return its handle at once. ``completions.finished()``
+        hands back ``(handle, outcome)`` once it is written or refused; until
+        the writer thread takes it into a group, ``completions.withdraw()``
+        takes it back."""
         cdef _Append mine = _Append()
         cdef _GroupWriter writer = <_GroupWriter>self._group_writer
         self._check_open()
         if completions.write_fd < 0:
             raise CheckpointerClosedError("append: this event loop's channel is closed")
         mine.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
-        mine.token = token
         mine.request.wake_fd = completions.write_fd
         writer.start(<CConnection>self._writer, <_WriteLock>self._write_lock)
         if not writer.queue(&mine.request):

@@ -250,6 +250,8 @@ cdef class CConnection:
         """Checkpoint and truncate the WAL, waiting at most ``wait_ms`` for readers
         and writers to get out of the way; True if done."""
         cdef BusyWait brief = self.busy
+        if self.db == NULL:
+            raise CheckpointerClosedError("the database is closed")
         brief.timeout_ms = wait_ms
         _wait_for_locks(self.db, &brief, True)
         try:

@@ -60,7 +60,6 @@ cdef class _Append:
     cdef object tenant, name, batch
     cdef bint done  # written (or refused); its status says which
     cdef str error
-    cdef object token  # an event loop's append: what its _Completions hands back with it
 
     def __cinit__(self):
         self.request.kinds = NULL
@@ -536,16 +535,18 @@ cdef class _Completions:
     per group, and the appends not yet handed back. Made by
     ``CEngine.append_completions``, which keeps it (and so every append queued
     through it) alive until :meth:`close`: the writer thread may still be
-    writing an append whose loop has gone."""
+    writing an append whose loop has gone. It holds nothing of a loop's."""
 
     cdef int read_fd, write_fd
     cdef _GroupWriter writer
     cdef object engine
     cdef list queued  # the _Append objects not yet handed back by finished()
+    cdef readonly bint abandoned  # closed while some were unfinished: the engine closes it
 
     def __cinit__(self, engine, _GroupWriter writer):
         self.read_fd = self.write_fd = -1
         self.engine, self.writer, self.queued = engine, writer, []
+        self.abandoned = False
         try:
             read_fd, write_fd = os.pipe()
         except OSError as exc:  # out of descriptors
@@ -575,27 +576,29 @@ cdef class _Completions:
         return len(self.queued)
 
     def finished(self):
-        """``(token, outcome)`` of every queued append written or refused
+        """``(handle, outcome)`` of every queued append written or refused
         since the last call: its new head, or the exception that refused it
         (a conflict, a bound) or failed its whole group."""
         cdef char buffer[256]
         cdef _Append item
         cdef list done = [], waiting = []
-        if self.read_fd >= 0:
-            with nogil:
-                while read(self.read_fd, buffer, sizeof(buffer)) > 0:
-                    pass
+        if self.read_fd < 0:
+            return done
+        # The WAL's look first: interrupted there, nothing is handed back yet
+        # and the pipe is still readable, so the loop asks again.
+        self.engine._count_writer_commits(False)
+        with nogil:
+            while read(self.read_fd, buffer, sizeof(buffer)) > 0:
+                pass
         for item in self.queued:
             if not agentlog_is_finished(&item.request.finished):
                 waiting.append(item)
                 continue
             if item.request.status > 0:
                 item.error = item.request.error.decode("utf-8", "replace")
-            done.append((item.token, _outcome(item)))
-            item.token = None
+            done.append((item, _outcome(item)))
         if done:
             self.queued = waiting
-            self.engine._count_writer_commits(False)
         return done
 
     def withdraw(self, _Append item):
@@ -608,13 +611,16 @@ cdef class _Completions:
         return True
 
     def close(self):
-        """Close the pipe, once every queued append has finished; whether it did."""
+        """Close the pipe and let the engine go, once every queued append has
+        finished; whether it did. Otherwise it is marked abandoned, and the
+        engine closes it once its writer thread has ended."""
         cdef _Append item
         cdef WriterState *w = self.writer.w
         if self.read_fd < 0:
             return True
         for item in self.queued:
             if not agentlog_is_finished(&item.request.finished):
+                self.abandoned = True
                 return False
         if w.started and w.owner != getpid():
             self._close_pipe()  # a fork child: the writer thread is the parent's
@@ -623,4 +629,5 @@ cdef class _Completions:
             self._close_pipe()
             pthread_mutex_unlock(&w.lock)
         self.engine._completions.discard(self)
+        self.engine, self.queued = None, []
         return True

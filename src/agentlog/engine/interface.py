@@ -43,8 +43,8 @@ class AppendCompletions(Protocol):
         """Readable once queued appends have finished (for ``loop.add_reader``)."""
         ...
 
-    def finished(self) -> list[tuple[Any, int | Exception]]:
-        """``(token, outcome)`` of each queued append finished since the last
+    def finished(self) -> list[tuple[object, int | Exception]]:
+        """``(handle, outcome)`` of each queued append finished since the last
         call: its new head, or the exception that refused or failed it."""
         ...
 
@@ -55,7 +55,8 @@ class AppendCompletions(Protocol):
 
     def close(self) -> bool:
         """Release the descriptor once no queued append is left unfinished;
-        whether it did (False: try again once they have finished)."""
+        whether it did (if not, the engine releases it once its writer
+        thread has ended, or a later call does)."""
         ...
 
 
@@ -141,12 +142,11 @@ class Engine(Protocol):
         ts: float,
         batch: EncodedBatch,
         completions: AppendCompletions,
-        token: object,
     ) -> object:
-        """Queue a non-empty batch for the writer thread and return at once: a
-        handle for ``completions.withdraw``. ``completions.finished()`` hands
-        back ``(token, outcome)`` after the commit that holds it (or once it is
-        refused), as :meth:`append` would have returned or raised it."""
+        """Queue a non-empty batch for the writer thread and return its handle
+        at once. ``completions.finished()`` hands back ``(handle, outcome)``
+        after the commit that holds it (or once it is refused), as
+        :meth:`append` would have returned or raised it."""
         ...
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:

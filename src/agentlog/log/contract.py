@@ -453,13 +453,11 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         return None
 
-    def queue_prepared(
-        self, prepared: PreparedAppend, completions: AppendCompletions, token: object
-    ) -> object:
+    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
         """Queue a prepared, non-empty append for the writer thread and return
-        at once: a handle for ``completions.withdraw``. Once it is written or
-        refused, ``completions.finished()`` hands back ``(token, outcome)``;
-        then call :meth:`notify_commit` for the followers. Only where
+        its handle at once. Once it is written or refused,
+        ``completions.finished()`` hands back ``(handle, outcome)``; then call
+        :meth:`notify_commit` for the followers. Only where
         :meth:`append_completions` gave the channel."""
         raise NotImplementedError
 

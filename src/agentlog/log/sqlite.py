@@ -354,15 +354,13 @@ class SqliteCheckpointer(BaseCheckpointer):
         self._check_open()
         return self._engine.append_completions()
 
-    def queue_prepared(
-        self, prepared: PreparedAppend, completions: AppendCompletions, token: object
-    ) -> object:
+    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
         """Queue a prepared, non-empty append for the engine's writer thread
         (see :meth:`BaseCheckpointer.queue_prepared`)."""
         self._check_open()
         session_id, batch, expected = prepared
         return self._engine.queue_append(
-            self._tenant, session_id, expected, time.time(), batch, completions, token
+            self._tenant, session_id, expected, time.time(), batch, completions
         )
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
