@@ -71,7 +71,7 @@ def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     engines = 2 if "c" in AVAILABLE else 1
-    assert f"{7 * engines} passed" in run.stdout, run.stdout[-2000:]
+    assert f"{8 * engines} passed" in run.stdout, run.stdout[-2000:]
 
 
 def test_a_short_soak_verifies_everything_and_keeps_the_wal_bounded(tmp_path: Path) -> None:
