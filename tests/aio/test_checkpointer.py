@@ -440,6 +440,116 @@ def test_a_loop_that_ends_with_an_append_taken_leaks_nothing(tmp_path: Path) -> 
     assert len(loops) == 3 and not [loop for loop in loops if loop() is not None]
 
 
+def test_checkpointers_dropped_unclosed_leave_a_long_lived_loop(tmp_path: Path) -> None:
+    """A reviewer's probe: dropped without close() on a running loop, each kept
+    its engine, writer thread and descriptors until the loop ended (its loop
+    held its channel, and the channel the checkpointer)."""
+    require_engine("c")
+    before = _engines_alive()
+
+    async def main() -> int:
+        for n in range(10):
+            cp = AsyncSqliteCheckpointer(tmp_path / f"{n}.db", engine="c")
+            await asyncio.gather(*(cp.append(f"s{k}", [EVENT]) for k in range(4)))
+            del cp
+        gc.collect()
+        await asyncio.sleep(0.1)  # each loop callback letting a channel go has run
+        return _engines_alive()
+
+    assert asyncio.run(main()) == before
+
+
+def test_an_interrupt_between_queueing_and_waiting_strands_no_other_caller(
+    tmp_path: Path,
+) -> None:
+    """A reviewer's probe: Ctrl-C right after an append was queued (before its
+    caller could wait for it) made the loop's next wake-up fail, and every
+    other append of that group never completed. Here the interrupt is raised
+    at that very point, as a signal handler would."""
+    require_engine("c")
+    loop = asyncio.new_event_loop()
+    cp = AsyncSqliteCheckpointer(tmp_path / "i.db", engine="c")
+    real = cp.backend.queue_prepared
+    calls = 0
+
+    def interrupted(prepared: Any, completions: Any) -> object:
+        nonlocal calls
+        calls += 1
+        queued = real(prepared, completions)
+        if calls == 3:
+            raise KeyboardInterrupt
+        return queued
+
+    cp.backend.queue_prepared = interrupted  # type: ignore[method-assign]
+    try:
+        tasks = [loop.create_task(cp.append(f"s{n}", [EVENT])) for n in range(16)]
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.gather(*tasks))
+        loop.run_until_complete(asyncio.wait(tasks, timeout=10))
+        outcomes = [task.exception() or task.result() for task in tasks if task.done()]
+        assert len(outcomes) == 16, "an append never completed"
+        assert sum(isinstance(o, KeyboardInterrupt) for o in outcomes) == 1
+        assert outcomes.count(1) == 15
+        loop.run_until_complete(cp.aclose())
+    finally:
+        loop.close()
+    with SqliteCheckpointer(tmp_path / "i.db", engine="c") as check:
+        # The interrupted one was queued: written whole, as a cancelled one taken.
+        assert [check.head(f"s{n}") for n in range(16)] == [1] * 16
+
+
+COLLECTED_WHILE_WRITING = r"""
+import asyncio, gc, os, signal, subprocess, sys, threading, weakref
+from agentlog import SqliteCheckpointer
+from agentlog.aio import AsyncSqliteCheckpointer
+
+path, holder_script = sys.argv[1], sys.argv[2]
+cp = AsyncSqliteCheckpointer(path, engine="c", busy_timeout_ms=8000)
+holder = subprocess.Popen([sys.executable, "-c", holder_script, path],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert holder.stdout.readline() == "locked\n"
+
+async def main():
+    try:
+        await asyncio.wait_for(cp.append("s", [{"type": "user", "content": "y"}] * 50), 0.2)
+    except asyncio.TimeoutError:
+        pass  # taken by the writer thread, waiting for the lock; its caller gone
+
+asyncio.run(main())
+engine = weakref.ref(cp.backend._engine)
+del cp
+threading.Timer(0.5, holder.stdin.write, ("release\n",)).start()
+threading.Timer(0.6, holder.stdin.flush).start()
+for delay in (0.2, 0.3):  # Ctrl-C twice while the collector waits for the writer
+    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    gc.collect()
+except KeyboardInterrupt:
+    pass
+gc.collect()
+holder.wait()
+assert engine() is None
+with SqliteCheckpointer(path, engine="c") as check:
+    assert check.head("s") == 50  # taken: written whole
+print("ok")
+"""
+
+
+def test_ctrl_c_while_the_collector_waits_for_the_writer_thread(tmp_path: Path) -> None:
+    """A reviewer's probe: an engine dropped unclosed while its writer thread
+    still wrote a loop's append; Ctrl-C during the collection interrupted the
+    wait for that thread, and the collector freed what it was writing (a
+    segfault on the second Ctrl-C). The wait is not interruptible there."""
+    require_engine("c")
+    run = subprocess.run(
+        [PYTHON, "-c", COLLECTED_WHILE_WRITING, str(tmp_path / "g.db"), HOLD_THE_WRITE_LOCK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
 def test_a_loop_hearing_of_its_appends_after_the_close_does_not_crash(tmp_path: Path) -> None:
     """A reviewer's probe: the loop collected its finished appends after a
     close() from another thread, when the WAL was due its look; the look ran

@@ -180,6 +180,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
             weakref.WeakKeyDictionary()
         )
         self._has_channels = True
+        # Closed, or dropped without closing: each loop lets its channel go
+        # (a channel holds the engine, and its loop holds the channel).
+        self._channels_finalizer = weakref.finalize(self, _shut_channels, self._channels)
+        self._channels_finalizer.atexit = False
 
     @property
     def backend(self) -> BaseCheckpointer:
@@ -310,20 +314,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
             return None
         channel: LoopChannel | None
         try:
-            channel = LoopChannel(self._backend, completions, loop, self._on_channel_group)
+            channel = LoopChannel(self._backend, completions, loop, self._loop_shared)
         except NotImplementedError:  # a loop that cannot watch a descriptor
             completions.close()
             channel = None
         self._channels[loop] = channel
         return channel
-
-    def _on_channel_group(self, loop: asyncio.AbstractEventLoop, size: int, left: int) -> None:
-        """A group completed on ``loop``: one append alone, with none left,
-        shows its other tasks have stopped appending (see _alone_in_turn)."""
-        if size > 1:
-            self._loop_shared.add(loop)
-        elif not left:
-            self._loop_shared.discard(loop)
 
     def _flush_loop_group(self, loop: asyncio.AbstractEventLoop) -> None:
         """On ``loop``: write its queued appends in one transaction if nothing
@@ -538,12 +534,20 @@ class AsyncBaseCheckpointer(AsyncClosable):
         # Every append queued to the backend's writer thread has finished now
         # (or will, on an engine another holder keeps open): each loop
         # completes its own, on its own thread.
-        for loop, channel in list(self._channels.items()):
-            if channel is not None:
-                try:
-                    loop.call_soon_threadsafe(channel.shut)
-                except RuntimeError:  # a closed loop: nobody waits
-                    channel.abandon()
+        self._channels_finalizer()
+
+
+def _shut_channels(
+    channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopChannel | None],
+) -> None:
+    """Have each loop complete what its channel has finished and let it go
+    (see :meth:`LoopChannel.shut`); a closed loop's channel is abandoned."""
+    for loop, channel in list(channels.items()):
+        if channel is not None:
+            try:
+                loop.call_soon_threadsafe(channel.shut)
+            except RuntimeError:  # a closed loop: nobody waits
+                channel.abandon()
 
 
 class AsyncSqliteCheckpointer(AsyncBaseCheckpointer):

@@ -315,12 +315,17 @@ class LoopChannel:
         backend: BaseCheckpointer,
         completions: AppendCompletions,
         loop: asyncio.AbstractEventLoop,
-        on_group: Callable[[asyncio.AbstractEventLoop, int, int], None],
+        shared: weakref.WeakSet[asyncio.AbstractEventLoop],
     ) -> None:
         self._backend = backend
         self._completions = completions
         self._fd = completions.fileno()
-        self._on_group = on_group
+        # The loops where several tasks append (the checkpointer's, see
+        # AsyncBaseCheckpointer._alone_in_turn), kept up to date from here: a
+        # group of several marks the loop, one append alone with none left
+        # shows its other tasks have stopped. (Not the checkpointer itself:
+        # this must not keep it alive.)
+        self._shared = shared
         self._futures: dict[object, asyncio.Future[Any]] = {}
         self._closing = False
         #: Groups completed on the loop (each one wake-up of it).
@@ -357,25 +362,42 @@ class LoopChannel:
             raise
 
     def _ready(self) -> None:
-        """On the loop: complete every append that has finished."""
+        """On the loop: complete every append that has finished. Settled once
+        before the pipe's readiness is consumed (interrupted there, by Ctrl-C
+        say, the pipe stays readable and the loop calls again) and once after."""
+        self._settle()
+        try:
+            self._completions.drain()
+            self._settle()
+        except BaseException:
+            asyncio.get_running_loop().call_soon(self._ready)
+            raise
+        if self._closing:
+            self._release()
+
+    def _settle(self) -> None:
         finished = self._completions.finished()
+        if not finished:
+            return
         written = False
         for queued, outcome in finished:
-            future = self._futures.pop(queued)
-            if future.done():  # cancelled while the writer had it
+            # None: its caller was interrupted between queueing it and waiting.
+            future = self._futures.pop(queued, None)
+            if future is None or future.done():  # nobody waits (cancelled)
                 written = written or not isinstance(outcome, Exception)
             elif isinstance(outcome, Exception):
                 future.set_exception(outcome)
             else:
                 written = True
                 future.set_result(outcome)
-        if finished:
-            self.groups += 1
-            self._on_group(asyncio.get_running_loop(), len(finished), self._completions.pending)
+            self._completions.release(queued)
+        self.groups += 1
+        if len(finished) > 1:
+            self._shared.add(asyncio.get_running_loop())
+        elif not self._completions.pending:
+            self._shared.discard(asyncio.get_running_loop())
         if written:
             self._backend.notify_commit()
-        if self._closing:
-            self._release()
 
     def shut(self) -> None:
         """On the loop, once the checkpointer is closing: complete what has

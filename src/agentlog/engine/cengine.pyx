@@ -264,8 +264,10 @@ class CEngine(EngineBase):
 
     def _stop_before_shut_down(self):
         # Collected without close(): the writer thread writes what is queued
-        # (an event loop's appends keep no engine alive) and ends first.
-        return self._group_writer.stop
+        # (an event loop's appends keep no engine alive) and ends first, not
+        # interruptibly (it uses what the collector frees next).
+        writer = self._group_writer
+        return lambda: writer.stop(False)
 
     def close(self):
         # What callers queued is written first; the thread then ends. One
@@ -415,7 +417,7 @@ class CEngine(EngineBase):
         writer.start(<CConnection>self._writer, <_WriteLock>self._write_lock)
         if not writer.queue(&mine.request):
             raise CheckpointerClosedError(self._closed_message)
-        completions.queued.append(mine)
+        completions.queued[mine] = None
         return mine
 
     def _append_group(self, str tenant, requests, double ts, *, bint wait):

@@ -413,9 +413,7 @@ cdef class _GroupWriter:
             return
         if self.w.started and self.w.owner != getpid():
             return  # a fork child: the thread and its locks are the parent's, left alone
-        self.stop()
-        if self.w.started and not self.w.joined:
-            return  # interrupted while it waited: the thread may still use its state
+        self.stop(False)  # what it writes lives in objects the collector is freeing
         pthread_cond_destroy(&self.w.work)
         pthread_mutex_destroy(&self.w.lock)
         PyThread_free_lock(self.w.exited)
@@ -503,10 +501,12 @@ cdef class _GroupWriter:
         pthread_mutex_unlock(&self.w.lock)
         return found
 
-    def stop(self):
+    def stop(self, bint interruptible=True):
         """Stop the thread once what is queued is written (new requests are
-        refused) and wait for it to end; a signal's handler may interrupt the
-        wait (Ctrl-C), and a later stop() waits again. Callers serialise it."""
+        refused) and wait for it to end. If ``interruptible``, a signal's
+        handler may interrupt the wait (Ctrl-C), and a later stop() waits
+        again; not when the engine is being collected, since the thread still
+        uses what the collector would free. Callers serialise it."""
         cdef bint started
         cdef PyLockStatus status
         if self.w.started and self.w.owner != getpid():
@@ -520,7 +520,7 @@ cdef class _GroupWriter:
             return
         while True:
             with nogil:
-                status = PyThread_acquire_lock_timed(self.w.exited, -1, 1)
+                status = PyThread_acquire_lock_timed(self.w.exited, -1, interruptible)
             if status == PY_LOCK_ACQUIRED:
                 break
             PyErr_CheckSignals()
@@ -540,12 +540,12 @@ cdef class _Completions:
     cdef int read_fd, write_fd
     cdef _GroupWriter writer
     cdef object engine
-    cdef list queued  # the _Append objects not yet handed back by finished()
+    cdef dict queued  # the _Append objects not yet released (as keys, in order)
     cdef readonly bint abandoned  # closed while some were unfinished: the engine closes it
 
     def __cinit__(self, engine, _GroupWriter writer):
         self.read_fd = self.write_fd = -1
-        self.engine, self.writer, self.queued = engine, writer, []
+        self.engine, self.writer, self.queued = engine, writer, {}
         self.abandoned = False
         try:
             read_fd, write_fd = os.pipe()
@@ -575,31 +575,34 @@ cdef class _Completions:
         """How many queued appends it has not handed back yet."""
         return len(self.queued)
 
-    def finished(self):
-        """``(handle, outcome)`` of every queued append written or refused
-        since the last call: its new head, or the exception that refused it
-        (a conflict, a bound) or failed its whole group."""
+    def drain(self):
+        """Consume the pipe's readiness (and give the WAL its look, counting the
+        writer thread's commits): before :meth:`finished`, once per wake-up."""
         cdef char buffer[256]
-        cdef _Append item
-        cdef list done = [], waiting = []
         if self.read_fd < 0:
-            return done
-        # The WAL's look first: interrupted there, nothing is handed back yet
-        # and the pipe is still readable, so the loop asks again.
+            return
         self.engine._count_writer_commits(False)
         with nogil:
             while read(self.read_fd, buffer, sizeof(buffer)) > 0:
                 pass
+
+    def finished(self):
+        """``(handle, outcome)`` of every queued append written or refused and
+        not yet released: its new head, or the exception that refused it (a
+        conflict, a bound) or failed its whole group. Each stays until
+        :meth:`release`, so an interrupted caller loses none."""
+        cdef _Append item
+        cdef list done = []
         for item in self.queued:
-            if not agentlog_is_finished(&item.request.finished):
-                waiting.append(item)
-                continue
-            if item.request.status > 0:
-                item.error = item.request.error.decode("utf-8", "replace")
-            done.append((item, _outcome(item)))
-        if done:
-            self.queued = waiting
+            if agentlog_is_finished(&item.request.finished):
+                if item.request.status > 0 and item.error is None:
+                    item.error = item.request.error.decode("utf-8", "replace")
+                done.append((item, _outcome(item)))
         return done
+
+    def release(self, _Append item):
+        """Forget a finished append (its outcome handed on)."""
+        self.queued.pop(item, None)
 
     def withdraw(self, _Append item):
         """Take a queued append back if no group has taken it yet: then it is
@@ -607,7 +610,7 @@ cdef class _Completions:
         refused as a whole), or once handed back."""
         if item not in self.queued or not self.writer.take_back(&item.request):
             return False
-        self.queued.remove(item)
+        del self.queued[item]
         return True
 
     def close(self):
@@ -629,5 +632,5 @@ cdef class _Completions:
             self._close_pipe()
             pthread_mutex_unlock(&w.lock)
         self.engine._completions.discard(self)
-        self.engine, self.queued = None, []
+        self.engine, self.queued = None, {}
         return True

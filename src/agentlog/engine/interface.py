@@ -43,9 +43,18 @@ class AppendCompletions(Protocol):
         """Readable once queued appends have finished (for ``loop.add_reader``)."""
         ...
 
+    def drain(self) -> None:
+        """Consume the descriptor's readiness: once per wake-up, before
+        :meth:`finished` (then anything finished after it wakes the loop again)."""
+        ...
+
     def finished(self) -> list[tuple[object, int | Exception]]:
-        """``(handle, outcome)`` of each queued append finished since the last
-        call: its new head, or the exception that refused or failed it."""
+        """``(handle, outcome)`` of each queued append finished and not yet
+        released: its new head, or the exception that refused or failed it."""
+        ...
+
+    def release(self, queued: object) -> None:
+        """Forget a finished append, its outcome handed on."""
         ...
 
     def withdraw(self, queued: object) -> bool:
