@@ -5,6 +5,7 @@ group, failures that reach every caller, no thread hop per call)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -12,7 +13,7 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,38 @@ sys.stdin.readline()
 db.execute("COMMIT")
 """
 
+KEEP_IT_OPEN = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("SELECT 1 FROM sqlite_master")
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def held_elsewhere(path: Path, script: str = HOLD_THE_WRITE_LOCK) -> Iterator[Callable[[], None]]:
+    """Another process (two SQLite libraries in one process do not see each
+    other's locks) holds ``path``'s write lock (or, with ``KEEP_IT_OPEN``, only
+    keeps the file open) until the ``release()`` it yields, or the block's end."""
+    with subprocess.Popen(
+        [PYTHON, "-c", script, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline() == "locked\n"
+        stdin = holder.stdin
+
+        def release() -> None:
+            if holder.poll() is None:
+                stdin.write("release\n")
+                stdin.flush()
+                assert holder.wait(timeout=30) == 0
+
+        try:
+            yield release
+        finally:
+            release()
+
 
 def test_appends_go_to_the_writer_while_another_process_writes(
     tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
@@ -120,18 +153,8 @@ def test_appends_go_to_the_writer_while_another_process_writes(
     running meanwhile; they complete once the lock is released."""
     path = tmp_path / "busy.db"
     SqliteCheckpointer(path, engine=engine).close()
-    # Another process (two SQLite libraries in one process do not see each
-    # other's locks) holds the write lock until told.
-    holder = subprocess.Popen(
-        [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdin is not None
-    assert holder.stdout.readline() == "locked\n"
 
-    async def main() -> tuple[int, int, int, list[int]]:
+    async def main(release: Callable[[], None]) -> tuple[int, int, int, list[int]]:
         loop = asyncio.get_running_loop()
         wake_ups = 0
         original = loop.call_soon_threadsafe
@@ -149,13 +172,12 @@ def test_appends_go_to_the_writer_while_another_process_writes(
                 await asyncio.sleep(0.005)
                 ticks += 1
             assert not appends.done()
-            holder.stdin.write("release\n")
-            holder.stdin.flush()
+            release()
             heads = await appends
             return ticks, cp.write_groups, wake_ups, heads
 
-    ticks, groups, wake_ups, heads = asyncio.run(main())
-    assert holder.wait(timeout=30) == 0
+    with held_elsewhere(path) as release:
+        ticks, groups, wake_ups, heads = asyncio.run(main(release))
     assert ticks == 20
     assert heads == [1] * 32
     assert 1 <= groups <= 32, groups
@@ -254,16 +276,8 @@ def test_a_cancelled_append_on_the_writer_thread_is_absent_or_whole(tmp_path: Pa
     require_engine("c")
     path = tmp_path / "c.db"
     SqliteCheckpointer(path, engine="c").close()
-    holder = subprocess.Popen(
-        [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout is not None and holder.stdin is not None
-    assert holder.stdout.readline() == "locked\n"
 
-    async def main() -> tuple[int, int, list[int]]:
+    async def main(release: Callable[[], None]) -> tuple[int, int, list[int]]:
         async with AsyncSqliteCheckpointer(path, engine="c") as cp:
             taken = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
             await asyncio.sleep(0.2)  # the writer thread has it, waiting for the lock
@@ -273,16 +287,12 @@ def test_a_cancelled_append_on_the_writer_thread_is_absent_or_whole(tmp_path: Pa
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
-            holder.stdin.write("release\n")
-            holder.stdin.flush()
+            release()
             assert await cp.append("u", [EVENT]) == 1  # queued after both
             return await cp.head("s"), await cp.head("t"), [e.seq async for e in cp.read("s")]
 
-    try:
-        head_s, head_t, seqs = asyncio.run(main())
-    finally:
-        holder.kill()
-        holder.wait()
+    with held_elsewhere(path) as release:
+        head_s, head_t, seqs = asyncio.run(main(release))
     assert (head_s, seqs) == (2, [1, 2])  # taken into a group: written whole
     assert head_t == 0  # still queued when cancelled: never written
 
@@ -417,18 +427,8 @@ def test_a_loop_that_ends_with_an_append_taken_leaks_nothing(tmp_path: Path) -> 
 
     def one_round(path: Path) -> None:
         cp = AsyncSqliteCheckpointer(path, engine="c")
-        with subprocess.Popen(
-            [PYTHON, "-c", HOLD_THE_WRITE_LOCK, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        ) as holder:
-            assert holder.stdout is not None and holder.stdin is not None
-            assert holder.stdout.readline() == "locked\n"
+        with held_elsewhere(path):
             asyncio.run(cancelled_while_taken(cp))
-            holder.stdin.write("release\n")
-            holder.stdin.flush()
-            assert holder.wait(timeout=30) == 0
         cp.close()  # the writer thread writes it first
         with SqliteCheckpointer(path, engine="c") as check:
             assert check.head("s") == 1  # taken: written whole
@@ -559,16 +559,6 @@ def test_a_loop_hearing_of_its_appends_after_the_close_does_not_crash(tmp_path: 
     payload = [{"type": "user", "content": "x" * 2000}]
     cp = AsyncSqliteCheckpointer(path, engine="c", wal_size_limit=4096)
     cp.backend.append("warm", payload)
-    # Another process keeps the file open, so the WAL outlives our close.
-    keep_open = HOLD_THE_WRITE_LOCK.replace("BEGIN IMMEDIATE", "SELECT 1 FROM sqlite_master")
-    reader = subprocess.Popen(
-        [PYTHON, "-c", keep_open.replace('db.execute("COMMIT")', ""), str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert reader.stdout is not None and reader.stdin is not None
-    assert reader.stdout.readline() == "locked\n"
     engine = cp.backend._engine  # type: ignore[attr-defined]
 
     async def main() -> list[int]:
@@ -583,12 +573,8 @@ def test_a_loop_hearing_of_its_appends_after_the_close_does_not_crash(tmp_path: 
         assert engine.closed
         return await asyncio.gather(*tasks)
 
-    try:
+    with held_elsewhere(path, KEEP_IT_OPEN):  # so the WAL outlives our close
         assert asyncio.run(main()) == [1] * 8
-    finally:
-        reader.stdin.write("done\n")
-        reader.stdin.flush()
-        reader.wait(timeout=30)
 
 
 def in_fork_child(body: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -289,6 +289,16 @@ def race(cp: SqliteCheckpointer) -> dict[str, list[int]]:
     return acked
 
 
+def with_acked(before: dict[str, Any], acked: dict[str, list[int]]) -> dict[str, Any]:
+    """The log state ``before`` and then exactly the acknowledged appends of a race."""
+    expected = dict(before)
+    for name, appends in acked.items():
+        if appends:
+            events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
+            expected[name] = (len(appends), events)
+    return expected
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_group_commit_under_faults(
@@ -313,13 +323,8 @@ def test_group_commit_under_faults(
             acked = race(cp)
         finally:
             seam.disarm()
-        expected = dict(before)
-        for name, appends in acked.items():
-            failed += APPENDS - len(appends)
-            if appends:
-                events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
-                expected[name] = (len(appends), events)
-        check_recovered(cp, path, expected)
+        failed += sum(APPENDS - len(appends) for appends in acked.values())
+        check_recovered(cp, path, with_acked(before, acked))
     assert failed or total == 0
 
 
@@ -374,13 +379,8 @@ def test_async_group_commit_under_faults(
     failed = 0
     for point in points(total):
         before, acked, _ = asyncio.run(run(point))
-        expected = dict(before)
-        for name, appends in acked.items():
-            failed += APPENDS - len(appends)
-            if appends:
-                events = [(s, s - 1, dict(EVENT, n=i)) for s, i in enumerate(appends, 1)]
-                expected[name] = (len(appends), events)
-        check_recovered(SqliteCheckpointer(path, engine="c"), path, expected)
+        failed += sum(APPENDS - len(appends) for appends in acked.values())
+        check_recovered(SqliteCheckpointer(path, engine="c"), path, with_acked(before, acked))
     assert failed or total == 0
 
 
