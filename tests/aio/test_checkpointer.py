@@ -498,6 +498,80 @@ def test_an_interrupt_between_queueing_and_waiting_strands_no_other_caller(
         assert [check.head(f"s{n}") for n in range(16)] == [1] * 16
 
 
+def test_an_interrupt_while_a_group_is_completed_strands_no_caller(
+    tmp_path: Path, engine: str
+) -> None:
+    """An attacker's probe: Ctrl-C while the loop completed a group's callers
+    (after one future was taken out, or part-way through) left the rest
+    waiting forever. The interrupt is raised here as a signal handler would,
+    just as the fifth caller's future was to be completed."""
+    loop = asyncio.new_event_loop()
+    cp = AsyncSqliteCheckpointer(tmp_path / "k.db", engine=engine)
+    fired = False
+
+    class Interrupting(asyncio.Future[Any]):
+        def set_result(self, result: Any) -> None:
+            nonlocal fired
+            if not fired:
+                fired = True
+                raise KeyboardInterrupt
+            super().set_result(result)
+
+    made = 0
+    create_future = loop.create_future
+
+    def counting() -> asyncio.Future[Any]:
+        nonlocal made
+        made += 1
+        return Interrupting(loop=loop) if made == 5 else create_future()
+
+    loop.create_future = counting  # type: ignore[method-assign]
+    try:
+        tasks = [loop.create_task(cp.append(f"s{n}", [EVENT])) for n in range(16)]
+        interrupts = 0
+        while True:
+            try:
+                loop.run_until_complete(asyncio.wait(tasks, timeout=10))
+                break
+            except KeyboardInterrupt:
+                interrupts += 1
+        assert fired and interrupts == 1
+        assert [task.result() for task in tasks] == [1] * 16  # none left waiting
+        loop.run_until_complete(cp.aclose())
+    finally:
+        loop.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_checkpointers_dropped_with_their_loop_closed_mid_append_leak_nothing(
+    tmp_path: Path,
+) -> None:
+    """An attacker's probe: a loop closed with appends in flight, then its
+    checkpointer dropped unclosed, kept the loop, the checkpointer and two
+    descriptors for good (the checkpointer's finalizer held its channels,
+    whose futures held the loop, whose tasks held the checkpointer)."""
+    require_engine("c")
+    path = tmp_path / "d.db"
+
+    def one_round() -> None:
+        cp = AsyncSqliteCheckpointer(path, engine="c")
+        loop = asyncio.new_event_loop()
+        tasks = [loop.create_task(cp.append(f"s{n % 3}", [EVENT])) for n in range(20)]
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()  # the tasks are left pending, as a host shutting down leaves them
+        del tasks
+
+    one_round()
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd")), _engines_alive()
+    for _ in range(10):
+        one_round()
+        gc.collect()
+    time.sleep(0.2)  # the writer thread finishes what the last loop queued
+    gc.collect()
+    assert (len(os.listdir("/proc/self/fd")), _engines_alive()) == before
+
+
 COLLECTED_WHILE_WRITING = r"""
 import asyncio, gc, os, signal, subprocess, sys, threading, weakref
 from agentlog import SqliteCheckpointer

@@ -50,7 +50,7 @@ from ..log import (
     WouldWait,
 )
 from .handle import AsyncSession
-from .writer import Closing, Job, LoopChannel, Writer, off_loop
+from .writer import Closing, Job, LoopChannel, Writer, off_loop, settle
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -176,9 +176,11 @@ class AsyncBaseCheckpointer(AsyncClosable):
         # Per loop, its channel to the backend's own writer thread (None: the
         # loop cannot watch it); none at all once the backend has shown it has
         # no such thread.
-        self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopChannel | None] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Weakly both ways: a running loop keeps its channel (it watches the
+        # pipe); a closed one's is collected with its waiting tasks.
+        self._channels: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, weakref.ref[LoopChannel] | None
+        ] = weakref.WeakKeyDictionary()
         self._has_channels = True
         # Closed, or dropped without closing: each loop lets its channel go
         # (a channel holds the engine, and its loop holds the channel).
@@ -193,7 +195,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
     @property
     def write_groups(self) -> int:
         """How many groups of writes have run (each one transaction on SQLite)."""
-        channels = sum(channel.groups for channel in self._channels.values() if channel)
+        live = [ref() for ref in self._channels.values() if ref is not None]
+        channels = sum(channel.groups for channel in live if channel is not None)
         return self._writer.groups + self._loop_flushes + channels
 
     def _check_open(self) -> None:
@@ -304,21 +307,24 @@ class AsyncBaseCheckpointer(AsyncClosable):
         None where the backend has none (then appends group per turn here)."""
         if not self._has_channels:
             return None
-        try:
-            return self._channels[loop]
-        except KeyError:
-            pass
+        if loop in self._channels:
+            ref = self._channels[loop]
+            if ref is None:
+                return None  # this loop cannot watch a descriptor
+            live = ref()
+            if live is not None:
+                return live
         completions = self._backend.append_completions()
         if completions is None:
             self._has_channels = False
             return None
-        channel: LoopChannel | None
         try:
             channel = LoopChannel(self._backend, completions, loop, self._loop_shared)
         except NotImplementedError:  # a loop that cannot watch a descriptor
             completions.close()
-            channel = None
-        self._channels[loop] = channel
+            self._channels[loop] = None
+            return None
+        self._channels[loop] = weakref.ref(channel)
         return channel
 
     def _flush_loop_group(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -343,6 +349,13 @@ class AsyncBaseCheckpointer(AsyncClosable):
             for job in jobs:
                 job.future.set_exception(exc)
             return
+        except BaseException:
+            # Interrupted (Ctrl-C) around the write: each append is written
+            # whole or not at all, and its caller sees CancelledError, as a
+            # cancelled caller would; head() tells which.
+            for job in jobs:
+                job.future.cancel()
+            raise
         if results is None:
             try:
                 channel = self._channel(loop)
@@ -359,11 +372,14 @@ class AsyncBaseCheckpointer(AsyncClosable):
                     job.future.set_exception(exc)
             return
         self._loop_flushes += 1
-        for job, result in zip(jobs, results, strict=True):
-            if isinstance(result, Exception):
-                job.future.set_exception(result)
-            else:
-                job.future.set_result(result)
+        settle(
+            [
+                (job.future, None, result)
+                if isinstance(result, Exception)
+                else (job.future, result, None)
+                for job, result in zip(jobs, results, strict=True)
+            ]
+        )
 
     async def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
@@ -538,11 +554,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
 
 
 def _shut_channels(
-    channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopChannel | None],
+    channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.ref[LoopChannel] | None],
 ) -> None:
     """Have each loop complete what its channel has finished and let it go
     (see :meth:`LoopChannel.shut`); a closed loop's channel is abandoned."""
-    for loop, channel in list(channels.items()):
+    for loop, ref in list(channels.items()):
+        channel = ref() if ref is not None else None
         if channel is not None:
             try:
                 loop.call_soon_threadsafe(channel.shut)

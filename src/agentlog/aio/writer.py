@@ -57,14 +57,20 @@ class Job:
 
 
 def settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    """On the caller's loop: complete every future of one group (cancelled ones stay so)."""
-    for future, result, error in outcomes:
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+    """On the caller's loop: complete every future of one group (cancelled ones
+    stay so). Interrupted (Ctrl-C), it completes the rest on the next turn."""
+    settled = 0
+    try:
+        for future, result, error in outcomes:
+            if not future.done():
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+            settled += 1
+    finally:
+        if settled < len(outcomes):
+            asyncio.get_running_loop().call_soon(settle, outcomes[settled:])
 
 
 async def off_loop(call: Callable[[], _T], abandon: Callable[[_T], object] | None = None) -> _T:
@@ -381,8 +387,10 @@ class LoopChannel:
             return
         written = False
         for queued, outcome in finished:
-            # None: its caller was interrupted between queueing it and waiting.
-            future = self._futures.pop(queued, None)
+            # Each stays until released: interrupted here (Ctrl-C), the next
+            # pass completes it. None: its caller was interrupted between
+            # queueing it and waiting.
+            future = self._futures.get(queued)
             if future is None or future.done():  # nobody waits (cancelled)
                 written = written or not isinstance(outcome, Exception)
             elif isinstance(outcome, Exception):
@@ -390,6 +398,7 @@ class LoopChannel:
             else:
                 written = True
                 future.set_result(outcome)
+            self._futures.pop(queued, None)
             self._completions.release(queued)
         self.groups += 1
         if len(finished) > 1:
