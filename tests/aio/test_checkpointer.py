@@ -393,9 +393,13 @@ def _engines_alive() -> int:
     return sum(isinstance(o, CEngine) for o in gc.get_objects())
 
 
-def test_closed_checkpointers_leave_a_long_lived_loop(tmp_path: Path) -> None:
-    """A reviewer's probe: each closed checkpointer whose appends went through
-    the writer thread stayed alive (engine and all) until its loop ended."""
+@pytest.mark.parametrize("closed", [True, False], ids=["aclose", "dropped"])
+def test_checkpointers_leave_a_long_lived_loop(tmp_path: Path, closed: bool) -> None:
+    """Two reviewers' probes: each checkpointer whose appends went through the
+    writer thread stayed alive on a running loop (engine, writer thread and
+    descriptors) until the loop ended: closed, its channel's finalizer held
+    the engine; dropped without close(), its loop held its channel, and the
+    channel the checkpointer."""
     require_engine("c")
     before = _engines_alive()
 
@@ -403,8 +407,11 @@ def test_closed_checkpointers_leave_a_long_lived_loop(tmp_path: Path) -> None:
         for n in range(10):
             cp = AsyncSqliteCheckpointer(tmp_path / f"{n}.db", engine="c")
             await asyncio.gather(*(cp.append(f"s{k}", [EVENT]) for k in range(4)))
-            await cp.aclose()
+            if closed:
+                await cp.aclose()
             del cp
+        gc.collect()
+        await asyncio.sleep(0.1)  # each loop callback letting a channel go has run
         return _engines_alive()
 
     assert asyncio.run(main()) == before
@@ -438,25 +445,6 @@ def test_a_loop_that_ends_with_an_append_taken_leaks_nothing(tmp_path: Path) -> 
         one_round(tmp_path / f"{n}.db")
     assert (_engines_alive(), len(os.listdir("/proc/self/fd"))) == before
     assert len(loops) == 3 and not [loop for loop in loops if loop() is not None]
-
-
-def test_checkpointers_dropped_unclosed_leave_a_long_lived_loop(tmp_path: Path) -> None:
-    """A reviewer's probe: dropped without close() on a running loop, each kept
-    its engine, writer thread and descriptors until the loop ended (its loop
-    held its channel, and the channel the checkpointer)."""
-    require_engine("c")
-    before = _engines_alive()
-
-    async def main() -> int:
-        for n in range(10):
-            cp = AsyncSqliteCheckpointer(tmp_path / f"{n}.db", engine="c")
-            await asyncio.gather(*(cp.append(f"s{k}", [EVENT]) for k in range(4)))
-            del cp
-        gc.collect()
-        await asyncio.sleep(0.1)  # each loop callback letting a channel go has run
-        return _engines_alive()
-
-    assert asyncio.run(main()) == before
 
 
 def test_an_interrupt_between_queueing_and_waiting_strands_no_other_caller(

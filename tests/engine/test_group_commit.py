@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,24 @@ class Interrupted(Exception):
     """Raised by the alarm while the caller waits (as Ctrl-C would be)."""
 
 
+@contextlib.contextmanager
+def interrupted_in(seconds: float) -> Iterator[None]:
+    """A signal's handler raises ``Interrupted`` (as Ctrl-C would) ``seconds``
+    into the block, which must let it out."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        with pytest.raises(Interrupted):
+            yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, engine: str) -> None:
     """A caller interrupted while its append waits for another's commit takes it
     back: the next commit does not write it, and a retry writes it once."""
@@ -72,18 +91,10 @@ def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, e
         leader = threading.Thread(target=cp.append, args=("other", [EVENT]))
         leader.start()  # queues and waits for the write lock (the C engine: it leads)
         time.sleep(0.1)
-
-        def interrupt(signum: int, frame: object) -> None:
-            raise Interrupted
-
-        previous = signal.signal(signal.SIGALRM, interrupt)
         try:
-            signal.setitimer(signal.ITIMER_REAL, 0.2)
-            with pytest.raises(Interrupted):
+            with interrupted_in(0.2):
                 cp.append("s", [EVENT, EVENT], expected_head=0)  # waits behind the leader
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
             write_lock.release()
         leader.join(timeout=30)
         assert cp.head("other") == 1
@@ -297,18 +308,10 @@ def test_close_waiting_for_the_writer_thread_can_be_interrupted(tmp_path: Path) 
     for caller in callers:
         caller.start()
     time.sleep(0.1)
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with pytest.raises(Interrupted):
+        with interrupted_in(0.2):
             cp.close()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         lock.release()
     cp.close()  # waits again, now to the end
     for caller in callers:

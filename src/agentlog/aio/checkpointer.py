@@ -174,10 +174,10 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._wakers: dict[asyncio.AbstractEventLoop, _LoopWaker] = {}
         self._wakers_lock = threading.Lock()
         # Per loop, its channel to the backend's own writer thread (None: the
-        # loop cannot watch it); none at all once the backend has shown it has
-        # no such thread.
-        # Weakly both ways: a running loop keeps its channel (it watches the
-        # pipe); a closed one's is collected with its waiting tasks.
+        # loop cannot watch it), weakly both ways: a running loop keeps its
+        # channel (it watches the pipe); a closed one's is collected with its
+        # waiting tasks. None at all once the backend has shown it has no
+        # such thread.
         self._channels: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, weakref.ref[LoopChannel] | None
         ] = weakref.WeakKeyDictionary()

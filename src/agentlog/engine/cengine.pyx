@@ -227,6 +227,9 @@ cdef object _outcome(_Append item):
     """What one written (or refused) append comes to: its head, or the error."""
     cdef int status = item.request.status
     name = item.name
+    if status > 0 and item.error is None:
+        # Failed in the writer thread's group: its message is the request's.
+        item.error = item.request.error.decode("utf-8", "replace")
     if status == SQLITE_OK:
         return item.request.head
     if status == APPEND_CONFLICT:
@@ -278,10 +281,14 @@ class CEngine(EngineBase):
             super().close()
             # Every queued append has finished: the channels whose loops have
             # gone are closed; the others, their loops close.
-            for completions in list(self._completions):
-                if completions.abandoned:
-                    completions.close()
+            self._close_abandoned()
             self._completions.clear()
+
+    def _close_abandoned(self):
+        """Close the channels whose loops have gone, once what they queued is done."""
+        for completions in list(self._completions):
+            if completions.abandoned:
+                completions.close()
 
     def abandon_after_fork(self):
         super().abandon_after_fork()
@@ -365,8 +372,6 @@ class CEngine(EngineBase):
                     with nogil:
                         PyThread_acquire_lock(r.wake, WAIT_LOCK)
                 raise
-        if r.status > 0:
-            mine.error = r.error.decode("utf-8", "replace")
         self._count_writer_commits(True)
 
     def _count_writer_commits(self, bint wait):
@@ -393,9 +398,7 @@ class CEngine(EngineBase):
         self._check_open()
         if self.read_only or self.hash_chain:
             return None
-        for completions in list(self._completions):
-            if completions.abandoned:
-                completions.close()  # its loop has gone; done once the writer is
+        self._close_abandoned()
         completions = _Completions(self, self._group_writer)
         self._completions.add(completions)
         return completions

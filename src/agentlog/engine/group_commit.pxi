@@ -290,6 +290,12 @@ cdef struct WriterState:
     char errbuf[256]
 
 
+cdef inline bint _in_fork_child(WriterState *w) noexcept:
+    """Whether this process is a fork child of the one that started the
+    thread: then the thread and its locks are the parent's, left alone."""
+    return w.started and w.owner != getpid()
+
+
 cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
     """On the writer thread: write the requests from ``taken`` on in one
     transaction, then wake each caller (who may free its request at once)."""
@@ -411,8 +417,8 @@ cdef class _GroupWriter:
     def __dealloc__(self):
         if self.w == NULL:
             return
-        if self.w.started and self.w.owner != getpid():
-            return  # a fork child: the thread and its locks are the parent's, left alone
+        if _in_fork_child(self.w):
+            return
         self.stop(False)  # what it writes lives in objects the collector is freeing
         pthread_cond_destroy(&self.w.work)
         pthread_mutex_destroy(&self.w.lock)
@@ -509,8 +515,8 @@ cdef class _GroupWriter:
         uses what the collector would free. Callers serialise it."""
         cdef bint started
         cdef PyLockStatus status
-        if self.w.started and self.w.owner != getpid():
-            return  # a fork child: the thread and its locks are the parent's
+        if _in_fork_child(self.w):
+            return
         pthread_mutex_lock(&self.w.lock)
         self.w.stopping = True
         started = self.w.started
@@ -595,8 +601,6 @@ cdef class _Completions:
         cdef list done = []
         for item in self.queued:
             if agentlog_is_finished(&item.request.finished):
-                if item.request.status > 0 and item.error is None:
-                    item.error = item.request.error.decode("utf-8", "replace")
                 done.append((item, _outcome(item)))
         return done
 
@@ -625,8 +629,8 @@ cdef class _Completions:
             if not agentlog_is_finished(&item.request.finished):
                 self.abandoned = True
                 return False
-        if w.started and w.owner != getpid():
-            self._close_pipe()  # a fork child: the writer thread is the parent's
+        if _in_fork_child(w):
+            self._close_pipe()
         else:
             pthread_mutex_lock(&w.lock)
             self._close_pipe()
