@@ -252,6 +252,47 @@ def populate(scenario: Scenario, directory: Path, system: str) -> str:
     return str(path)
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as the OS reports it (the machine type if it does not)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        found = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True
+        )
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> list[float] | None:
+    """The OS's load averages over 1, 5 and 15 minutes (None where it has none)."""
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
+def machine_info() -> dict[str, Any]:
+    """What a run ran on, for the JSON: a figure means little without it."""
+    from agentlog.engine import engine_class
+
+    return {
+        "cpu": cpu_model(),
+        "arch": platform.machine(),
+        "cores": os.cpu_count(),
+        "os": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        # Each engine's SQLite (the raw-C baseline is built on the C engine's).
+        "sqlite": {
+            name: engine_class(name).sqlite_info()["sqlite_version"] for name in available_engines()
+        },
+        # On a shared machine, how busy it was (1, 5, 15 min) as the run began.
+        "load_average": load_average(),
+    }
+
+
 def available_engines() -> list[str]:
     from agentlog.engine import AVAILABLE_ENGINES
 
@@ -364,6 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     from agentlog.terminal import progress_bar, screen_for
 
     info = engine_info()
+    ran_on = machine_info()
     chosen = [
         s
         for s in scenarios(args.quick)
@@ -418,6 +460,8 @@ def main(argv: list[str] | None = None) -> None:
             json.dumps(
                 {
                     "engine_info": {k: v for k, v in info.items() if k != "compile_options"},
+                    "machine": ran_on | {"load_average_end": load_average()},
+                    "quick": args.quick,
                     "rounds": rounds,
                     "results": [
                         {
