@@ -17,6 +17,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,42 +136,47 @@ def rates_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def bytes_table(data: dict[str, Any]) -> list[str]:
-    results = [
-        r
-        for r in data["results"]
-        if r["scenario"]["kind"] in ("append", "threads", "async", "sessionstore")
-    ]
-    systems = [s for s in SYSTEMS if any(s in cells_of(r) for r in results)]
+def by_system(
+    label: str,
+    results: list[dict[str, Any]],
+    systems: list[str],
+    figure: Callable[[dict[str, Any]], str],
+) -> list[str]:
+    """A table of one ``figure`` per scenario and system (blank where not measured)."""
     rows = []
     for result in results:
         cells = cells_of(result)
         row = [result["scenario"]["title"]]
         for system in systems:
             cell = cells.get(system)
-            ok = cell is not None and cell["rates"] and cell["count"]
-            row.append(f"{cell['db_bytes'] / cell['count']:,.0f}" if ok else "")
+            row.append(figure(cell) if cell is not None and cell["rates"] else "")
         rows.append(row)
-    return table(["bytes per event (file + WAL)", *(SYSTEMS[s] for s in systems)], rows)
+    return table([label, *(SYSTEMS[s] for s in systems)], rows)
+
+
+def bytes_table(data: dict[str, Any]) -> list[str]:
+    kinds = ("append", "threads", "async", "sessionstore")
+    results = [r for r in data["results"] if r["scenario"]["kind"] in kinds]
+    systems = [s for s in SYSTEMS if any(s in cells_of(r) for r in results)]
+    return by_system(
+        "bytes per event (file + WAL)",
+        results,
+        systems,
+        lambda cell: f"{cell['db_bytes'] / cell['count']:,.0f}" if cell["count"] else "",
+    )
 
 
 def memory_table(data: dict[str, Any]) -> list[str]:
     results = [r for r in data["results"] if r["scenario"]["kind"] == "replay"]
     systems = [s for s in SYSTEMS if s != "raw-c" and any(s in cells_of(r) for r in results)]
-    rows = []
-    for result in results:
-        cells = cells_of(result)
-        row = [result["scenario"]["title"]]
-        for system in systems:
-            cell = cells.get(system)
-            ok = cell is not None and cell["rates"]
-            row.append(
-                f"+{cell['rss_growth_kb'] / 1024:.0f} MB (peak {cell['peak_rss_kb'] / 1024:.0f})"
-                if ok
-                else ""
-            )
-        rows.append(row)
-    return table(["RSS growth while replaying (peak)", *(SYSTEMS[s] for s in systems)], rows)
+    return by_system(
+        "RSS growth while replaying (peak)",
+        results,
+        systems,
+        lambda cell: (
+            f"+{cell['rss_growth_kb'] / 1024:.0f} MB (peak {cell['peak_rss_kb'] / 1024:.0f})"
+        ),
+    )
 
 
 def heads_table(data: dict[str, Any]) -> list[str]:
