@@ -209,3 +209,15 @@ def test_the_python_versions_are_pyproject_s_and_ci_s() -> None:
         assert build
         wheels = [f"{m[0]}.{m[1]}" for m in re.findall(r"cp(\d)(\d+)-", build[1])]
         assert python_row("wheels") == "CPython " + ", ".join(wheels)
+
+
+def test_the_changelog_lists_every_schema_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sqlite_part, postgres_part = changelog.split("PostgreSQL (the `agentlog_version` table", 1)
+    listed = [int(n) for n in re.findall(r"^\| (\d+) \|", sqlite_part, re.M)]
+    assert listed == sorted(schema.MIGRATIONS)
+    pytest.importorskip("psycopg")
+    from agentlog.engine import postgres
+
+    listed = [int(n) for n in re.findall(r"^\| (\d+) \|", postgres_part, re.M)]
+    assert listed == sorted(postgres.MIGRATIONS)
