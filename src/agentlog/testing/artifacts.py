@@ -13,7 +13,7 @@ import pytest
 
 from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..stores.artifacts import ArtifactInfo
-from .harness import HOSTILE_SESSION_IDS, StoreSuite
+from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused
 from .races import Race
 
 
@@ -180,34 +180,24 @@ class ArtifactStoreConformance(StoreSuite):
             lambda: arts.list(hostile),
             lambda: arts.delete("t", hostile, 0),
         ]
-        for call in calls:
-            with pytest.raises(StorageDataError):
-                call()
+        assert_each_refused(calls)
 
     def test_reopen_keeps_everything(self, storage: Any, location: Path) -> None:
-        if not self.durable:
-            pytest.skip("this storage does not outlive its object")
+        self.skip_unless_durable()
         info = storage.artifacts.put("t", "a", b"kept" * 100_000, "text/plain", None, metadata=[1])
         storage.close()
-        reopened = self.open_storage(location)
-        try:
+        with self.reopened(location) as reopened:
             assert reopened.artifacts.get("t", "a") == (info, b"kept" * 100_000)
-        finally:
-            reopened.close()
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
         tallies = self.race_in_threads(storage, ReplaceRace())
-        assert sum(wins for _, wins, _ in tallies) == self.race_rounds
+        self.assert_one_winner_per_round(tallies)
         assert storage.artifacts.info("tenant", "report").revision == self.race_rounds - 1
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
-        if not self.multiprocess:
-            pytest.skip("this storage is for one process")
+        self.skip_unless_multiprocess()
         self.open_storage(location).close()
         outcomes = self.race_in_processes(location, ReplaceRace())
-        assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
-        storage = self.open_storage(location)
-        try:
+        self.assert_one_winner_per_round(outcomes)
+        with self.reopened(location) as storage:
             assert storage.artifacts.info("tenant", "report").revision == self.race_rounds - 1
-        finally:
-            storage.close()

@@ -13,7 +13,7 @@ import pytest
 
 from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..stores.checkpoints import Checkpoint, SideEffect
-from .harness import HOSTILE_SESSION_IDS, StoreSuite
+from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused
 from .races import Race
 
 
@@ -215,20 +215,14 @@ class CheckpointStoreConformance(StoreSuite):
             lambda: cps.list(hostile),
             lambda: cps.delete("t", hostile, 0),
         ]
-        for call in calls:
-            with pytest.raises(StorageDataError):
-                call()
+        assert_each_refused(calls)
 
     def test_reopen_keeps_everything(self, storage: Any, location: Path) -> None:
-        if not self.durable:
-            pytest.skip("this storage does not outlive its object")
+        self.skip_unless_durable()
         saved = self._awaiting(storage, "r", session_id="s", trace={"id": 1})
         storage.close()
-        reopened = self.open_storage(location)
-        try:
+        with self.reopened(location) as reopened:
             assert reopened.checkpoints.load("t", "r") == saved
-        finally:
-            reopened.close()
 
     def _prepare_race(self, storage: Any) -> None:
         for round_no in range(self.race_rounds):
@@ -240,18 +234,14 @@ class CheckpointStoreConformance(StoreSuite):
     def test_two_threads_race_to_start_a_side_effect(self, storage: Any) -> None:
         self._prepare_race(storage)
         tallies = self.race_in_threads(storage, StartEffectRace())
-        assert sum(wins for _, wins, _ in tallies) == self.race_rounds
+        self.assert_one_winner_per_round(tallies)
         for round_no in range(self.race_rounds):
             checkpoint = storage.checkpoints.load("tenant", f"run-{round_no}")
             assert (checkpoint.revision, checkpoint.side_effects[0].state) == (1, "started")
 
     def test_two_processes_race_to_start_a_side_effect(self, location: Path) -> None:
-        if not self.multiprocess:
-            pytest.skip("this storage is for one process")
-        storage = self.open_storage(location)
-        try:
+        self.skip_unless_multiprocess()
+        with self.reopened(location) as storage:
             self._prepare_race(storage)
-        finally:
-            storage.close()
         outcomes = self.race_in_processes(location, StartEffectRace())
-        assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
+        self.assert_one_winner_per_round(outcomes)

@@ -7,13 +7,15 @@ spawned racers, and the two ways of racing (see :mod:`agentlog.testing.races`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from ..errors import StorageDataError
 from ..events import MAX_SESSION_ID_LENGTH, REQUIRED_FIELDS
 from .races import RaceFunction, Tally, run_race
 
@@ -54,6 +56,13 @@ def make_event(kind: str = "user", **fields: Any) -> dict[str, Any]:
     return event
 
 
+def assert_each_refused(calls: Iterable[Callable[[], Any]]) -> None:
+    """Each of ``calls`` raises :class:`StorageDataError`."""
+    for call in calls:
+        with pytest.raises(StorageDataError):
+            call()
+
+
 def open_store_suite(suite: type[StoreSuite], location: Path) -> Any:
     """Open the storage of ``suite`` at ``location``: the opener a spawned racer
     receives (picklable because ``suite`` is importable from its module)."""
@@ -92,6 +101,29 @@ class StoreSuite:
         opened = self.open_storage(location)
         yield opened
         opened.close()
+
+    def skip_unless_durable(self) -> None:
+        """Skip the test when the storage does not outlive its object."""
+        if not self.durable:
+            pytest.skip("this storage does not outlive its object")
+
+    def skip_unless_multiprocess(self) -> None:
+        """Skip the test when two processes may not share the storage."""
+        if not self.multiprocess:
+            pytest.skip("this storage is for one process")
+
+    @contextlib.contextmanager
+    def reopened(self, location: Path) -> Iterator[Any]:
+        """The storage at ``location`` opened anew, closed on leaving the block."""
+        opened = self.open_storage(location)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def assert_one_winner_per_round(self, tallies: list[Tally]) -> None:
+        """Exactly one racer won each of the race's rounds."""
+        assert sum(wins for _, wins, _ in tallies) == self.race_rounds
 
     def race_in_threads(self, storage: Any, race: RaceFunction) -> list[Tally]:
         """Two threads run ``race`` on one storage."""

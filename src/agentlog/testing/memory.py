@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 
 from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
-from .harness import HOSTILE_SESSION_IDS, StoreSuite
+from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused
 from .races import Race
 
 
@@ -156,9 +156,7 @@ class MemoryStoreConformance(StoreSuite):
             lambda: memory.list("t", hostile),
             lambda: memory.delete("t", "ns", hostile, 0),
         ]
-        for call in calls:
-            with pytest.raises(StorageDataError):
-                call()
+        assert_each_refused(calls)
         assert memory.list("t", "ns") == []
 
     @pytest.mark.parametrize("bad", [-1, "0", 1.0, True])
@@ -171,36 +169,28 @@ class MemoryStoreConformance(StoreSuite):
         assert storage.memory.get("t", "ns", "k").revision == 0
 
     def test_reopen_keeps_everything(self, storage: Any, location: Path) -> None:
-        if not self.durable:
-            pytest.skip("this storage does not outlive its object")
+        self.skip_unless_durable()
         storage.memory.put("t", "ns", "k", {"v": 1}, None)
         storage.memory.put("t", "ns", "k", {"v": 2}, 0)
         storage.memory.put("u", "ns", "k", [1], None)
         storage.close()
-        reopened = self.open_storage(location)
-        try:
+        with self.reopened(location) as reopened:
             record = reopened.memory.get("t", "ns", "k")
             assert (record.value, record.revision) == ({"v": 2}, 1)
             assert reopened.memory.get("u", "ns", "k").value == [1]
             reopened.memory.put("t", "ns", "k", {"v": 3}, 1)
-        finally:
-            reopened.close()
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
         tallies = self.race_in_threads(storage, CounterRace())
-        assert sum(wins for _, wins, _ in tallies) == self.race_rounds
+        self.assert_one_winner_per_round(tallies)
         final = storage.memory.get("tenant", "race", "counter")
         assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
-        if not self.multiprocess:
-            pytest.skip("this storage is for one process")
+        self.skip_unless_multiprocess()
         self.open_storage(location).close()
         outcomes = self.race_in_processes(location, CounterRace())
-        assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
-        storage = self.open_storage(location)
-        try:
+        self.assert_one_winner_per_round(outcomes)
+        with self.reopened(location) as storage:
             final = storage.memory.get("tenant", "race", "counter")
             assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2
-        finally:
-            storage.close()

@@ -15,7 +15,7 @@ from ..errors import (
     StorageDataError,
     StorageNotFoundError,
 )
-from .harness import HOSTILE_SESSION_IDS, StoreSuite, make_event
+from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused, make_event
 from .races import Race
 
 
@@ -196,9 +196,7 @@ class SessionStoreConformance(StoreSuite):
             lambda: ss.list(hostile),
             lambda: ss.delete("t", hostile, 0),
         ]
-        for call in calls:
-            with pytest.raises(StorageDataError):
-                call()
+        assert_each_refused(calls)
 
     def test_a_missing_session_is_not_found_or_a_conflict(self, storage: Any) -> None:
         ss = storage.sessions
@@ -269,41 +267,33 @@ class SessionStoreConformance(StoreSuite):
         assert ss.get("t", "s").revision == 0
 
     def test_reopen_keeps_everything(self, storage: Any, location: Path) -> None:
-        if not self.durable:
-            pytest.skip("this storage does not outlive its object")
+        self.skip_unless_durable()
         ss = storage.sessions
         ss.create("t", "s", metadata={"m": 1})
         ss.append("t", "s", 0, [_item(f"i{n}") for n in range(4)])
         ss.compact("t", "s", 1, 2, {"kept": True})
         before = ss.load("t", "s")
         storage.close()
-        reopened = self.open_storage(location)
-        try:
+        with self.reopened(location) as reopened:
             assert reopened.sessions.load("t", "s") == before
-        finally:
-            reopened.close()
 
     def test_two_threads_race_exactly_one_winner_per_revision(self, storage: Any) -> None:
         storage.sessions.create("tenant", "race")
         tallies = self.race_in_threads(storage, SessionAppendRace())
-        assert sum(wins for _, wins, _ in tallies) == self.race_rounds
+        self.assert_one_winner_per_round(tallies)
         items = storage.sessions.load("tenant", "race").items
         assert [e.event["round"] for e in items] == list(range(self.race_rounds))
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
-        if not self.multiprocess:
-            pytest.skip("this storage is for one process")
+        self.skip_unless_multiprocess()
         storage = self.open_storage(location)
         storage.sessions.create("tenant", "race")
         storage.close()
         outcomes = self.race_in_processes(location, SessionAppendRace())
-        assert sum(wins for _, wins, _ in outcomes) == self.race_rounds
-        storage = self.open_storage(location)
-        try:
+        self.assert_one_winner_per_round(outcomes)
+        with self.reopened(location) as storage:
             items = storage.sessions.load("tenant", "race").items
             assert [e.event["round"] for e in items] == list(range(self.race_rounds))
-        finally:
-            storage.close()
 
     # -- retention -------------------------------------------------------------------
 
@@ -436,8 +426,7 @@ class SessionStoreConformance(StoreSuite):
         self._check_prune_race(storage, None)
 
     def test_pruning_while_another_process_appends_and_compacts(self, location: Path) -> None:
-        if not self.multiprocess:
-            pytest.skip("this storage is for one process")
+        self.skip_unless_multiprocess()
         self._check_prune_race(None, location)
 
     def _check_prune_race(self, storage: Any, location: Path | None) -> None:
