@@ -16,7 +16,7 @@ import atexit
 import builtins
 import functools
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, overload
 
@@ -179,80 +179,81 @@ class AsyncCheckpointerConformance(CheckpointerConformance):
         """A picklable ``opener(location)`` for the multi-process tests."""
         return functools.partial(open_async_suite, type(self))
 
+    def run_async(
+        self, location: Path, main: Callable[[AsyncCheckpointer], Awaitable[None]]
+    ) -> None:
+        """Open the async checkpointer on a fresh loop, run ``main`` on it, close it."""
+
+        async def run() -> None:
+            cp = self.open_async_checkpointer(location)
+            try:
+                await main(cp)
+            finally:
+                await cp.aclose()
+
+        asyncio.run(run())
+
     # -- what only an async backend can get wrong ---------------------------------
 
     def test_many_coroutines_append_at_once(self, location: Path) -> None:
-        async def main() -> None:
-            cp = self.open_async_checkpointer(location)
-            try:
+        async def main(cp: AsyncCheckpointer) -> None:
+            async def writer(n: int) -> builtins.list[int]:
+                heads = []
+                for i in range(5):
+                    event = make_event("user", content=f"{n}:{i}")
+                    heads.append(await cp.append(f"s{n}", [event], expected_head=i))
+                return heads
 
-                async def writer(n: int) -> builtins.list[int]:
-                    heads = []
-                    for i in range(5):
-                        event = make_event("user", content=f"{n}:{i}")
-                        heads.append(await cp.append(f"s{n}", [event], expected_head=i))
-                    return heads
+            results = await asyncio.gather(*(writer(n) for n in range(self.coroutines)))
+            assert all(heads == [1, 2, 3, 4, 5] for heads in results)
+            shared = await asyncio.gather(
+                *(cp.append("shared", [make_event("user", content=str(n))]) for n in range(20))
+            )
+            assert sorted(shared) == list(range(1, 21))
+            events = [e async for e in cp.read("shared")]
+            assert [e.seq for e in events] == list(range(1, 21))
+            assert len({e.event["content"] for e in events}) == 20
 
-                results = await asyncio.gather(*(writer(n) for n in range(self.coroutines)))
-                assert all(heads == [1, 2, 3, 4, 5] for heads in results)
-                shared = await asyncio.gather(
-                    *(cp.append("shared", [make_event("user", content=str(n))]) for n in range(20))
-                )
-                assert sorted(shared) == list(range(1, 21))
-                events = [e async for e in cp.read("shared")]
-                assert [e.seq for e in events] == list(range(1, 21))
-                assert len({e.event["content"] for e in events}) == 20
-            finally:
-                await cp.aclose()
-
-        asyncio.run(main())
+        self.run_async(location, main)
 
     def test_one_conflict_refuses_only_its_own_append(self, location: Path) -> None:
-        async def main() -> None:
-            cp = self.open_async_checkpointer(location)
-            try:
-                await cp.append("s", [make_event("user")])
-                outcomes = await asyncio.gather(
-                    cp.append("s", [make_event("user", n=1)], expected_head=1),
-                    cp.append("s", [make_event("user", n=2)], expected_head=1),
-                    cp.append("other", [make_event("user")], expected_head=0),
-                    return_exceptions=True,
-                )
-                assert outcomes[0] == 2
-                assert isinstance(outcomes[1], CheckpointConflictError)
-                assert (outcomes[1].expected, outcomes[1].actual) == (1, 2)
-                assert outcomes[2] == 1
-                assert [e.seq for e in [e async for e in cp.read("s")]] == [1, 2]
-            finally:
-                await cp.aclose()
+        async def main(cp: AsyncCheckpointer) -> None:
+            await cp.append("s", [make_event("user")])
+            outcomes = await asyncio.gather(
+                cp.append("s", [make_event("user", n=1)], expected_head=1),
+                cp.append("s", [make_event("user", n=2)], expected_head=1),
+                cp.append("other", [make_event("user")], expected_head=0),
+                return_exceptions=True,
+            )
+            assert outcomes[0] == 2
+            assert isinstance(outcomes[1], CheckpointConflictError)
+            assert (outcomes[1].expected, outcomes[1].actual) == (1, 2)
+            assert outcomes[2] == 1
+            assert [e.seq for e in [e async for e in cp.read("s")]] == [1, 2]
 
-        asyncio.run(main())
+        self.run_async(location, main)
 
     def test_a_cancelled_append_is_whole_or_absent(self, location: Path) -> None:
-        async def main() -> None:
-            cp = self.open_async_checkpointer(location)
-            try:
-                tasks = [
-                    asyncio.ensure_future(cp.append("s", [make_event("user", n=n)] * 3))
-                    for n in range(30)
-                ]
-                await asyncio.sleep(0)
-                for task in tasks[::2]:
-                    task.cancel()
-                outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-                written = [o for o in outcomes if isinstance(o, int)]
-                assert all(isinstance(o, (int, asyncio.CancelledError)) for o in outcomes)
-                head = await cp.head("s")
-                events = [e async for e in cp.read("s")]
-                # Whatever was cancelled is absent or whole: never a torn batch.
-                assert head == len(events) and head % 3 == 0
-                assert len(written) <= head // 3
-                for start in range(0, head, 3):
-                    assert len({e.event["n"] for e in events[start : start + 3]}) == 1
-            finally:
-                await cp.aclose()
+        async def main(cp: AsyncCheckpointer) -> None:
+            tasks = [
+                asyncio.ensure_future(cp.append("s", [make_event("user", n=n)] * 3))
+                for n in range(30)
+            ]
+            await asyncio.sleep(0)
+            for task in tasks[::2]:
+                task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            written = [o for o in outcomes if isinstance(o, int)]
+            assert all(isinstance(o, (int, asyncio.CancelledError)) for o in outcomes)
+            head = await cp.head("s")
+            events = [e async for e in cp.read("s")]
+            # Whatever was cancelled is absent or whole: never a torn batch.
+            assert head == len(events) and head % 3 == 0
+            assert len(written) <= head // 3
+            for start in range(0, head, 3):
+                assert len({e.event["n"] for e in events[start : start + 3]}) == 1
 
-        asyncio.run(main())
+        self.run_async(location, main)
 
     def test_a_second_aclose_returns_once_the_first_has_finished(self, location: Path) -> None:
         """Two closes at once (an ``async with`` exit and a shutdown hook): the
@@ -286,24 +287,20 @@ class AsyncCheckpointerConformance(CheckpointerConformance):
     def test_options_of_the_wrong_type_are_refused(self, location: Path) -> None:
         """A string is not taken for a yes, nor a bool for a number of seconds."""
 
-        async def main() -> None:
-            cp = self.open_async_checkpointer(location)
-            try:
-                await cp.append("s", [make_event("user")])
-                # with_metadata is beyond the protocol: a backend without it refuses too.
-                with pytest.raises(TypeError, match="with_metadata"):
-                    await getattr(cp, "list")(with_metadata="no")  # noqa: B009
-                wrong: tuple[Any, ...] = (True, "0.5", None)  # True is not one second
-                for bad in wrong:
-                    with pytest.raises(TypeError, match="poll_interval"):
-                        await cp.follow("s", poll_interval=bad).__anext__()
-                for interval in (0, -1, float("nan")):
-                    with pytest.raises(ValueError, match="poll_interval"):
-                        await cp.follow("s", poll_interval=interval).__anext__()
-            finally:
-                await cp.aclose()
+        async def main(cp: AsyncCheckpointer) -> None:
+            await cp.append("s", [make_event("user")])
+            # with_metadata is beyond the protocol: a backend without it refuses too.
+            with pytest.raises(TypeError, match="with_metadata"):
+                await getattr(cp, "list")(with_metadata="no")  # noqa: B009
+            wrong: tuple[Any, ...] = (True, "0.5", None)  # True is not one second
+            for bad in wrong:
+                with pytest.raises(TypeError, match="poll_interval"):
+                    await cp.follow("s", poll_interval=bad).__anext__()
+            for interval in (0, -1, float("nan")):
+                with pytest.raises(ValueError, match="poll_interval"):
+                    await cp.follow("s", poll_interval=interval).__anext__()
 
-        asyncio.run(main())
+        self.run_async(location, main)
 
     def test_aclose_finishes_queued_writes_then_refuses(self, location: Path) -> None:
         async def main() -> None:
