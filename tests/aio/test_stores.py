@@ -1,5 +1,6 @@
-"""The four store suites against the async storages — in memory, and on SQLite
-with each engine — through the blocking facade, plus the async-only tests.
+"""The four store suites against the async storages — in memory, on SQLite with
+each engine and on PostgreSQL — through the blocking facade, plus the async-only
+tests.
 
 The classes live at module level so that spawned racers can import them."""
 
@@ -40,7 +41,7 @@ from agentlog.testing import (
 )
 
 from ..conftest import OnEngine, OnPostgres, postgres_conninfo, postgres_schema
-from ..stores.openers import PostgresStorageOpener, SqliteStorageOpener
+from ..stores.openers import Backend, PostgresStorageOpener, SqliteStorageOpener, suite_on_each
 
 
 class AsyncInMemoryOpener(AsyncStorageSuite):
@@ -61,64 +62,35 @@ class AsyncSqliteOpener(OnEngine, AsyncStorageSuite):
         return SqliteStorageOpener().tamper(storage, location, sha256)
 
 
-class TestAsyncInMemorySessionStore(AsyncInMemoryOpener, SessionStoreConformance):
-    pass
+class AsyncPostgresOpener(OnPostgres, AsyncStorageSuite):
+    multiprocess = True
+
+    async def open_async_storage(self, location: Path) -> AsyncStorage:
+        from agentlog.aio import AsyncPostgresStorage
+
+        return await AsyncPostgresStorage.open(
+            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
+        )
+
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        return PostgresStorageOpener().tamper(storage, location, sha256)
 
 
-class TestAsyncSqliteSessionStoreC(AsyncSqliteOpener, SessionStoreConformance):
-    engine = "c"
+ASYNC_STORAGES: tuple[Backend, ...] = (
+    ("AsyncInMemory", AsyncInMemoryOpener, None),
+    ("AsyncSqlite", AsyncSqliteOpener, "c"),
+    ("AsyncSqlite", AsyncSqliteOpener, "python"),
+    ("AsyncPostgres", AsyncPostgresOpener, None),
+)
 
-
-class TestAsyncSqliteSessionStorePython(AsyncSqliteOpener, SessionStoreConformance):
-    engine = "python"
-
-
-class TestAsyncInMemoryCheckpointStore(AsyncInMemoryOpener, CheckpointStoreConformance):
-    pass
-
-
-class TestAsyncSqliteCheckpointStoreC(AsyncSqliteOpener, CheckpointStoreConformance):
-    engine = "c"
-
-
-class TestAsyncSqliteCheckpointStorePython(AsyncSqliteOpener, CheckpointStoreConformance):
-    engine = "python"
-
-
-class TestAsyncInMemoryMemoryStore(AsyncInMemoryOpener, MemoryStoreConformance):
-    pass
-
-
-class TestAsyncSqliteMemoryStoreC(AsyncSqliteOpener, MemoryStoreConformance):
-    engine = "c"
-
-
-class TestAsyncSqliteMemoryStorePython(AsyncSqliteOpener, MemoryStoreConformance):
-    engine = "python"
-
-
-class TestAsyncInMemoryArtifactStore(AsyncInMemoryOpener, ArtifactStoreConformance):
-    pass
-
-
-class TestAsyncSqliteArtifactStoreC(AsyncSqliteOpener, ArtifactStoreConformance):
-    engine = "c"
-
-
-class TestAsyncSqliteArtifactStorePython(AsyncSqliteOpener, ArtifactStoreConformance):
-    engine = "python"
-
-
-class TestAsyncInMemoryStorage(AsyncInMemoryOpener, AsyncStorageConformance):
-    pass
-
-
-class TestAsyncSqliteStorageC(AsyncSqliteOpener, AsyncStorageConformance):
-    engine = "c"
-
-
-class TestAsyncSqliteStoragePython(AsyncSqliteOpener, AsyncStorageConformance):
-    engine = "python"
+for _suite, _stem in (
+    (SessionStoreConformance, "SessionStore"),
+    (CheckpointStoreConformance, "CheckpointStore"),
+    (MemoryStoreConformance, "MemoryStore"),
+    (ArtifactStoreConformance, "ArtifactStore"),
+    (AsyncStorageConformance, "Storage"),
+):
+    globals().update(suite_on_each(_suite, _stem, __name__, ASYNC_STORAGES))
 
 
 def test_store_writes_share_one_writer_thread(tmp_path: Path) -> None:
@@ -247,37 +219,3 @@ def test_a_cancelled_open_closes_what_it_opened(
 
     asyncio.run(main())
     assert len(opened) == 1 and opened[0].closed
-
-
-class AsyncPostgresOpener(OnPostgres, AsyncStorageSuite):
-    multiprocess = True
-
-    async def open_async_storage(self, location: Path) -> AsyncStorage:
-        from agentlog.aio import AsyncPostgresStorage
-
-        return await AsyncPostgresStorage.open(
-            postgres_conninfo(), schema=postgres_schema(location), pool_max_size=4
-        )
-
-    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
-        return PostgresStorageOpener().tamper(storage, location, sha256)
-
-
-class TestAsyncPostgresSessionStore(AsyncPostgresOpener, SessionStoreConformance):
-    pass
-
-
-class TestAsyncPostgresCheckpointStore(AsyncPostgresOpener, CheckpointStoreConformance):
-    pass
-
-
-class TestAsyncPostgresMemoryStore(AsyncPostgresOpener, MemoryStoreConformance):
-    pass
-
-
-class TestAsyncPostgresArtifactStore(AsyncPostgresOpener, ArtifactStoreConformance):
-    pass
-
-
-class TestAsyncPostgresStorage(AsyncPostgresOpener, AsyncStorageConformance):
-    pass

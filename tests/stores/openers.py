@@ -1,9 +1,11 @@
 """How the store suites open each implementation: in memory, SQLite on one engine,
-or PostgreSQL (a schema of the test server's per test)."""
+or PostgreSQL (a schema of the test server's per test); and the test classes that
+run one suite on each of them."""
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,11 @@ class InMemoryStorageOpener:
 
     def open_storage(self, location: Path) -> Any:
         return InMemoryStorage()
+
+    def tamper(self, storage: Any, location: Path, sha256: str) -> bool:
+        chunks = storage.artifacts._blobs[sha256][0]
+        chunks[0] = b"X" + chunks[0][1:]
+        return True
 
 
 class SqliteStorageOpener(OnEngine):
@@ -60,3 +67,34 @@ class PostgresStorageOpener(OnPostgres):
                 (sha256,),
             )
         return True
+
+
+#: Where a suite runs: the backend's part of the test class's name, the opener
+#: class, and the SQLite engine it is bound to (None off SQLite).
+Backend = tuple[str, type, str | None]
+
+STORAGES: tuple[Backend, ...] = (
+    ("InMemory", InMemoryStorageOpener, None),
+    ("Sqlite", SqliteStorageOpener, "c"),
+    ("Sqlite", SqliteStorageOpener, "python"),
+    ("Postgres", PostgresStorageOpener, None),
+)
+
+_ENGINE_SUFFIX = {None: "", "c": "C", "python": "Python"}
+
+
+def suite_on_each(
+    suite: type, stem: str, module: str, backends: Iterable[Backend] = STORAGES
+) -> dict[str, type]:
+    """One test class per backend running ``suite``, named
+    ``Test{backend}{stem}{engine}`` and belonging to ``module``: the test module
+    puts them at its top level, where pytest collects them and spawned racers
+    import them by name."""
+    classes: dict[str, type] = {}
+    for backend, opener, engine in backends:
+        name = f"Test{backend}{stem}{_ENGINE_SUFFIX[engine]}"
+        body: dict[str, Any] = {"__module__": module, "__qualname__": name}
+        if engine is not None:
+            body["engine"] = engine
+        classes[name] = type(name, (opener, suite), body)
+    return classes

@@ -1,4 +1,5 @@
-"""The CheckpointStore conformance suite in memory and on SQLite with each engine.
+"""The CheckpointStore conformance suite in memory, on SQLite with each engine and on
+PostgreSQL.
 
 The classes live at module level so that spawned racers can import them."""
 
@@ -6,20 +7,6 @@ from __future__ import annotations
 
 from agentlog.testing import CheckpointStoreConformance
 
-from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
+from .openers import suite_on_each
 
-
-class TestInMemoryCheckpointStore(InMemoryStorageOpener, CheckpointStoreConformance):
-    pass
-
-
-class TestSqliteCheckpointStoreC(SqliteStorageOpener, CheckpointStoreConformance):
-    engine = "c"
-
-
-class TestSqliteCheckpointStorePython(SqliteStorageOpener, CheckpointStoreConformance):
-    engine = "python"
-
-
-class TestPostgresCheckpointStore(PostgresStorageOpener, CheckpointStoreConformance):
-    pass
+globals().update(suite_on_each(CheckpointStoreConformance, "CheckpointStore", __name__))

@@ -1,4 +1,5 @@
-"""The MemoryStore conformance suite in memory and on SQLite with each engine.
+"""The MemoryStore conformance suite in memory, on SQLite with each engine and on
+PostgreSQL.
 
 The classes live at module level so that spawned racers can import them."""
 
@@ -6,20 +7,6 @@ from __future__ import annotations
 
 from agentlog.testing import MemoryStoreConformance
 
-from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
+from .openers import suite_on_each
 
-
-class TestInMemoryMemoryStore(InMemoryStorageOpener, MemoryStoreConformance):
-    pass
-
-
-class TestSqliteMemoryStoreC(SqliteStorageOpener, MemoryStoreConformance):
-    engine = "c"
-
-
-class TestSqliteMemoryStorePython(SqliteStorageOpener, MemoryStoreConformance):
-    engine = "python"
-
-
-class TestPostgresMemoryStore(PostgresStorageOpener, MemoryStoreConformance):
-    pass
+globals().update(suite_on_each(MemoryStoreConformance, "MemoryStore", __name__))

@@ -1,4 +1,5 @@
-"""The SessionStore conformance suite in memory and on SQLite with each engine.
+"""The SessionStore conformance suite in memory, on SQLite with each engine and on
+PostgreSQL.
 
 The classes live at module level so that spawned racers can import them."""
 
@@ -6,20 +7,6 @@ from __future__ import annotations
 
 from agentlog.testing import SessionStoreConformance
 
-from .openers import InMemoryStorageOpener, PostgresStorageOpener, SqliteStorageOpener
+from .openers import suite_on_each
 
-
-class TestInMemorySessionStore(InMemoryStorageOpener, SessionStoreConformance):
-    pass
-
-
-class TestSqliteSessionStoreC(SqliteStorageOpener, SessionStoreConformance):
-    engine = "c"
-
-
-class TestSqliteSessionStorePython(SqliteStorageOpener, SessionStoreConformance):
-    engine = "python"
-
-
-class TestPostgresSessionStore(PostgresStorageOpener, SessionStoreConformance):
-    pass
+globals().update(suite_on_each(SessionStoreConformance, "SessionStore", __name__))
