@@ -50,6 +50,7 @@ import orjson
 from agentlog.integrity import checksum
 
 from .workload import events as workload
+from .workload import time_threads_appending
 
 S1_EVENTS = 10_000
 S2_EVENTS = 100_000
@@ -103,31 +104,12 @@ def agentlog_threads(
     conninfo: str, schema: str, events: list[Any], threads: int, notify: bool = True
 ) -> float:
     """S5: ``threads`` threads, one session each, one event per call, one pool."""
-    import threading
-
     from agentlog import PostgresCheckpointer
 
     with PostgresCheckpointer(
         conninfo, schema=schema, pool_min_size=threads, pool_max_size=threads, notify=notify
     ) as log:
-        share = len(events) // threads
-        barrier = threading.Barrier(threads + 1)
-
-        def writer(slot: int) -> None:
-            head = 0
-            mine = events[slot * share : (slot + 1) * share]
-            barrier.wait()
-            for event in mine:
-                head = log.append(f"t{slot}", [event], expected_head=head)
-
-        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
-        for worker in workers:
-            worker.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for worker in workers:
-            worker.join()
-        return time.perf_counter() - start
+        return time_threads_appending(log, events, threads)
 
 
 def _process_writer(

@@ -13,7 +13,6 @@ import asyncio
 import os
 import struct
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,26 +42,11 @@ def agentlog_threads(
 ) -> tuple[float, int]:
     """S5: ``threads`` threads, one session each, one event per call."""
     from agentlog import SqliteCheckpointer
+    from benchmarks.workload import time_threads_appending
 
     with SqliteCheckpointer(path, synchronous=sync, engine=engine) as cp:
-        share = len(events) // threads
-        barrier = threading.Barrier(threads + 1)
-
-        def writer(slot: int) -> None:
-            head = 0
-            mine = events[slot * share : (slot + 1) * share]
-            barrier.wait()
-            for event in mine:
-                head = cp.append(f"t{slot}", [event], expected_head=head)
-
-        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
-        for worker in workers:
-            worker.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for worker in workers:
-            worker.join()
-        return time.perf_counter() - start, share * threads
+        seconds = time_threads_appending(cp, events, threads)
+        return seconds, len(events) // threads * threads
 
 
 def agentlog_async(

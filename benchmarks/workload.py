@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import threading
+import time
 from typing import Any
 
 KINDS = ("user", "assistant", "tool_started", "tool_result")
@@ -31,3 +33,27 @@ def events(count: int, seed: int = 20261129) -> list[dict[str, Any]]:
             event["is_error"] = rng.random() < 0.05
         out.append(event)
     return out
+
+
+def time_threads_appending(log: Any, events: list[Any], threads: int) -> float:
+    """S5's timed part: ``threads`` threads, one session ``t{n}`` each, append
+    their share of ``events`` to ``log`` one per call with the expected head;
+    the seconds from their common start until the last has finished."""
+    share = len(events) // threads
+    barrier = threading.Barrier(threads + 1)
+
+    def writer(slot: int) -> None:
+        head = 0
+        mine = events[slot * share : (slot + 1) * share]
+        barrier.wait()
+        for event in mine:
+            head = log.append(f"t{slot}", [event], expected_head=head)
+
+    workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - start
