@@ -8,32 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import AVAILABLE, PYTHON, TESTS_DIR, child_env
-
-ROOT = TESTS_DIR.parent
+from .benchmark_run import ROOT, run_benchmark
+from .conftest import AVAILABLE
 
 
 def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
-    env = child_env()
-    env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "bench.json"
-    run = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "benchmarks",
-            "--quick",
-            "--only",
-            "S1 2k,S3 2k,S4,S5 4t",
-            "--json",
-            str(out),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    only = "S1 2k,S3 2k,S4,S5 4t"
+    run = run_benchmark(tmp_path, "-m", "benchmarks", "--quick", "--only", only, "--json", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "vs raw C" in run.stdout
     results = json.loads(out.read_text())["results"]
@@ -48,27 +30,11 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
 def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
     """benchmarks/test_hot_paths.py, once each with --benchmark-disable: every hot
     path it times still works (and its own asserts hold)."""
-    env = child_env()
-    env["PYTHONPATH"] = str(ROOT)
-    run = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "pytest",
-            str(ROOT / "benchmarks" / "test_hot_paths.py"),
-            "--benchmark-disable",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--rootdir",
-            str(ROOT),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    hot_paths = str(ROOT / "benchmarks" / "test_hot_paths.py")
+    run = run_benchmark(
+        tmp_path, "-m", "pytest", hot_paths, "--benchmark-disable", "-q",
+        "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+    )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     engines = 2 if "c" in AVAILABLE else 1
     assert f"{8 * engines} passed" in run.stdout, run.stdout[-2000:]
@@ -81,26 +47,9 @@ def test_a_short_soak_verifies_everything_and_keeps_the_wal_bounded(tmp_path: Pa
     writer's journal, the counter and every artifact's sha256 (and fails
     otherwise); here: it ran, and the WAL stayed within its bound plus the
     largest transaction and the commits between two looks."""
-    env = child_env()
-    env["PYTHONPATH"] = str(ROOT)
     limit = 1024 * 1024
-    run = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "benchmarks.soak",
-            "--seconds",
-            "5",
-            "--wal-size-limit",
-            str(limit),
-            "--json",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    soak = ["-m", "benchmarks.soak", "--seconds", "5", "--wal-size-limit", str(limit), "--json"]
+    run = run_benchmark(tmp_path, *soak)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["appends"] > 0 and result["counter"] > 0 and result["followed"] > 0
@@ -116,19 +65,10 @@ PEERS = ("LangGraph PostgresSaver", "eventsourcing (PostgreSQL)")
 def _postgres_bench(
     tmp_path: Path, conninfo: str, only: str, prelude: str = ""
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
-    env = child_env()
-    env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "pg.json"
     script = prelude + "import sys\nfrom benchmarks.postgres import main\nmain(sys.argv[1:])\n"
     argv = ["--conninfo", conninfo, "--quick", "--only", only, "--json", str(out)]
-    run = subprocess.run(
-        [PYTHON, "-c", script, *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    run = run_benchmark(tmp_path, "-c", script, *argv)
     assert run.returncode == 0, run.stderr[-2000:]
     return run, json.loads(out.read_text())
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
+from ..benchmark_run import run_benchmark
 from ..conftest import PYTHON, child_env, extensions_required
 
 try:
@@ -814,17 +815,8 @@ def test_one_saver_shared_by_threads(tmp_path: Path, engine: str) -> None:
 
 def test_the_benchmark_runs(tmp_path: Path) -> None:
     """``python -m benchmarks.langgraph --quick`` (a smoke test: no timings asserted)."""
-    root = Path(__file__).resolve().parents[2]
-    env = {**child_env(), "PYTHONPATH": str(root)}
     out = tmp_path / "lg.json"
-    run = subprocess.run(
-        [PYTHON, "-m", "benchmarks.langgraph", "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    run = run_benchmark(tmp_path, "-m", "benchmarks.langgraph", "--quick", "--json", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
     assert "bytes/step" in run.stdout
     rows = json.loads(out.read_text())

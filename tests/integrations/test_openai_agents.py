@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ..conftest import PYTHON, TESTS_DIR, child_env, extensions_required, require_engine
+from ..benchmark_run import run_benchmark
+from ..conftest import PYTHON, child_env, extensions_required, require_engine
 
 try:
     import agents
@@ -774,16 +775,9 @@ def test_a_message_without_content_is_kept_not_refused() -> None:
 
 def test_the_benchmark_runs_quick(tmp_path: Path) -> None:
     """``python -m benchmarks.openai_agents --quick``: a smoke test, no timings asserted."""
-    env = child_env()
-    env["PYTHONPATH"] = str(TESTS_DIR.parent)
     out = tmp_path / "openai_agents.json"
-    bench = subprocess.run(
-        [PYTHON, "-m", "benchmarks.openai_agents", "--quick", "--rounds", "1", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+    bench = run_benchmark(
+        tmp_path, "-m", "benchmarks.openai_agents", "--quick", "--rounds", "1", "--json", str(out)
     )
     assert bench.returncode == 0, bench.stderr[-3000:]
     assert "µs/step" in bench.stdout
