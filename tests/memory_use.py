@@ -5,7 +5,7 @@ processes, which have ``tests/`` on their path (``from memory_use import …``).
 Linux reports ``ru_maxrss`` in kilobytes and has ``/proc``; macOS reports it
 in bytes and has no ``/proc``. Linux also carries the peak of the process that
 starts a program into it (across ``exec``), so a child that measures its own
-peak is started through :func:`fresh_peak_command`.
+peak is started through :func:`fresh_peak_command` (:func:`run_fresh_peak`).
 """
 
 from __future__ import annotations
@@ -47,3 +47,13 @@ def fresh_peak_command(command: list[str]) -> list[str]:
     """``command`` started through a small launcher, so that the peak it reads
     is its own and not that of the (possibly large) test process."""
     return [sys.executable, "-c", LAUNCHER, *command]
+
+
+def run_fresh_peak(
+    command: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` through :func:`fresh_peak_command` with ``env``; its
+    output captured as text."""
+    return subprocess.run(
+        fresh_peak_command(command), capture_output=True, text=True, env=env, timeout=timeout
+    )

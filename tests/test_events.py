@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from collections.abc import Iterator, KeysView, Mapping
 from pathlib import Path
@@ -27,7 +26,7 @@ from agentlog.events import encode_events
 from agentlog.testing import HOSTILE_SESSION_IDS
 
 from .conftest import PYTHON, child_env
-from .memory_use import fresh_peak_command
+from .memory_use import run_fresh_peak
 
 
 def test_the_nine_event_types() -> None:
@@ -184,13 +183,7 @@ def test_a_big_batch_takes_memory_in_proportion_to_what_it_encodes() -> None:
     """200,000 small events (~6 MB of JSON): each encoding is kept in bytes of
     its own size, not in the ~4 KiB buffer orjson encoded it into (that held
     ~800 MB here)."""
-    run = subprocess.run(
-        fresh_peak_command([PYTHON, "-c", ENCODE_A_BIG_BATCH]),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=300,
-    )
+    run = run_fresh_peak([PYTHON, "-c", ENCODE_A_BIG_BATCH], child_env(), timeout=300)
     assert run.returncode == 0, run.stderr
     grown, size, count = json.loads(run.stdout)
     assert count == 200_000

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 from .conftest import PYTHON, child_env
-from .memory_use import fresh_peak_command
+from .memory_use import run_fresh_peak
 
 BLOCK = 64 * 2**20
 #: The kernel's peak may trail the current size by its per-thread counters.
@@ -25,13 +24,7 @@ print(json.dumps([before, peak_before, current_rss_bytes(), peak_rss_bytes()]))
 def test_resident_and_peak_sizes_are_bytes_and_follow_an_allocation() -> None:
     # This process has grown first, so that a peak carried into the child would show.
     ballast = b"\x02" * (2 * BLOCK)
-    run = subprocess.run(
-        fresh_peak_command([PYTHON, "-c", SCRIPT]),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-    )
+    run = run_fresh_peak([PYTHON, "-c", SCRIPT], child_env(), timeout=120)
     del ballast
     assert run.returncode == 0, run.stderr
     before, peak_before, during, peak = json.loads(run.stdout)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from ..conftest import PYTHON, child_env
-from ..memory_use import fresh_peak_command
+from ..memory_use import run_fresh_peak
 
 SCRIPT = r"""
 import hashlib, json, sys
@@ -49,13 +48,8 @@ with SqliteStorage.open(sys.argv[1], engine=sys.argv[2]) as storage:
 
 
 def test_256_mb_streams_through_with_flat_memory(tmp_path: Path, engine: str) -> None:
-    run = subprocess.run(
-        fresh_peak_command([PYTHON, "-c", SCRIPT, str(tmp_path / "big.db"), engine]),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=600,
-    )
+    command = [PYTHON, "-c", SCRIPT, str(tmp_path / "big.db"), engine]
+    run = run_fresh_peak(command, child_env(), timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout)
     assert result["size"] == result["read"] == 256 * 1024 * 1024
