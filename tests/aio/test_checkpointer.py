@@ -44,6 +44,7 @@ from ..conftest import (
     postgres_schema,
     require_engine,
 )
+from .wake_ups import WakeUpCounter
 
 EVENT = {"type": "user", "content": "hi"}
 
@@ -81,20 +82,13 @@ def test_concurrent_appends_share_transactions_and_wake_ups(
 ) -> None:
     async def main() -> tuple[int, int]:
         loop = asyncio.get_running_loop()
-        wake_ups = 0
-        original = loop.call_soon_threadsafe
-
-        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-            nonlocal wake_ups
-            wake_ups += 1
-            return original(callback, *args, **kwargs)
-
-        monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+        wake_ups = WakeUpCounter(loop)
+        monkeypatch.setattr(loop, "call_soon_threadsafe", wake_ups)
         async with AsyncSqliteCheckpointer(tmp_path / "g.db", engine=engine) as cp:
             for _ in range(10):
                 await asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(64)))
             assert all([await cp.head(f"s{n}") == 10 for n in range(64)])
-            return cp.write_groups, wake_ups
+            return cp.write_groups, wake_ups.count
 
     groups, wake_ups = asyncio.run(main())
     # 640 appends; each group is one transaction, written on the loop (no
@@ -156,15 +150,8 @@ def test_appends_go_to_the_writer_while_another_process_writes(
 
     async def main(release: Callable[[], None]) -> tuple[int, int, int, list[int]]:
         loop = asyncio.get_running_loop()
-        wake_ups = 0
-        original = loop.call_soon_threadsafe
-
-        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-            nonlocal wake_ups
-            wake_ups += 1
-            return original(callback, *args, **kwargs)
-
-        monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+        wake_ups = WakeUpCounter(loop)
+        monkeypatch.setattr(loop, "call_soon_threadsafe", wake_ups)
         async with AsyncSqliteCheckpointer(path, engine=engine) as cp:
             appends = asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(32)))
             ticks = 0
@@ -174,7 +161,7 @@ def test_appends_go_to_the_writer_while_another_process_writes(
             assert not appends.done()
             release()
             heads = await appends
-            return ticks, cp.write_groups, wake_ups, heads
+            return ticks, cp.write_groups, wake_ups.count, heads
 
     with held_elsewhere(path) as release:
         ticks, groups, wake_ups, heads = asyncio.run(main(release))

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
@@ -27,6 +27,7 @@ from agentlog.aio import (
 
 from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
 from ..log.test_follow import CHILD
+from .wake_ups import WakeUpCounter
 
 EVENT = {"type": "user", "content": "hi"}
 PATIENCE = 20.0
@@ -120,25 +121,18 @@ def test_many_followers_on_one_loop_share_one_wake_up_per_commit(
 ) -> None:
     async def main() -> tuple[list[list[int]], int]:
         loop = asyncio.get_running_loop()
-        wake_ups = 0
-        original = loop.call_soon_threadsafe
-
-        def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
-            nonlocal wake_ups
-            wake_ups += 1
-            return original(callback, *args, **kwargs)
-
+        wake_ups = WakeUpCounter(loop)
         async with AsyncMemoryCheckpointer() as cp:
             followers = [asyncio.create_task(take(cp.follow("s"), 1)) for _ in range(8)]
             await asyncio.sleep(0.05)  # all of them wait now
-            monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+            monkeypatch.setattr(loop, "call_soon_threadsafe", wake_ups)
             # From a plain thread, so the only hand-over to the loop is the wake-up.
             writer = threading.Thread(target=cp.backend.append, args=("s", [EVENT]))
             writer.start()
             seen = await asyncio.wait_for(asyncio.gather(*followers), PATIENCE)
             writer.join()
-            monkeypatch.setattr(loop, "call_soon_threadsafe", original)
-            return [[event.seq for event in events] for events in seen], wake_ups
+            monkeypatch.setattr(loop, "call_soon_threadsafe", wake_ups.original)
+            return [[event.seq for event in events] for events in seen], wake_ups.count
 
     seen, wake_ups = asyncio.run(main())
     assert seen == [[1]] * 8
