@@ -50,7 +50,7 @@ import orjson
 from agentlog.integrity import checksum
 
 from .workload import events as workload
-from .workload import time_threads_appending
+from .workload import time_langgraph_steps, time_threads_appending
 
 S1_EVENTS = 10_000
 S2_EVENTS = 100_000
@@ -182,27 +182,11 @@ def _on_schema(conninfo: str, schema: str) -> str:
 def langgraph_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
     """LangGraph's PostgresSaver, as ``benchmarks.systems.langgraph_append`` uses its
     SqliteSaver: one checkpoint per step, holding the whole message list."""
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.postgres import PostgresSaver
 
     peer = _on_schema(conninfo, _peer_schema(conninfo, schema))
     with PostgresSaver.from_conn_string(peer) as saver:
-        saver.setup()
-        config: dict[str, Any] = {"configurable": {"thread_id": "s0", "checkpoint_ns": ""}}
-        messages: list[Any] = []
-        start = time.perf_counter()
-        for step, i in enumerate(range(0, len(events), batch)):
-            messages = messages + events[i : i + batch]
-            checkpoint = empty_checkpoint()
-            checkpoint["channel_values"] = {"messages": messages}
-            checkpoint["channel_versions"] = {"messages": step + 1}
-            config = saver.put(
-                config,
-                checkpoint,
-                {"source": "loop", "step": step},
-                {"messages": step + 1},
-            )
-        return time.perf_counter() - start
+        return time_langgraph_steps(saver, events, batch)
 
 
 @functools.cache

@@ -246,24 +246,12 @@ def langgraph_append(
     """One checkpoint per step, holding the whole message list (LangGraph's model)."""
     import sqlite3
 
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.sqlite import SqliteSaver
 
+    from benchmarks.workload import time_langgraph_steps
+
     conn = sqlite3.connect(path, check_same_thread=False)
-    saver = SqliteSaver(conn)
-    saver.setup()
-    config: dict[str, Any] = {"configurable": {"thread_id": "s0", "checkpoint_ns": ""}}
-    messages: list[dict[str, Any]] = []
-    start = time.perf_counter()
-    for step, i in enumerate(range(0, len(events), batch)):
-        messages = messages + events[i : i + batch]
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"messages": messages}
-        checkpoint["channel_versions"] = {"messages": step + 1}
-        config = saver.put(
-            config, checkpoint, {"source": "loop", "step": step}, {"messages": step + 1}
-        )
-    elapsed = time.perf_counter() - start
+    elapsed = time_langgraph_steps(SqliteSaver(conn), events, batch)
     conn.close()
     return elapsed, len(events)
 
