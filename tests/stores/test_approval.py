@@ -41,6 +41,14 @@ def resume(db: Path, outbox: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+def assert_sent_once_and_completed(db: Path, outbox: Path) -> None:
+    """The email went out once, and the run is completed with its effect succeeded."""
+    assert outbox.read_text().splitlines() == ["email-1"]
+    with SqliteStorage.open(db) as storage:
+        cp = storage.checkpoints.load("acme", "run-7")
+        assert (cp.status, cp.side_effects[0].state) == ("completed", "succeeded")
+
+
 def test_racing_resumers_perform_the_side_effect_exactly_once(tmp_path: Path) -> None:
     db, outbox = tmp_path / "runs.db", tmp_path / "outbox.txt"
     start_run_and_kill_at_approval(db)
@@ -51,10 +59,7 @@ def test_racing_resumers_perform_the_side_effect_exactly_once(tmp_path: Path) ->
     assert outbox.read_text().splitlines() == ["email-1"]
     again = resume(db, outbox)
     assert again.communicate(timeout=60)[0].strip() == "nothing to do"
-    assert outbox.read_text().splitlines() == ["email-1"]
-    with SqliteStorage.open(db) as storage:
-        cp = storage.checkpoints.load("acme", "run-7")
-        assert (cp.status, cp.side_effects[0].state) == ("completed", "succeeded")
+    assert_sent_once_and_completed(db, outbox)
 
 
 def test_a_resumer_that_dies_after_acting_is_reconciled_not_repeated(tmp_path: Path) -> None:
@@ -67,7 +72,4 @@ def test_a_resumer_that_dies_after_acting_is_reconciled_not_repeated(tmp_path: P
         assert storage.checkpoints.load("acme", "run-7").side_effects[0].state == "started"
     after = resume(db, outbox)
     assert after.communicate(timeout=60)[0].strip() == "reconciled"
-    assert outbox.read_text().splitlines() == ["email-1"]
-    with SqliteStorage.open(db) as storage:
-        cp = storage.checkpoints.load("acme", "run-7")
-        assert (cp.status, cp.side_effects[0].state) == ("completed", "succeeded")
+    assert_sent_once_and_completed(db, outbox)
