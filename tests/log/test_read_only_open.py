@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,13 @@ def _tree(directory: Path) -> dict[str, bytes]:
 # -- SQLite ----------------------------------------------------------------------------
 
 
+def _refused_as_read_only(*writes: Callable[[], object]) -> None:
+    """Each of ``writes`` raises StorageUnavailableError, saying read-only."""
+    for write in writes:
+        with pytest.raises(StorageUnavailableError, match="read-only"):
+            write()
+
+
 def test_sqlite_read_only_reads_and_refuses_every_write(tmp_path: Path, engine: str) -> None:
     db = tmp_path / "log.db"
     with SqliteCheckpointer(db, engine=engine) as log:
@@ -53,15 +61,13 @@ def test_sqlite_read_only_reads_and_refuses_every_write(tmp_path: Path, engine: 
         assert [e.event for e in log.read("s")] == EVENTS[:3]
         assert [info.id for info in log.list()] == ["s"]
         assert log.check_integrity() == (True, "ok")
-        for write in (
+        _refused_as_read_only(
             lambda: log.append("s", EVENTS[3:4], expected_head=3),
             lambda: log.append("new", EVENTS[:1]),
             lambda: log.truncate("s", 1),
             lambda: log.fork("s", 1, "t"),
             lambda: log.delete("s"),
-        ):
-            with pytest.raises(StorageUnavailableError, match="read-only"):
-                write()
+        )
     assert _digest(db) == before
 
 
@@ -217,14 +223,12 @@ def test_file_read_only_runs_beside_the_owner_and_writes_nothing(tmp_path: Path)
             assert list(reader.read("gone")) == []
             owner.append("new", EVENTS[:1])
             assert reader.head("new") == 1
-            for write in (
+            _refused_as_read_only(
                 lambda: reader.append("s", EVENTS[:1]),
                 lambda: reader.truncate("s", 1),
                 lambda: reader.fork("s", 1, "t"),
                 lambda: reader.delete("s"),
-            ):
-                with pytest.raises(StorageUnavailableError, match="read-only"):
-                    write()
+            )
             assert reader.check_integrity() == (True, "ok")
             after = _tree(tmp_path)
         expected = (
