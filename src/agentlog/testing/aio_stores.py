@@ -132,6 +132,13 @@ class _SlowStream(io.RawIOBase):
         return 4
 
 
+def _queue_memory_puts(storage: AsyncStorage, count: int) -> list[asyncio.Future[Any]]:
+    """``count`` memory puts (``k0`` … in ``t``/``ns``) queued, none awaited yet."""
+    return [
+        asyncio.ensure_future(storage.memory.put("t", "ns", f"k{n}", n, None)) for n in range(count)
+    ]
+
+
 class AsyncStorageConformance(AsyncStorageSuite):
     """What only an async storage can get wrong; subclass with an opener to run them."""
 
@@ -260,20 +267,14 @@ class AsyncStorageConformance(AsyncStorageSuite):
     def test_a_second_aclose_returns_once_the_first_has_finished(self, location: Path) -> None:
         async def main() -> None:
             storage = await self.open_async_storage(location)
-            pending: list[asyncio.Future[Any]] = [
-                asyncio.ensure_future(storage.memory.put("t", "ns", f"k{n}", n, None))
-                for n in range(50)
-            ]
+            pending = _queue_memory_puts(storage, 50)
             await asyncio.sleep(0)
             first = asyncio.ensure_future(storage.aclose())
             await asyncio.sleep(0)
             await storage.aclose()
             if self.durable:  # finished: every queued write is stored already
-                reopened = self.open_storage(location)
-                try:
+                with self.reopened(location) as reopened:
                     assert len(reopened.memory.list("t", "ns")) == 50
-                finally:
-                    reopened.close()
             outcomes = await asyncio.gather(*pending, return_exceptions=True)
             assert all(not isinstance(o, BaseException) for o in outcomes), outcomes
             await first
@@ -283,10 +284,7 @@ class AsyncStorageConformance(AsyncStorageSuite):
     def test_aclose_finishes_queued_writes_then_refuses(self, location: Path) -> None:
         async def main() -> None:
             storage = await self.open_async_storage(location)
-            pending: list[asyncio.Future[Any]] = [
-                asyncio.ensure_future(storage.memory.put("t", "ns", f"k{n}", n, None))
-                for n in range(50)
-            ]
+            pending = _queue_memory_puts(storage, 50)
             pending.append(asyncio.ensure_future(storage.sessions.create("t", "s")))
             await asyncio.sleep(0)
             await storage.aclose()
@@ -300,9 +298,6 @@ class AsyncStorageConformance(AsyncStorageSuite):
 
         asyncio.run(main())
         if self.durable:
-            reopened = self.open_storage(location)
-            try:
+            with self.reopened(location) as reopened:
                 assert len(reopened.memory.list("t", "ns")) == 50
                 assert reopened.sessions.get("t", "s").revision == 0
-            finally:
-                reopened.close()
