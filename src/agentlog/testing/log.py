@@ -40,7 +40,7 @@ from ..fold import fold_events
 from ..log.contract import Checkpointer, MetadataCheckpointer
 from ..log.handle import Session
 from .harness import HOSTILE_SESSION_IDS, make_event
-from .races import Race, run_race
+from .races import Race, run_in_threads, run_race
 
 
 def _conversation(n: int, tag: str = "") -> list[dict[str, Any]]:
@@ -722,24 +722,13 @@ class CheckpointerConformance:
         self, cp: Checkpointer
     ) -> None:
         workers, batches, size = 4, 25, 3
-        failures: list[BaseException] = []
 
         def writer(worker: int) -> None:
-            try:
-                for batch in range(batches):
-                    cp.append(
-                        "shared",
-                        [make_event("user", w=worker, b=batch, i=i) for i in range(size)],
-                    )
-            except BaseException as exc:
-                failures.append(exc)
+            for batch in range(batches):
+                events = [make_event("user", w=worker, b=batch, i=i) for i in range(size)]
+                cp.append("shared", events)
 
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(workers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert not failures, failures
+        run_in_threads(writer, workers)
         stored = list(cp.read("shared"))
         assert _seqs(iter(stored)) == list(range(1, workers * batches * size + 1))
         for start in range(0, len(stored), size):

@@ -107,25 +107,38 @@ def run_race(
     return tallies
 
 
-def race_threads(store: Any, race: RaceFunction, rounds: int) -> list[Tally]:
-    """Two threads run ``race`` on one shared store."""
-    barrier = threading.Barrier(2)
-    tallies: list[Tally] = []
+def run_in_threads(target: Callable[[int], object], count: int) -> None:
+    """``target(n)`` for each ``n`` below ``count``, each in a thread of its own,
+    all at once; fails, listing them, if any of them raised."""
     failures: list[BaseException] = []
 
-    def racer(worker: int) -> None:
+    def run(worker: int) -> None:
         try:
-            tallies.append(Tally(worker, *race(store, worker, rounds, barrier)))
+            target(worker)
         except BaseException as exc:
             failures.append(exc)
-            barrier.abort()
 
-    threads = [threading.Thread(target=racer, args=(w,)) for w in (0, 1)]
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not failures, failures
+
+
+def race_threads(store: Any, race: RaceFunction, rounds: int) -> list[Tally]:
+    """Two threads run ``race`` on one shared store."""
+    barrier = threading.Barrier(2)
+    tallies: list[Tally] = []
+
+    def racer(worker: int) -> None:
+        try:
+            tallies.append(Tally(worker, *race(store, worker, rounds, barrier)))
+        except BaseException:
+            barrier.abort()  # so that the other racer stops waiting for this one
+            raise
+
+    run_in_threads(racer, 2)
     return sorted(tallies)
 
 
