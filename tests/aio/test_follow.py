@@ -25,13 +25,10 @@ from agentlog.aio import (
     AsyncSqliteCheckpointer,
 )
 
-from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
-from ..log.test_follow import CHILD
+from ..conftest import postgres_conninfo, postgres_schema, require_engine
+from ..log.test_follow import CHILD, EVENT, KINDS, PATIENCE
+from ..log.test_follow import kind as kind  # the backends' fixture, for pytest to find here
 from .wake_ups import WakeUpCounter
-
-EVENT = {"type": "user", "content": "hi"}
-PATIENCE = 20.0
-KINDS = ["memory", "file", *(f"sqlite-{name}" for name in ENGINES), "postgres"]
 
 _T = TypeVar("_T")
 
@@ -48,13 +45,6 @@ def open_async(kind: str, location: Path) -> AsyncBaseCheckpointer:
     engine = kind.removeprefix("sqlite-")
     require_engine(engine)
     return AsyncSqliteCheckpointer(location / "agentlog.db", engine=engine)
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgres":
-        request.getfixturevalue("postgres_server")  # skipped or failed without one
-    return str(request.param)
 
 
 def run(kind: str, tmp_path: Path, test: Callable[[AsyncBaseCheckpointer], Awaitable[_T]]) -> _T:
