@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,7 +24,7 @@ from agentlog.aio import (
 )
 
 from ..conftest import postgres_conninfo, postgres_schema, require_engine
-from ..log.test_follow import CHILD, EVENT, KINDS, PATIENCE
+from ..log.test_follow import EVENT, KINDS, PATIENCE, start_appender
 from ..log.test_follow import kind as kind  # the backends' fixture, for pytest to find here
 from .wake_ups import WakeUpCounter
 
@@ -221,12 +219,7 @@ def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
     else:
         require_engine(kind.removeprefix("sqlite-"))
         location = tmp_path / "agentlog.db"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, kind, str(location), "5"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = start_appender(kind, location)
 
     async def main() -> list[tuple[int, str]]:
         if kind == "file":

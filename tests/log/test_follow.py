@@ -296,6 +296,17 @@ with log:
 """
 
 
+def start_appender(kind: str, location: Path | str) -> subprocess.Popen[str]:
+    """A child process that opens ``kind``'s store at ``location``, prints
+    ``ready``, and once a line comes in on its stdin appends five events."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, kind, str(location), "5"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"], indirect=True)
 def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
     location: Path | str
@@ -310,12 +321,7 @@ def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
         require_engine(kind.removeprefix("sqlite-"))
         location = tmp_path / "agentlog.db"
         log = SqliteCheckpointer(location, engine=kind.removeprefix("sqlite-"))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, kind, str(location), "5"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    child = start_appender(kind, location)
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "ready"
