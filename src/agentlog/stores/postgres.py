@@ -27,7 +27,7 @@ from .artifacts import ArtifactStore
 from .artifacts import Row as ArtifactRow
 from .checkpoints import CheckpointStore
 from .common import DEFAULT_TENANT, Transactions, check_name
-from .memory import MemoryStore
+from .memories import MemoryStore
 from .sessions import Entry, Row, SessionStore
 
 __all__ = [

@@ -20,7 +20,7 @@ from ..log.sqlite import SqliteCheckpointer, open_database
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
 from .common import DEFAULT_TENANT, StorageHold, check_name
-from .memory import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
+from .memories import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
 from .sessions import InMemorySessionStore, SessionStore, SqliteSessionStore
 
 __all__ = ["InMemoryStorage", "SqliteStorage", "Storage"]
