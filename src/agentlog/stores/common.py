@@ -109,10 +109,11 @@ class Transactions:
 
 
 class LockedTransactions(Transactions):
-    """Transactions of an in-memory store: its work runs under one lock."""
+    """Transactions of an in-memory store: its work runs under one lock (its
+    own, or ``lock``: the one the data it works on is shared under)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = threading.RLock() if lock is None else lock
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         with self._lock:

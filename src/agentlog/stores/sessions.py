@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..events import StoredEvent, check_flag, check_seq, decode_json, encode_events
 from ..integrity import verify_checksums
+from ..log.memory import MemoryLog, MemorySession
 from ..log.sqlite import notify_followers
 from .common import (
     EngineTransactions,
@@ -456,63 +457,57 @@ class SessionStore(Transactions):
         raise NotImplementedError
 
 
-class _Session:
-    """One session of the in-memory store: its row, journal and snapshots."""
-
-    __slots__ = ("created", "dropped", "journal", "meta", "revision", "snapshots", "updated")
-
-    def __init__(self, meta: bytes, now: float) -> None:
-        self.meta: bytes | None = meta
-        self.revision = 0
-        self.created = self.updated = now
-        # journal[i] is the item at sequence dropped + i + 1 (retention drops a prefix).
-        self.dropped = 0
-        self.journal: list[Entry] = []
-        self.snapshots: dict[int, tuple[bytes, float]] = {}
-
-    def row(self) -> Row:
-        through = max(self.snapshots) if self.snapshots else None
-        return (self, self.dropped + len(self.journal), self.revision, self.meta, self.created,
-                self.updated, through)  # fmt: skip
-
-
 class InMemorySessionStore(LockedTransactions, SessionStore):
-    """A :class:`SessionStore` in this process's memory (JSON kept encoded)."""
+    """A :class:`SessionStore` in this process's memory (JSON kept encoded): the
+    session face of a :class:`~agentlog.log.memory.MemoryLog`, whose
+    Checkpointer face is a :class:`~agentlog.MemoryCheckpointer` on the same log.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._sessions: dict[tuple[str, str], _Session] = {}
+    The handle of a session is its :class:`~agentlog.log.memory.MemorySession`.
+    """
+
+    def __init__(self, log: MemoryLog | None = None) -> None:
+        self.log = MemoryLog() if log is None else log
+        super().__init__(self.log.lock)
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        result = super()._atomic(name, work)
+        self.log.notify()  # the followers of the log's Checkpointer faces
+        return result
+
+    @staticmethod
+    def _row(session: MemorySession) -> Row:
+        through = max(session.snapshots) if session.snapshots else None
+        return (session, session.head, session.revision, session.meta, session.created,
+                session.mtime, through)  # fmt: skip
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = self._sessions.get(key)
-        return None if found is None else found.row()
+        found = self.log.get(*key)
+        return None if found is None else self._row(found)
 
     def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
-        self._sessions[key] = _Session(meta, now)
+        self.log.add(MemorySession(*key, now, revision=0, meta=meta))
 
-    def _item_taken(self, ctx: Any, handle: _Session, item_id: str) -> bool:
+    def _item_taken(self, ctx: Any, handle: MemorySession, item_id: str) -> bool:
         return any(entry[3] == item_id for entry in handle.journal)
 
     def _add_items(
-        self, ctx: Any, handle: _Session, head: int, entries: builtins.list[Entry], now: float
+        self, ctx: Any, handle: MemorySession, head: int, entries: builtins.list[Entry], now: float
     ) -> None:
-        handle.journal.extend(entries)
-        handle.revision += 1
-        handle.updated = now
+        self.log.touch(handle, now).journal.extend(entries)
 
     def _add_snapshot(
-        self, ctx: Any, handle: _Session, through: int, state: bytes, now: float
+        self, ctx: Any, handle: MemorySession, through: int, state: bytes, now: float
     ) -> None:
-        handle.snapshots[through] = (state, now)
-        handle.revision += 1
-        handle.updated = now
+        self.log.touch(handle, now).snapshots[through] = (state, now)
 
-    def _get_snapshot(self, ctx: Any, handle: _Session, through: int) -> tuple[int, bytes, float]:
+    def _get_snapshot(
+        self, ctx: Any, handle: MemorySession, through: int
+    ) -> tuple[int, bytes, float]:
         state, created = handle.snapshots[through]
         return through, state, created
 
     def _get_items(
-        self, ctx: Any, handle: _Session, start: int, stop: int
+        self, ctx: Any, handle: MemorySession, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
         # Python objects, not stored bytes: nothing to checksum.
         low = max(start, handle.dropped)
@@ -524,16 +519,17 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        names = sorted(s for t, s in self._sessions if t == tenant and (after is None or s > after))
-        return [(name, self._sessions[(tenant, name)].row()) for name in names[:limit]]
+        found = [s for s in self.log.sessions(tenant) if after is None or s.name > after]
+        found.sort(key=lambda session: session.name)
+        return [(session.name, self._row(session)) for session in found[:limit]]
 
-    def _remove(self, ctx: Any, key: tuple[str, str], handle: _Session) -> None:
-        del self._sessions[key]
+    def _remove(self, ctx: Any, key: tuple[str, str], handle: MemorySession) -> None:
+        self.log.remove(*key)
 
-    def _first_seq(self, ctx: Any, handle: _Session, head: int) -> int:
+    def _first_seq(self, ctx: Any, handle: MemorySession, head: int) -> int:
         return handle.dropped + 1
 
-    def _drop_items(self, ctx: Any, handle: _Session, cut: int) -> None:
+    def _drop_items(self, ctx: Any, handle: MemorySession, cut: int) -> None:
         del handle.journal[: cut - handle.dropped]
         handle.dropped = cut
         for through in [t for t in handle.snapshots if t < cut]:
