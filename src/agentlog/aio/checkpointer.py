@@ -41,6 +41,7 @@ from ..events import (
 from ..lifecycle import AsyncClosable
 from ..log import (
     DEFAULT_POLL_INTERVAL,
+    AsyncFollowPort,
     BaseCheckpointer,
     CommitSignal,
     FileCheckpointer,
@@ -48,6 +49,7 @@ from ..log import (
     PreparedAppend,
     SqliteCheckpointer,
     WouldWait,
+    follow_pages_async,
 )
 from .handle import AsyncSession
 from .writer import Closing, Job, LoopChannel, Writer, off_loop, settle
@@ -125,8 +127,8 @@ class _LoopWaker:
         for future in waiting:
             _wake(future)
 
-    async def wait(self, mark: int, timeout: float) -> None:
-        """Until the signal's count moves past ``mark``, or ``timeout`` seconds."""
+    async def wait(self, mark: int, timeout: float) -> bool:
+        """Until the signal's count moves past ``mark`` (True), or ``timeout`` seconds."""
         future = self.loop.create_future()
         with self._lock:
             self._waiting.add(future)
@@ -134,7 +136,7 @@ class _LoopWaker:
         if self.signal.count != mark:
             with self._lock:
                 self._waiting.discard(future)
-            return
+            return True
         timer = self.loop.call_later(timeout, _wake, future)
         try:
             await future
@@ -142,6 +144,7 @@ class _LoopWaker:
             timer.cancel()
             with self._lock:
                 self._waiting.discard(future)
+        return self.signal.count != mark
 
 
 class AsyncBaseCheckpointer(AsyncClosable):
@@ -432,27 +435,21 @@ class AsyncBaseCheckpointer(AsyncClosable):
         signal = backend.commits
         backend.watch(session_id)
         waker = self._join_waker(asyncio.get_running_loop(), signal)
+        port = AsyncFollowPort(
+            check_open=self._check_open,
+            mark=lambda: signal.count,
+            look=lambda after: self._read(
+                functools.partial(_follow_step, backend, session_id, after)
+            ),
+            token=lambda: self._read(functools.partial(backend.change_token, session_id)),
+            wait=lambda mark: waker.wait(mark, poll_interval),
+        )
         try:
-            while True:
-                self._check_open()
-                mark = signal.count
-                token, page = await self._read(
-                    functools.partial(_follow_step, backend, session_id, last)
-                )
-                if page:
+            # Closed when this generator is: no finalizer task is left to close it.
+            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+                async for page in pages:
                     for event in page:
-                        last = event.seq
                         yield event
-                    await asyncio.sleep(0)  # other tasks run between pages
-                    continue
-                while True:
-                    await waker.wait(mark, poll_interval)
-                    self._check_open()
-                    if signal.count != mark:
-                        break
-                    now = await self._read(functools.partial(backend.change_token, session_id))
-                    if now != token:
-                        break
         finally:
             self._leave_waker(waker)
             backend.unwatch(session_id)

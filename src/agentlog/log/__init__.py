@@ -33,6 +33,14 @@ from .file import (
     read_metadata_file,
     read_session_file,
 )
+from .follow import (
+    AsyncFollowPort,
+    FollowPort,
+    follow_pages,
+    follow_pages_async,
+    follow_steps,
+    has_new_events,
+)
 from .handle import Session, SessionView
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
@@ -44,10 +52,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "METADATA_SUFFIX",
+    "AsyncFollowPort",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
     "FileCheckpointer",
+    "FollowPort",
     "MemoryCheckpointer",
     "MetadataCheckpointer",
     "PostgresCheckpointer",
@@ -59,6 +69,10 @@ __all__ = [
     "check_fork",
     "check_revision",
     "decode_metadata",
+    "follow_pages",
+    "follow_pages_async",
+    "follow_steps",
+    "has_new_events",
     "is_file_store",
     "legacy_store_adapter",
     "message_event",

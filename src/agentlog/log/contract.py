@@ -24,7 +24,6 @@ from ..errors import (
     CheckpointerClosedError,
     CorruptDatabaseError,
     EventsPrunedError,
-    SessionTruncatedError,
     StorageConflictError,
     StorageDataError,
 )
@@ -44,6 +43,7 @@ from ..events import (
     encode_metadata,
 )
 from ..lifecycle import Closable
+from .follow import FollowPort, follow_pages, has_new_events
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
@@ -674,10 +674,7 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         session_id = check_session_id(session_id)
         after_seq = check_seq("after_seq", after_seq)
-        head = self._head(session_id)
-        if head < after_seq:
-            raise SessionTruncatedError(session_id, after_seq, head)
-        if head == after_seq:
+        if not has_new_events(session_id, after_seq, self._head(session_id)):
             return []
         # Up to a damaged event; the next step starts at it and raises.
         page = self._scan_to_damage(session_id, after_seq, self._page_size)[0]
@@ -742,20 +739,17 @@ class BaseCheckpointer(Closable, ABC):
 
     def _follow(self, session_id: str, last: int, poll_interval: float) -> Iterator[StoredEvent]:
         signal = self.commits
+        port = FollowPort(
+            check_open=self._check_open,
+            mark=lambda: signal.count,
+            look=lambda after: (self.change_token(session_id), self.follow_page(session_id, after)),
+            token=lambda: self.change_token(session_id),
+            wait=lambda mark: signal.wait(mark, poll_interval),
+        )
         self.watch(session_id)
         try:
-            while True:
-                mark = signal.count
-                token = self.change_token(session_id)
-                page = self.follow_page(session_id, last)
-                if page:
-                    for event in page:
-                        last = event.seq
-                        yield event
-                    continue
-                while not signal.wait(mark, poll_interval):
-                    if self.change_token(session_id) != token:
-                        break
+            for page in follow_pages(port, last):
+                yield from page
         finally:
             self.unwatch(session_id)
 
