@@ -466,12 +466,12 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     """
 
     def __init__(self, log: MemoryLog | None = None) -> None:
-        self.log = MemoryLog() if log is None else log
-        super().__init__(self.log.lock)
+        self._log = MemoryLog() if log is None else log
+        super().__init__(self._log.lock)
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         result = super()._atomic(name, work)
-        self.log.notify()  # the followers of the log's Checkpointer faces
+        self._log.notify()  # the followers of the log's Checkpointer faces
         return result
 
     @staticmethod
@@ -481,11 +481,11 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
                 session.mtime, through)  # fmt: skip
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = self.log.get(*key)
+        found = self._log.get(*key)
         return None if found is None else self._row(found)
 
     def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
-        self.log.add(MemorySession(*key, now, revision=0, meta=meta))
+        self._log.add(MemorySession(*key, now, revision=0, meta=meta))
 
     def _item_taken(self, ctx: Any, handle: MemorySession, item_id: str) -> bool:
         return any(entry[3] == item_id for entry in handle.journal)
@@ -493,12 +493,12 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _add_items(
         self, ctx: Any, handle: MemorySession, head: int, entries: builtins.list[Entry], now: float
     ) -> None:
-        self.log.touch(handle, now).journal.extend(entries)
+        self._log.touch(handle, now).journal.extend(entries)
 
     def _add_snapshot(
         self, ctx: Any, handle: MemorySession, through: int, state: bytes, now: float
     ) -> None:
-        self.log.touch(handle, now).snapshots[through] = (state, now)
+        self._log.touch(handle, now).snapshots[through] = (state, now)
 
     def _get_snapshot(
         self, ctx: Any, handle: MemorySession, through: int
@@ -519,12 +519,12 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        found = [s for s in self.log.sessions(tenant) if after is None or s.name > after]
+        found = [s for s in self._log.sessions(tenant) if after is None or s.name > after]
         found.sort(key=lambda session: session.name)
         return [(session.name, self._row(session)) for session in found[:limit]]
 
     def _remove(self, ctx: Any, key: tuple[str, str], handle: MemorySession) -> None:
-        self.log.remove(*key)
+        self._log.remove(*key)
 
     def _first_seq(self, ctx: Any, handle: MemorySession, head: int) -> int:
         return handle.dropped + 1

@@ -60,8 +60,8 @@ class InMemoryStorage(Closable):
         self._closed = False
 
     def checkpointer(self, tenant: str = DEFAULT_TENANT) -> MemoryCheckpointer:
-        """The Checkpointer face of this storage's session log, for ``tenant``
-        (the default-tenant, snapshot-less face of the ``SessionStore``'s sessions).
+        """The Checkpointer face of this storage's session log, for ``tenant``: the
+        snapshot-less face of the same sessions ``sessions`` holds for it.
 
         It closes with the storage; closing the checkpointer alone releases nothing.
         """
