@@ -8,6 +8,8 @@ from pathlib import Path
 from agentlog import Checkpointer, InMemoryStorage, MemoryCheckpointer
 from agentlog.testing import CheckpointerConformance
 
+from ..stores.openers import InMemoryStorageOpener
+
 
 class TestMemoryCheckpointer(CheckpointerConformance):
     durable = False
@@ -16,12 +18,10 @@ class TestMemoryCheckpointer(CheckpointerConformance):
         return MemoryCheckpointer()
 
 
-class TestMemoryStorageFace(CheckpointerConformance):
+class TestMemoryStorageFace(InMemoryStorageOpener, CheckpointerConformance):
     """The Checkpointer face of an in-memory storage's session log."""
 
-    durable = False
-
     def open_checkpointer(self, location: Path) -> Checkpointer:
-        storage = InMemoryStorage()
+        storage: InMemoryStorage = self.open_storage(location)
         storage.sessions.create("acme", "other", metadata={"tenant": "acme"})  # out of sight
         return storage.checkpointer()

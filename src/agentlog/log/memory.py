@@ -28,7 +28,12 @@ Entry = tuple[float, str, bytes, "str | None"]
 
 
 class MemorySession:
-    """One session of a :class:`MemoryLog`: its row, its events and its snapshots."""
+    """One session of a :class:`MemoryLog`: its row, its events and its snapshots.
+
+    As in the file, a session that a write creates (an append, a fork, a
+    metadata change) starts at revision 1; ``SessionStore.create`` makes one
+    at revision 0.
+    """
 
     __slots__ = (
         "created",
