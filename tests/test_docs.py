@@ -120,8 +120,10 @@ def test_the_readme_links_resolve() -> None:
 
 
 def normalize(line: str) -> str:
-    """A transcript line up to what changes from run to run: numbers, digests, spacing."""
+    """A transcript line up to what changes from run to run: numbers, digests,
+    spacing, and the engine (a transcript shows the C one)."""
     line = re.sub(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]{8,}\b", "H", line)
+    line = re.sub(r"\bengine (c|python)\b", "engine E", line)
     line = re.sub(r"\d[\d,.]*", "0", line)
     return " ".join(line.split())
 
