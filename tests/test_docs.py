@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, TESTS_DIR, child_env
+from .conftest import PYTHON, TESTS_DIR, child_env, extensions_required
 
 ROOT = TESTS_DIR.parent
 DOCS = ROOT / "docs"
@@ -170,8 +170,28 @@ def run_page(page: Path, cwd: Path, env: dict[str, str]) -> None:
             run_transcript(block, cwd, env)
 
 
+#: The extras a page's programs may need: what they import, and the module it takes.
+EXTRAS = {
+    "agentlog.integrations.openai_agents": ("agents", "openai-agents"),
+    "agentlog.integrations.langgraph": ("langgraph", "langgraph"),
+}
+
+
+def require_extras(page: Path) -> None:
+    """Skip a page whose programs need an extra that is not installed, saying
+    which (as the integration tests do), or fail under AGENTLOG_REQUIRE_EXTENSIONS."""
+    text = "".join(block.body for block in BLOCKS[page])
+    for trigger, (module, extra) in EXTRAS.items():
+        if trigger in text and importlib.util.find_spec(module) is None:
+            reason = f"{module} is not installed (pip install 'agentlog[{extra}]')"
+            if extensions_required():
+                pytest.fail(f"{reason}; AGENTLOG_REQUIRE_EXTENSIONS is set", pytrace=False)
+            pytest.skip(reason)
+
+
 @pytest.mark.parametrize("page", RUN_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_page_runs_twice(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    require_extras(page)
     env = child_env()
     # A transcript's `agentlog` is this interpreter's: the installed one.
     env["PATH"] = os.pathsep.join([str(Path(PYTHON).parent), env.get("PATH", "")])
