@@ -1,100 +1,22 @@
-"""LangGraph checkpointers on agentlog: what changed per step, not the whole state again.
+"""The core both savers share: planning, indexing and rebuilding checkpoints.
 
-:class:`AgentlogSaver` (sync, with ``a…`` twins that run inline) and
-:class:`AsyncAgentlogSaver` (on :mod:`agentlog.aio`, writes on its writer
-thread) are LangGraph ``BaseCheckpointSaver`` implementations. By default they
-live in an agentlog SQLite file (tenant ``"langgraph"``), beside anything else
-in it; any agentlog checkpointer works underneath.
-
-Storage layout
---------------
-One agentlog session per ``(thread_id, checkpoint_ns)``, with the id
-``lg:<sha256(thread_id)[:24]>:<sha256(checkpoint_ns)[:16]>`` (hashed: a
-thread id may hold any character; the real names are in the session). Every
-event is a ``context_view`` (so :func:`agentlog.fold_events` ignores them)
-with an ``lg`` kind, the session's ``e`` (epoch nonce) and ``o`` (the
-session's approximate byte offset after the event):
-
-* ``lg="t"`` — the thread: ``thread_id`` and ``checkpoint_ns``; first in
-  every session (and again after a copy, naming the copy's thread).
-* ``lg="c"`` — a checkpoint: ``id``, ``p`` (parent id), ``ps`` (the parent's
-  seq in this session, 0 for none), ``r`` (the seq of the snapshot this
-  checkpoint is rebuilt from), ``ck`` (the checkpoint without its
-  ``channel_values``, through the saver's ``serde``), ``m`` (metadata, as
-  JSON; ``mt`` through ``serde`` when JSON cannot hold it) and ``v``, the
-  channel values **that changed**: for each channel in ``new_versions`` a
-  blob — ``["f", type, data]`` the whole value, ``["x", type, data]`` a
-  list that extends the parent's value (only the new tail is stored: the
-  usual ``messages`` channel), or ``["e"]`` (the channel is empty).
-  Unchanged channels are not written at all. Two pointers let a fresh
-  process start from the end: ``mx``, the seq of the thread's latest
-  (greatest id) checkpoint as of this event, and ``ew``, the seqs of this
-  checkpoint's writes appended before it (LangGraph saves checkpoints in the
-  background, so a task's writes can land first).
-* ``lg="w"`` — one ``put_writes`` call: ``c`` (checkpoint id), ``t`` (task
-  id), ``tp`` (task path) and ``w``, the ``[idx, channel, type, data]``
-  writes, with LangGraph's ``WRITES_IDX_MAP`` indices for special writes.
-
-``type, data`` is the saver's ``serde.dumps_typed`` of the value, the bytes
-held as a latin-1 string (one character per byte: JSON keeps mostly-text
-payloads at ~1.1x their size, where base64 costs 1.33x).
-
-**Snapshots bound the replay.** A checkpoint is rebuilt from its ``r``
-snapshot by reading the seq range ``r..seq`` once and applying the blobs
-along the parent chain. A new checkpoint becomes a snapshot (every channel
-written whole, ``r`` = its own seq) when that range would hold more bytes
-than ``max(64 KiB, its state's size)``. So rebuilding any checkpoint reads at
-most about twice its state's size (the bytes a whole-state saver reads
-anyway), and since a snapshot is written only after at least its own size of
-deltas, snapshots at most double the deltas: the file grows linearly with the
-steps. A checkpoint whose parent is not in the session (a first one) is a
-snapshot too, and so, by the rule, is a time-travel put on a parent whose
-snapshot lies far back.
-
-**Finding things.** Each process keeps an index per session (checkpoint id
-→ seq, the pending writes' seqs per checkpoint, metadata), caught up at each
-call with the events after its head, so another process's writes are seen
-at the next call. Resuming the latest checkpoint (``get_tuple`` without an
-id, and the ``put`` / ``put_writes`` of the next step) needs only a *tail*
-index: the last events give ``mx``, and the events from that checkpoint's
-snapshot on are read once — the same range its rebuild reads. Anything
-older (an id before the tail, ``list``, copies, pruning) reads the whole
-session once, then only what is new. An append names the head it expects,
-so two writers never interleave a step: the loser rereads and retries. The
-last checkpoint put in this process is kept (its values, as objects) to
-detect list extensions without reading anything; a put on another parent
-rebuilds that parent first.
-
-Extension is detected on the values themselves: a list whose first elements
-are the parent's (``is`` or ``==``) stores only the rest. As with any saver
-that keeps objects, do not change a checkpointed message in place: LangGraph
-reducers replace messages, never mutate them.
-
-``copy_thread`` is the log's own fork of each namespace's session (plus a
-thread event naming the copy); ``delete_thread`` deletes the sessions;
-``prune`` and ``delete_for_runs`` rewrite the affected sessions (rebuilt,
-then written back as a fresh session: not atomic across the two steps).
-"""
+The savers only append what it plans and tell it the outcome; the storage
+layout it reads and writes is described in :mod:`agentlog.integrations.langgraph`."""
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import hashlib
 import json
-import os
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -106,208 +28,41 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from agentlog import (
-    BaseCheckpointer,
-    CheckpointConflictError,
-    SessionEvent,
-    SqliteCheckpointer,
-    SqliteStorage,
-    StorageDataError,
-    StorageUnavailableError,
+from agentlog import BaseCheckpointer, SessionEvent, StorageDataError
+
+from .encoding import (
+    EVENT_TYPE,
+    PREFIX,
+    as_bytes,
+    as_text,
+    configurable,
+    event_size,
+    extends,
+    session_id_for,
+    thread_of,
+    thread_prefix,
+    tuple_config,
 )
-from agentlog.aio import AsyncBaseCheckpointer, AsyncSqliteCheckpointer
+from .index import ChannelState, CheckpointInfo, Plan, SessionIndex
 
-__all__ = ["DEFAULT_LANGGRAPH_TENANT", "AgentlogSaver", "AsyncAgentlogSaver", "session_id_for"]
-
-#: The tenant a saver opened from a path keeps its sessions in.
-DEFAULT_LANGGRAPH_TENANT = "langgraph"
+__all__ = ["RETRIES", "SNAPSHOT_MIN_BYTES", "Core"]
 
 #: A range below this many bytes never forces a snapshot.
 SNAPSHOT_MIN_BYTES = 64 * 1024
-
-_EVENT_TYPE = "context_view"
-_PREFIX = "lg:"
-_RETRIES = 64
+#: How many times a write is planned again after losing to another writer.
+RETRIES = 64
+# How many sessions' indexes a saver keeps.
 _INDEX_CACHE = 64
-_T = TypeVar("_T")
 
 
-def _digest(text: str, size: int) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:size]
-
-
-def _thread_prefix(thread_id: str) -> str:
-    return f"{_PREFIX}{_digest(thread_id, 24)}:"
-
-
-def session_id_for(thread_id: str, checkpoint_ns: str) -> str:
-    """The agentlog session id holding ``(thread_id, checkpoint_ns)``."""
-    return _thread_prefix(thread_id) + _digest(checkpoint_ns, 16)
-
-
-def _text(data: bytes) -> str:
-    """Serialised bytes as a JSON string: one character per byte (latin-1).
-
-    Mostly-text payloads (msgpack of messages) cost ~1.1x their bytes in the
-    event's JSON, against 1.33x for base64.
-    """
-    return data.decode("latin-1")
-
-
-def _bytes(text: str) -> bytes:
-    return text.encode("latin-1")
-
-
-def _size(event: dict[str, Any]) -> int:
-    """The event's encoded size (plus room for its offset field)."""
-    return len(orjson.dumps(event)) + 16
-
-
-def _extends(value: Any, old: builtins.list[Any]) -> bool:
-    """Whether ``value`` is a list starting with ``old``'s elements (``is`` or ``==``)."""
-    if type(value) is not list or len(value) < len(old):
-        return False
-    try:
-        return bool(value[: len(old)] == old)
-    except Exception:  # an element whose == does not answer (arrays): store it whole
-        return False
-
-
-def _configurable(config: RunnableConfig) -> dict[str, Any]:
-    conf = config.get("configurable")
-    if not isinstance(conf, dict):
-        raise ValueError("a LangGraph config needs a 'configurable' mapping with a thread_id")
-    return conf
-
-
-def _thread_of(config: RunnableConfig) -> tuple[str, str]:
-    conf = _configurable(config)
-    if "thread_id" not in conf:
-        raise ValueError("a LangGraph config needs configurable.thread_id")
-    ns = conf.get("checkpoint_ns") or ""
-    return str(conf["thread_id"]), str(ns)
-
-
-def _tuple_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
-# -- the in-process index ------------------------------------------------------
-
-
-@dataclass
-class _Ckpt:
-    """What the index keeps of one checkpoint event."""
-
-    id: str
-    seq: int
-    parent: str | None
-    pseq: int
-    root: int
-    end: int
-    metadata: dict[str, Any] | None
-    metadata_typed: list[str] | None = None
-    # Writes events for this checkpoint appended before it (a racing put_writes).
-    early: tuple[int, ...] = ()
-
-
-@dataclass
-class _State:
-    """A checkpoint's channel values as objects, with what a child needs."""
-
-    seq: int
-    values: dict[str, Any]
-    sizes: dict[str, int]
-    root: int
-    # For list values: the element references as of this checkpoint.
-    lists: dict[str, list[Any]] = field(default_factory=dict)
-
-
-@dataclass
-class _Session:
-    """One (thread_id, checkpoint_ns) session as this process knows it."""
-
-    sid: str
-    # Events 1..base are not indexed (a tail index, made to resume fast); 0: all are.
-    base: int = 0
-    thread_id: str = ""
-    ns: str = ""
-    epoch: str = ""
-    head: int = 0
-    off: int = 0
-    ckpts: dict[str, int] = field(default_factory=dict)
-    info: dict[int, _Ckpt] = field(default_factory=dict)
-    writes: dict[str, list[int]] = field(default_factory=dict)
-    wkeys: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
-    latest: str | None = None
-    tip: _State | None = None
-    valid: bool = True
-
-    def apply(self, seq: int, ev: dict[str, Any]) -> bool:
-        """Index one event; False when it belongs to another incarnation."""
-        kind = ev.get("lg")
-        if kind == "t":
-            self.thread_id = str(ev["thread_id"])
-            self.ns = str(ev["checkpoint_ns"])
-            self.epoch = str(ev["e"])
-        elif ev.get("e") != self.epoch:
-            return False
-        elif kind == "c":
-            cid = str(ev["id"])
-            meta = ev.get("m")
-            info = _Ckpt(
-                cid,
-                seq,
-                ev.get("p"),
-                int(ev["ps"]),
-                int(ev["r"]),
-                int(ev["o"]),
-                meta if isinstance(meta, dict) else None,
-                ev.get("mt"),
-                tuple(ev.get("ew", ())),
-            )
-            self.ckpts[cid] = seq
-            self.info[seq] = info
-            if self.latest is None or cid >= self.latest:
-                self.latest = cid
-        elif kind == "w":
-            cid = str(ev["c"])
-            self.writes.setdefault(cid, []).append(seq)
-            keys = self.wkeys.setdefault(cid, set())
-            for idx, *_ in ev["w"]:
-                keys.add((str(ev["t"]), int(idx)))
-        self.head = seq
-        self.off = int(ev.get("o", self.off))
-        return True
-
-
-class _Plan:
-    """Events to append to one session, and how to index them once written."""
-
-    def __init__(self, sess: _Session, events: list[dict[str, Any]], tip: _State | None) -> None:
-        self.sess = sess
-        self.events = events
-        self.tip = tip
-        self.expected = sess.head
-
-
-# -- the core both savers share --------------------------------------------------
-
-
-class _Core:
+class Core:
     """Planning, indexing and rebuilding; the savers only append and await."""
 
     def __init__(self, log: BaseCheckpointer, serde: SerializerProtocol) -> None:
         self.log = log
         self.serde = serde
         self.lock = threading.RLock()
-        self.sessions: OrderedDict[str, _Session] = OrderedDict()
+        self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
         # The events a tail index just read (the rebuild after it needs the same range).
         self._read: tuple[str, dict[int, dict[str, Any]]] | None = None
 
@@ -318,22 +73,22 @@ class _Core:
         return kind, data
 
     def loads(self, kind: str, text: str) -> Any:
-        return self.serde.loads_typed((kind, _bytes(text)))
+        return self.serde.loads_typed((kind, as_bytes(text)))
 
     def blob(self, tag: str, value: Any) -> tuple[builtins.list[Any], int]:
         kind, data = self.dumps(value)
-        return [tag, kind, _text(data)], len(data)
+        return [tag, kind, as_text(data)], len(data)
 
     # -- the index ----------------------------------------------------------------
 
-    def session(self, thread_id: str, ns: str, full: bool = True) -> _Session | None:
+    def session(self, thread_id: str, ns: str, full: bool = True) -> SessionIndex | None:
         """The caught-up index of a session, or None when it does not exist
         (``full=False``: a tail index is enough)."""
         return self.refresh(session_id_for(thread_id, ns), full, (thread_id, ns))
 
     def refresh(
         self, sid: str, full: bool = True, names: tuple[str, str] | None = None
-    ) -> _Session | None:
+    ) -> SessionIndex | None:
         """The session's index, caught up with the log: read once, then only
         what was appended since. ``full=False`` accepts a tail index, built
         from the latest checkpoint's snapshot on (bounded like a rebuild)."""
@@ -351,15 +106,15 @@ class _Core:
             return None
         fresh = None if full or names is None else self._tail_index(sid, head, names)
         if fresh is None:
-            fresh = self._full(_Session(sid))
+            fresh = self._full(SessionIndex(sid))
         self.sessions[sid] = fresh
         while len(self.sessions) > _INDEX_CACHE:
             self.sessions.popitem(last=False)
         return fresh
 
-    def _full(self, old: _Session) -> _Session:
+    def _full(self, old: SessionIndex) -> SessionIndex:
         """An index of every event of the session (keeping what is cached)."""
-        sess = _Session(old.sid)
+        sess = SessionIndex(old.sid)
         if not self._catch_up(sess):
             raise StorageDataError(f"session {old.sid!r} does not hold a LangGraph thread")
         if old.tip is not None and old.valid and old.tip.seq in sess.info:
@@ -367,7 +122,7 @@ class _Core:
         self.sessions[old.sid] = sess
         return sess
 
-    def _tail_index(self, sid: str, head: int, names: tuple[str, str]) -> _Session | None:
+    def _tail_index(self, sid: str, head: int, names: tuple[str, str]) -> SessionIndex | None:
         """An index of the events from the latest checkpoint's snapshot on,
         or None (then the whole session is read)."""
         window = 32
@@ -388,7 +143,7 @@ class _Core:
         if root <= start:
             events = list(self.log.read(sid, root - 1, head - root + 1))
             start = root - 1
-        sess = _Session(sid, base=start, head=start, epoch=str(top_event["e"]))
+        sess = SessionIndex(sid, base=start, head=start, epoch=str(top_event["e"]))
         sess.thread_id, sess.ns = names
         for event in events:
             if not sess.apply(event.seq, event.event):
@@ -399,7 +154,7 @@ class _Core:
             return None
         return sess
 
-    def _catch_up(self, sess: _Session) -> bool:
+    def _catch_up(self, sess: SessionIndex) -> bool:
         for event in self.log.read(sess.sid, sess.head):
             if not sess.apply(event.seq, event.event):
                 return False
@@ -409,7 +164,7 @@ class _Core:
         self.sessions.pop(sid, None)
 
     def thread_sessions(self, thread_id: str | None) -> builtins.list[str]:
-        prefix = _thread_prefix(thread_id) if thread_id is not None else _PREFIX
+        prefix = thread_prefix(thread_id) if thread_id is not None else PREFIX
         return [info.id for info in self.log.list() if info.id.startswith(prefix)]
 
     def _event(self, sid: str, seq: int) -> dict[str, Any]:
@@ -420,13 +175,15 @@ class _Core:
     # -- rebuilding -----------------------------------------------------------------
 
     def state(
-        self, sess: _Session, seq: int, cache: dict[int, dict[str, Any]] | None = None
-    ) -> _State:
+        self, sess: SessionIndex, seq: int, cache: dict[int, dict[str, Any]] | None = None
+    ) -> ChannelState:
         """The channel values of the checkpoint at ``seq``, rebuilt from its
         snapshot (``cache``: events already read, seq → event, added to)."""
         return self._state(sess, seq, cache)
 
-    def _state(self, sess: _Session, seq: int, cache: dict[int, dict[str, Any]] | None) -> _State:
+    def _state(
+        self, sess: SessionIndex, seq: int, cache: dict[int, dict[str, Any]] | None
+    ) -> ChannelState:
         read, self._read = self._read, None
         if cache is None:
             cache = read[1] if read and read[0] == sess.sid else None
@@ -466,7 +223,7 @@ class _Core:
                     values.pop(channel, None)
                     sizes.pop(channel, None)
                     continue
-                data = _bytes(blob[2])
+                data = as_bytes(blob[2])
                 value = self.serde.loads_typed((blob[1], data))
                 if tag == "x":
                     base = values.get(channel)
@@ -478,11 +235,11 @@ class _Core:
                     values[channel] = value
                     sizes[channel] = len(data)
         lists = {k: list(v) for k, v in values.items() if type(v) is list}
-        return _State(seq, values, sizes, root, lists)
+        return ChannelState(seq, values, sizes, root, lists)
 
     def tuple_at(
         self,
-        sess: _Session,
+        sess: SessionIndex,
         seq: int,
         config: RunnableConfig | None = None,
         cache: dict[int, dict[str, Any]] | None = None,
@@ -500,20 +257,20 @@ class _Core:
         body["channel_values"] = {k: values[k] for k in versions if k in values}
         parent = info.parent
         return CheckpointTuple(
-            config=config or _tuple_config(thread, sess.ns, info.id),
+            config=config or tuple_config(thread, sess.ns, info.id),
             checkpoint=cast(Checkpoint, body),
             metadata=self.metadata(info),
-            parent_config=_tuple_config(thread, sess.ns, parent) if parent else None,
+            parent_config=tuple_config(thread, sess.ns, parent) if parent else None,
             pending_writes=self.pending_writes(sess, info.id),
         )
 
-    def metadata(self, info: _Ckpt) -> CheckpointMetadata:
+    def metadata(self, info: CheckpointInfo) -> CheckpointMetadata:
         if info.metadata_typed is not None:
             return cast(CheckpointMetadata, self.loads(*info.metadata_typed))
         # A fresh copy: the caller may change what it gets.
         return cast(CheckpointMetadata, orjson.loads(orjson.dumps(info.metadata or {})))
 
-    def pending_writes(self, sess: _Session, checkpoint_id: str) -> builtins.list[PendingWrite]:
+    def pending_writes(self, sess: SessionIndex, checkpoint_id: str) -> builtins.list[PendingWrite]:
         found: dict[tuple[str, int], tuple[str, str, str, str, str]] = {}
         seqs = set(sess.writes.get(checkpoint_id, ()))
         if checkpoint_id in sess.ckpts:
@@ -532,7 +289,7 @@ class _Core:
     # -- reads --------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        thread_id, ns = _thread_of(config)
+        thread_id, ns = thread_of(config)
         with self.lock:
             sess = self.session(thread_id, ns, full=False)
             if sess is None:
@@ -556,8 +313,8 @@ class _Core:
     ) -> builtins.list[CheckpointTuple]:
         with self.lock:
             if config is not None:
-                thread_id, _ = _thread_of(config)
-                conf = _configurable(config)
+                thread_id, _ = thread_of(config)
+                conf = configurable(config)
                 ns_wanted = conf.get("checkpoint_ns")
                 only_id = get_checkpoint_id(config)
                 sids = self.thread_sessions(thread_id)
@@ -565,7 +322,7 @@ class _Core:
                 ns_wanted, only_id, thread_id = None, None, None
                 sids = self.thread_sessions(None)
             before_id = get_checkpoint_id(before) if before else None
-            candidates: builtins.list[tuple[str, _Session, int]] = []
+            candidates: builtins.list[tuple[str, SessionIndex, int]] = []
             for sid in sids:
                 sess = self.refresh(sid)
                 if sess is None:
@@ -599,23 +356,23 @@ class _Core:
 
     # -- planning writes ------------------------------------------------------------
 
-    def _new_session(self, thread_id: str, ns: str) -> tuple[_Session, dict[str, Any]]:
-        sess = _Session(session_id_for(thread_id, ns))
+    def _new_session(self, thread_id: str, ns: str) -> tuple[SessionIndex, dict[str, Any]]:
+        sess = SessionIndex(session_id_for(thread_id, ns))
         header = self.thread_event(sess, thread_id, ns)
         return sess, header
 
-    def thread_event(self, sess: _Session, thread_id: str, ns: str) -> dict[str, Any]:
+    def thread_event(self, sess: SessionIndex, thread_id: str, ns: str) -> dict[str, Any]:
         ev: dict[str, Any] = {
-            "type": _EVENT_TYPE,
+            "type": EVENT_TYPE,
             "lg": "t",
             "e": secrets.token_hex(6),
             "thread_id": thread_id,
             "checkpoint_ns": ns,
         }
-        ev["o"] = sess.off + _size(ev)
+        ev["o"] = sess.off + event_size(ev)
         return ev
 
-    def _parent_state(self, sess: _Session, pseq: int) -> _State:
+    def _parent_state(self, sess: SessionIndex, pseq: int) -> ChannelState:
         tip = sess.tip
         if tip is not None and tip.seq == pseq:
             return tip
@@ -627,8 +384,8 @@ class _Core:
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> _Plan:
-        thread_id, ns = _thread_of(config)
+    ) -> Plan:
+        thread_id, ns = thread_of(config)
         parent_id = get_checkpoint_id(config)
         sess = self.session(thread_id, ns, full=False)
         if sess is not None and sess.base:
@@ -654,7 +411,7 @@ class _Core:
             new_versions,
         )
         events.append(event)
-        return _Plan(sess, events, tip)
+        return Plan(sess, events, tip)
 
     def stored_metadata(
         self, config: RunnableConfig, metadata: CheckpointMetadata
@@ -665,20 +422,20 @@ class _Core:
             text = json.dumps(meta, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError):
             kind, data = self.dumps(meta)
-            return {"mt": [kind, _text(data)]}
+            return {"mt": [kind, as_text(data)]}
         return {"m": json.loads(text)}
 
     def checkpoint_event(
         self,
-        sess: _Session,
+        sess: SessionIndex,
         seq: int,
         off: int,
         checkpoint: Checkpoint,
         parent_id: str | None,
-        parent: _State | None,
+        parent: ChannelState | None,
         stored_meta: dict[str, Any],
         new_versions: ChannelVersions,
-    ) -> tuple[dict[str, Any], _State]:
+    ) -> tuple[dict[str, Any], ChannelState]:
         """The event for one checkpoint at ``seq``, and the state it leaves."""
         incoming = checkpoint["channel_values"]
         versions = checkpoint["channel_versions"]
@@ -699,8 +456,8 @@ class _Core:
                 sess, seq, ck_kind, ck_data, checkpoint, parent_id, 0, seq, stored_meta
             )
             event["v"] = blobs
-            event["o"] = off + _size(event)
-            return event, _State(seq, values, sizes, seq, lists)
+            event["o"] = off + event_size(event)
+            return event, ChannelState(seq, values, sizes, seq, lists)
         values = dict(parent.values)
         sizes = dict(parent.sizes)
         lists = dict(parent.lists)
@@ -714,7 +471,7 @@ class _Core:
                 continue
             value = incoming[k]
             old = parent.lists.get(k)
-            if old is not None and k in parent.values and _extends(value, old):
+            if old is not None and k in parent.values and extends(value, old):
                 blobs[k], grown = self.blob("x", value[len(old) :])
                 sizes[k] = parent.sizes.get(k, 0) + grown
             else:
@@ -732,7 +489,7 @@ class _Core:
             sess, seq, ck_kind, ck_data, checkpoint, parent_id, parent.seq, parent.root, stored_meta
         )
         event["v"] = blobs
-        size = _size(event)
+        size = event_size(event)
         state_bytes = sum(sizes.values())
         root_end = sess.info[parent.root].end if parent.root in sess.info else 0
         if off + size - root_end > max(SNAPSHOT_MIN_BYTES, state_bytes):
@@ -742,15 +499,15 @@ class _Core:
             for k, value in values.items():
                 full[k], sizes[k] = self.blob("f", value)
             event["v"] = full
-            size = _size(event)
+            size = event_size(event)
             event["o"] = off + size
-            return event, _State(seq, values, sizes, seq, lists)
+            return event, ChannelState(seq, values, sizes, seq, lists)
         event["o"] = off + size
-        return event, _State(seq, values, sizes, parent.root, lists)
+        return event, ChannelState(seq, values, sizes, parent.root, lists)
 
     def _ckpt_event(
         self,
-        sess: _Session,
+        sess: SessionIndex,
         seq: int,
         ck_kind: str,
         ck_data: bytes,
@@ -763,14 +520,14 @@ class _Core:
         cid = checkpoint["id"]
         latest = sess.latest
         return {
-            "type": _EVENT_TYPE,
+            "type": EVENT_TYPE,
             "lg": "c",
             "e": "",
             "id": checkpoint["id"],
             "p": parent_id,
             "ps": pseq,
             "r": root,
-            "ck": [ck_kind, _text(ck_data)],
+            "ck": [ck_kind, as_text(ck_data)],
             # Where the thread's latest (greatest id) checkpoint is, this one
             # included: a fresh process finds it from the last event.
             "mx": seq if latest is None or cid >= latest else sess.ckpts[latest],
@@ -785,8 +542,8 @@ class _Core:
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> _Plan | None:
-        thread_id, ns = _thread_of(config)
+    ) -> Plan | None:
+        thread_id, ns = thread_of(config)
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
             raise ValueError("put_writes needs configurable.checkpoint_id")
@@ -813,12 +570,12 @@ class _Core:
                 continue
             mine.add((task_id, at))
             kind, data = self.dumps(value)
-            rows.append([at, channel, kind, _text(data)])
+            rows.append([at, channel, kind, as_text(data)])
         if not rows:
             return None
         off = int(events[-1]["o"]) if events else sess.off
         event: dict[str, Any] = {
-            "type": _EVENT_TYPE,
+            "type": EVENT_TYPE,
             "lg": "w",
             "e": "",
             "c": checkpoint_id,
@@ -826,11 +583,11 @@ class _Core:
             "tp": task_path,
             "w": rows,
         }
-        event["o"] = off + _size(event)
+        event["o"] = off + event_size(event)
         events.append(event)
-        return _Plan(sess, events, None)
+        return Plan(sess, events, None)
 
-    def stamp(self, plan: _Plan) -> builtins.list[SessionEvent]:
+    def stamp(self, plan: Plan) -> builtins.list[SessionEvent]:
         """The plan's events with the session's epoch filled in."""
         epoch = plan.sess.epoch
         for ev in plan.events:
@@ -840,7 +597,7 @@ class _Core:
                 ev["e"] = epoch
         return list(plan.events)
 
-    def committed(self, plan: _Plan) -> None:
+    def committed(self, plan: Plan) -> None:
         """Index a plan's events once the log holds them."""
         sess = plan.sess
         end = plan.expected + len(plan.events)
@@ -856,7 +613,7 @@ class _Core:
         self.sessions[sess.sid] = sess
         self.sessions.move_to_end(sess.sid)
 
-    def conflicted(self, plan: _Plan) -> None:
+    def conflicted(self, plan: Plan) -> None:
         """Another writer went first: reread unless this process wrote it."""
         if plan.sess.head == plan.expected:
             plan.sess.valid = False
@@ -865,13 +622,13 @@ class _Core:
     # -- rewriting (prune, delete_for_runs) ----------------------------------------
 
     def rewrite_events(
-        self, sess: _Session, keep: builtins.list[int]
+        self, sess: SessionIndex, keep: builtins.list[int]
     ) -> builtins.list[dict[str, Any]]:
         """A fresh session's events holding only the checkpoints at ``keep``."""
-        fresh = _Session(sess.sid)
+        fresh = SessionIndex(sess.sid)
         events = [self.thread_event(fresh, sess.thread_id, sess.ns)]
         fresh.apply(1, events[0])
-        previous: _State | None = None
+        previous: ChannelState | None = None
         previous_id: str | None = None
         for seq in sorted(keep):
             info = sess.info[seq]
@@ -908,499 +665,7 @@ class _Core:
             for wseq in sess.writes.get(info.id, ()):
                 wev = dict(self._event(sess.sid, wseq))
                 wev["e"] = fresh.epoch
-                wev["o"] = fresh.off + _size(wev)
+                wev["o"] = fresh.off + event_size(wev)
                 fresh.apply(fresh.head + 1, wev)
                 events.append(wev)
         return events
-
-
-def _run_id(metadata: CheckpointMetadata) -> str | None:
-    run_id = dict(metadata).get("run_id")
-    return str(run_id) if run_id is not None else None
-
-
-#: One maintenance step on the log: ("delete", sid) | ("fork", sid, at, new) |
-#: ("append", sid, events, expected_head).
-_Op = tuple[Any, ...]
-
-
-class _Maintenance:
-    """The log operations of copy, prune, delete: planned under the lock, then run."""
-
-    def __init__(self, core: _Core) -> None:
-        self.core = core
-
-    def delete_thread(self, thread_id: str) -> builtins.list[_Op]:
-        return [("delete", sid) for sid in self.core.thread_sessions(str(thread_id))]
-
-    def copy_thread(self, source: str, target: str) -> builtins.list[_Op]:
-        core = self.core
-        if str(source) == str(target):
-            return []  # a thread is already its own copy
-        ops = self.delete_thread(target)
-        for sid in core.thread_sessions(str(source)):
-            sess = core.refresh(sid)
-            if sess is None:
-                continue
-            new = session_id_for(str(target), sess.ns)
-            event = core.thread_event(_Session(new, off=sess.off), str(target), sess.ns)
-            ops.append(("fork", sid, sess.head, new))
-            ops.append(("append", new, [event], sess.head))
-        return ops
-
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> builtins.list[_Op]:
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}")
-        core = self.core
-        ops: builtins.list[_Op] = []
-        for thread_id in thread_ids:
-            if strategy == "delete":
-                ops.extend(self.delete_thread(thread_id))
-                continue
-            for sid in core.thread_sessions(str(thread_id)):
-                sess = core.refresh(sid)
-                if sess is not None and sess.latest is not None:
-                    keep = self._with_delta_seeds(sess, sess.ckpts[sess.latest])
-                    ops.extend(self._rewrite(sess, keep))
-        return ops
-
-    def _with_delta_seeds(self, sess: _Session, seq: int) -> builtins.list[int]:
-        """The checkpoint at ``seq`` and the ancestors its ``DeltaChannel``s are
-        rebuilt from: LangGraph stores such a channel's value only every
-        ``snapshot_frequency`` steps and replays the writes since from the
-        parent chain, so dropping those parents would empty the channel."""
-        core = self.core
-        info = sess.info[seq]
-        counters = core.metadata(info).get("counters_since_delta_snapshot") or {}
-        needed = set(counters) - core.tuple_at(sess, seq).checkpoint["channel_values"].keys()
-        keep = [seq]
-        parent = info.parent
-        while needed and parent is not None and parent in sess.ckpts:
-            parent_seq = sess.ckpts[parent]
-            keep.append(parent_seq)
-            needed -= core.tuple_at(sess, parent_seq).checkpoint["channel_values"].keys()
-            parent = sess.info[parent_seq].parent
-        return keep
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> builtins.list[_Op]:
-        wanted = {str(r) for r in run_ids}
-        core = self.core
-        ops: builtins.list[_Op] = []
-        if not wanted:
-            return ops
-        for sid in core.thread_sessions(None):
-            sess = core.refresh(sid)
-            if sess is None:
-                continue
-            keep = [
-                seq
-                for seq in sess.ckpts.values()
-                if _run_id(core.metadata(sess.info[seq])) not in wanted
-            ]
-            if len(keep) == len(sess.ckpts):
-                continue
-            ops.extend(self._rewrite(sess, keep) if keep else [("delete", sid)])
-        return ops
-
-    def _rewrite(self, sess: _Session, keep: builtins.list[int]) -> builtins.list[_Op]:
-        events = self.core.rewrite_events(sess, keep)
-        return [("delete", sess.sid), ("append", sess.sid, events, 0)]
-
-    def done(self, ops: builtins.list[_Op]) -> None:
-        for op in ops:
-            self.core.forget(op[-1] if op[0] == "fork" else op[1])
-
-
-# -- the savers --------------------------------------------------------------------
-
-
-class _SaverBase(BaseCheckpointSaver[int]):
-    """What both savers share: the reads and the versions."""
-
-    _core: _Core
-    _maintenance: _Maintenance
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint named by ``config`` (the namespace's latest without a
-        checkpoint_id), with its pending writes in LangGraph's order."""
-        return self._core.get_tuple(config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first (by id), of one thread (and namespace, if
-        given) or of all, matching ``filter`` on metadata, older than
-        ``before``, at most ``limit``."""
-        return iter(self._core.list(config, filter, before, limit))
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """:meth:`get_tuple` (a short read, on the caller's loop)."""
-        return self.get_tuple(config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        """:meth:`list` (short reads, on the caller's loop)."""
-        for item in self.list(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    def get_next_version(self, current: int | None, channel: None) -> int:
-        """The next version: 1, 2, 3 … per channel (LangGraph's default).
-
-        Savers that key stored values by version add a random suffix so two
-        branches never share a key; values here are found along the parent
-        chain, not by version, so plain integers do — and every checkpoint's
-        ``channel_versions`` and ``versions_seen`` stay short. (A version
-        another saver wrote, ``"000…7.0.123"``, continues from its number.)
-        """
-        if current is None:
-            return 1
-        if isinstance(current, int):
-            return current + 1
-        return int(str(current).split(".")[0]) + 1
-
-
-class AgentlogSaver(_SaverBase):
-    """A LangGraph checkpointer on an agentlog log: deltas per step, bounded snapshots.
-
-    ``target`` is a path (an agentlog SQLite file is opened — created if
-    missing — for ``tenant`` on ``engine``, and closed with the saver), an
-    open :class:`~agentlog.SqliteStorage` (its log for ``tenant``), or any
-    :class:`~agentlog.BaseCheckpointer` (used as it is, with its own tenant,
-    and not closed by the saver). The ``a…`` methods run the same code
-    inline (SQLite writes are short); :class:`AsyncAgentlogSaver` keeps
-    writes off the event loop. One saver is safe to share between threads.
-    The module docstring describes what is stored.
-    """
-
-    def __init__(
-        self,
-        target: str | os.PathLike[str] | BaseCheckpointer | SqliteStorage,
-        *,
-        tenant: str = DEFAULT_LANGGRAPH_TENANT,
-        engine: str | None = None,
-        serde: SerializerProtocol | None = None,
-    ) -> None:
-        super().__init__(serde=serde)
-        self._owns = False
-        if isinstance(target, BaseCheckpointer):
-            log = target
-        elif isinstance(target, SqliteStorage):
-            log = target.checkpointer(tenant)
-        else:
-            log = SqliteCheckpointer(target, tenant=tenant, engine=engine)
-            self._owns = True
-        self.log: BaseCheckpointer = log
-        self._core = _Core(log, self.serde)
-        self._maintenance = _Maintenance(self._core)
-
-    def close(self) -> None:
-        """Close the log if the saver opened it (from a path)."""
-        if self._owns:
-            self.log.close()
-
-    def __enter__(self) -> AgentlogSaver:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    # -- writes -----------------------------------------------------------------
-
-    def _commit(self, make: Callable[[], _Plan | None]) -> None:
-        core = self._core
-        for _ in range(_RETRIES):
-            with core.lock:
-                plan = make()
-                if plan is None:
-                    return
-                try:
-                    self.log.append(plan.sess.sid, core.stamp(plan), expected_head=plan.expected)
-                except CheckpointConflictError:
-                    core.conflicted(plan)
-                    continue
-                core.committed(plan)
-                return
-        raise StorageUnavailableError(f"gave up after {_RETRIES} conflicting writers")
-
-    def _run(self, plan: Callable[[], builtins.list[_Op]]) -> None:
-        core = self._core
-        with core.lock:
-            ops = plan()
-            try:
-                for op in ops:
-                    if op[0] == "delete":
-                        self.log.delete(op[1])
-                    elif op[0] == "fork":
-                        self.log.fork(op[1], op[2], op[3])
-                    else:
-                        self.log.append(op[1], op[2], expected_head=op[3])
-            finally:
-                self._maintenance.done(ops)
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint: the channels in ``new_versions`` (a list that
-        grew, only its new tail), the others by reference to the parent."""
-        self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
-        thread_id, ns = _thread_of(config)
-        return _tuple_config(thread_id, ns, checkpoint["id"])
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes for the checkpoint in ``config``: a regular
-        write already stored under the same ``(task_id, idx)`` is kept, a
-        special one (error, interrupt, …; ``WRITES_IDX_MAP``) replaced."""
-        self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every namespace of ``thread_id`` (an unknown thread is fine)."""
-        self._run(lambda: self._maintenance.delete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of a thread to another (replacing
-        what it held) with the log's own fork of each namespace."""
-        self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep each namespace's latest checkpoint (a
-        snapshot) and its writes, with the ancestors back to the last full
-        value of each ``DeltaChannel`` it holds; ``"delete"``: delete the
-        threads."""
-        self._run(lambda: self._maintenance.prune(thread_ids, strategy))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) whose metadata ``run_id``
-        is one of ``run_ids``; the others stay readable. As LangGraph warns,
-        a later checkpoint's ``DeltaChannel`` rebuilt from a deleted one's
-        writes loses them: deleting is what was asked."""
-        self._run(lambda: self._maintenance.delete_for_runs(run_ids))
-
-    # -- async twins (inline) -------------------------------------------------
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`put`, inline."""
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`put_writes`, inline."""
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`delete_thread`, inline."""
-        self.delete_thread(thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`copy_thread`, inline."""
-        self.copy_thread(source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`prune`, inline."""
-        self.prune(thread_ids, strategy=strategy)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`delete_for_runs`, inline."""
-        self.delete_for_runs(run_ids)
-
-
-class AsyncAgentlogSaver(_SaverBase):
-    """:class:`AgentlogSaver` for asyncio hosts, on :mod:`agentlog.aio`.
-
-    ``target`` is a path (an :class:`~agentlog.aio.AsyncSqliteCheckpointer`
-    is opened for ``tenant`` on ``engine`` and closed by :meth:`aclose`) or
-    an open :class:`~agentlog.aio.AsyncBaseCheckpointer` (not closed). Every
-    write goes to that checkpointer's writer thread (group-committed with
-    others); reads are short WAL reads on the loop, as in :mod:`agentlog.aio`.
-    The sync methods work from other threads (they run on the saver's loop);
-    called on the loop itself, the writing ones raise.
-    """
-
-    def __init__(
-        self,
-        target: str | os.PathLike[str] | AsyncBaseCheckpointer,
-        *,
-        tenant: str = DEFAULT_LANGGRAPH_TENANT,
-        engine: str | None = None,
-        serde: SerializerProtocol | None = None,
-    ) -> None:
-        super().__init__(serde=serde)
-        self._owns = not isinstance(target, AsyncBaseCheckpointer)
-        if isinstance(target, AsyncBaseCheckpointer):
-            self.log = target
-        else:
-            self.log = AsyncSqliteCheckpointer(target, tenant=tenant, engine=engine)
-        self._core = _Core(self.log.backend, self.serde)
-        self._maintenance = _Maintenance(self._core)
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    async def aclose(self) -> None:
-        """Finish queued writes and close the log if the saver opened it."""
-        if self._owns:
-            await self.log.aclose()
-
-    async def __aenter__(self) -> AsyncAgentlogSaver:
-        self.loop = asyncio.get_running_loop()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    # -- writes -----------------------------------------------------------------
-
-    async def _commit(self, make: Callable[[], _Plan | None]) -> None:
-        self.loop = asyncio.get_running_loop()
-        core = self._core
-        for _ in range(_RETRIES):
-            with core.lock:
-                plan = make()
-                if plan is None:
-                    return
-                events = core.stamp(plan)
-            try:
-                await self.log.append(plan.sess.sid, events, expected_head=plan.expected)
-            except CheckpointConflictError:
-                with core.lock:
-                    core.conflicted(plan)
-                continue
-            with core.lock:
-                core.committed(plan)
-            return
-        raise StorageUnavailableError(f"gave up after {_RETRIES} conflicting writers")
-
-    async def _run(self, plan: Callable[[], builtins.list[_Op]]) -> None:
-        self.loop = asyncio.get_running_loop()
-        core = self._core
-        with core.lock:
-            ops = plan()
-        try:
-            for op in ops:
-                if op[0] == "delete":
-                    await self.log.delete(op[1])
-                elif op[0] == "fork":
-                    await self.log.fork(op[1], op[2], op[3])
-                else:
-                    await self.log.append(op[1], op[2], expected_head=op[3])
-        finally:
-            with core.lock:
-                self._maintenance.done(ops)
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`AgentlogSaver.put`, written by the writer thread."""
-        await self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
-        thread_id, ns = _thread_of(config)
-        return _tuple_config(thread_id, ns, checkpoint["id"])
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`AgentlogSaver.put_writes`, written by the writer thread."""
-        await self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`AgentlogSaver.delete_thread`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.delete_thread(thread_id))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`AgentlogSaver.copy_thread`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`AgentlogSaver.prune`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.prune(thread_ids, strategy))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`AgentlogSaver.delete_for_runs`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.delete_for_runs(run_ids))
-
-    # -- sync faces, from other threads ----------------------------------------
-
-    def _on_loop(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-        loop = self.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop:
-            raise asyncio.InvalidStateError(
-                "AsyncAgentlogSaver writes are coroutines: await the a… method "
-                "(the sync ones are for other threads, once the saver has a loop)"
-            )
-        return asyncio.run_coroutine_threadsafe(make(), loop).result()
-
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`aput` from another thread."""
-        return self._on_loop(lambda: self.aput(config, checkpoint, metadata, new_versions))
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`aput_writes` from another thread."""
-        self._on_loop(lambda: self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """:meth:`adelete_thread` from another thread."""
-        self._on_loop(lambda: self.adelete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`acopy_thread` from another thread."""
-        self._on_loop(lambda: self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`aprune` from another thread."""
-        self._on_loop(lambda: self.aprune(thread_ids, strategy=strategy))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`adelete_for_runs` from another thread."""
-        self._on_loop(lambda: self.adelete_for_runs(run_ids))
