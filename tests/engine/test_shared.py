@@ -23,6 +23,7 @@ from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
 from ..log.test_sqlite import HOLD_WRITE_LOCK
+from ..waiting import wait_until
 from .test_group_commit import threads_of_this_process
 
 EVENT = {"type": "user", "content": "hello"}
@@ -240,9 +241,7 @@ def test_an_async_checkpointer_dropped_unclosed_stops_its_writer(
 
     asyncio.run(main())
     gc.collect()
-    deadline = time.monotonic() + 10
-    while threads_of_this_process() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: threads_of_this_process() <= before, timeout=10, interval=0.05)
     assert threads_of_this_process() == before  # its idle writer saw it go
 
 
