@@ -102,7 +102,8 @@ class AgentlogSaver(SaverBase):
     and not closed by the saver). The ``a…`` methods run the same code
     inline (SQLite writes are short); :class:`AsyncAgentlogSaver` keeps
     writes off the event loop. One saver is safe to share between threads.
-    The module docstring describes what is stored.
+    The package docstring (:mod:`agentlog.integrations.langgraph`) describes
+    what is stored.
     """
 
     def __init__(
