@@ -550,6 +550,10 @@ def test_json_on_every_read_command(store: Path) -> None:
     assert {"sqlite_version", "compile_options", "available", "extension_error"} <= set(info)
 
 
+def test_the_commands_run_on_each_engine(cli_engine: str) -> None:
+    assert json.loads(ok("info", "--json"))["engine"] == cli_engine
+
+
 def test_info_is_a_short_summary() -> None:
     lines = ok("info").splitlines()
     assert lines[0] == f"agentlog {agentlog.__version__}"
