@@ -19,6 +19,7 @@ from typing import (
     runtime_checkable,
 )
 
+from ..engine.commits import CommitSignal
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
@@ -225,67 +226,6 @@ class WouldWait:
 
 #: The one :class:`WouldWait`.
 WOULD_WAIT = WouldWait()
-
-
-class CommitSignal:
-    """Tells this process's followers that their checkpointer wrote something.
-
-    The checkpointer calls :meth:`notify` after each successful write (an
-    append, a group of appends, a truncate, a fork, a delete) and when it
-    closes. Threads block in :meth:`wait`; an event loop subscribes a
-    callback (called on the writing thread, so it must only hand over, e.g.
-    with ``call_soon_threadsafe``).
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._count = 0
-        self._waiting = 0
-        self._listeners: tuple[Callable[[], None], ...] = ()
-
-    @property
-    def count(self) -> int:
-        """How many times it has been notified: take it before looking at the log."""
-        return self._count
-
-    @property
-    def subscribers(self) -> int:
-        """How many listeners are subscribed (an event loop with followers is one)."""
-        return len(self._listeners)
-
-    def notify(self) -> None:
-        """One write has committed: wake every waiter, call every listener."""
-        with self._cond:
-            self._count += 1
-            if self._waiting:
-                self._cond.notify_all()
-            listeners = self._listeners
-        for listener in listeners:
-            listener()
-
-    def wait(self, mark: int, timeout: float) -> bool:
-        """Block until :attr:`count` is no longer ``mark`` (True) or ``timeout`` passes."""
-        with self._cond:
-            if self._count != mark:
-                return True
-            self._waiting += 1
-            try:
-                return self._cond.wait_for(lambda: self._count != mark, timeout)
-            finally:
-                self._waiting -= 1
-
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` after every notification, until :meth:`unsubscribe`."""
-        with self._cond:
-            self._listeners = (*self._listeners, listener)
-
-    def unsubscribe(self, listener: Callable[[], None]) -> None:
-        """Stop calling ``listener`` (nothing if it is not subscribed)."""
-        with self._cond:
-            listeners = list(self._listeners)
-            if listener in listeners:
-                listeners.remove(listener)
-            self._listeners = tuple(listeners)
 
 
 class BaseCheckpointer(Closable, ABC):

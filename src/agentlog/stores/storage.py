@@ -12,11 +12,11 @@ import os
 import weakref
 from typing import Protocol, runtime_checkable
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, release_engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_database, release_engine
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
-from ..log.sqlite import SqliteCheckpointer, open_database
+from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
 from .common import DEFAULT_TENANT, StorageHold, check_name
