@@ -18,8 +18,18 @@ from typing import Any
 
 from ..errors import SchemaVersionError, StorageNotFoundError
 from ..files import DEFAULT_FILE_MODE, check_file_mode
-from .base import DEFAULT_WAL_SIZE_LIMIT
-from .interface import AppendCompletions, Connection, Engine, EngineFactory
+from .connections import DEFAULT_WAL_SIZE_LIMIT
+from .interface import (
+    AppendCompletions,
+    Connection,
+    Database,
+    Engine,
+    EngineFactory,
+    LogEngine,
+    MaintenanceEngine,
+    TransactionEngine,
+)
+from .line_check import first_bad_crc_line
 from .pure import PyEngine
 
 __all__ = [
@@ -28,8 +38,12 @@ __all__ = [
     "DEFAULT_WAL_SIZE_LIMIT",
     "AppendCompletions",
     "Connection",
+    "Database",
     "Engine",
     "EngineFactory",
+    "LogEngine",
+    "MaintenanceEngine",
+    "TransactionEngine",
     "engine_class",
     "engine_info",
     "first_bad_crc_line",
@@ -42,18 +56,14 @@ __all__ = [
 #: Engine classes by name, the default first.
 AVAILABLE_ENGINES: dict[str, EngineFactory] = {}
 _extension_error: str | None = "disabled by AGENTLOG_NO_EXTENSIONS"
-#: The C engine's check of a page of file-store lines against their crcs
-#: (``first_bad_line``), or None without it: the file store checks in Python.
-first_bad_crc_line: Callable[[bytes], int] | None = None
 
 if not os.environ.get("AGENTLOG_NO_EXTENSIONS") and platform.python_implementation() == "CPython":
     try:
-        from .cengine import CEngine, first_bad_line
+        from .cengine import CEngine
     except ImportError as exc:
         _extension_error = f"{type(exc).__name__}: {exc}"
     else:
         AVAILABLE_ENGINES["c"] = CEngine
-        first_bad_crc_line = first_bad_line
         _extension_error = None
 AVAILABLE_ENGINES["python"] = PyEngine
 

@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from .interface import Engine
+from .interface import Database
 
 __all__ = ["CommitSignal", "EngineCommits", "engine_commits", "notify_commit"]
 
@@ -108,11 +108,11 @@ class EngineCommits:
 
 
 # Per engine (weakly: an engine closed and dropped takes its signal along).
-_COMMITS: weakref.WeakKeyDictionary[Engine, EngineCommits] = weakref.WeakKeyDictionary()
+_COMMITS: weakref.WeakKeyDictionary[Database, EngineCommits] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def engine_commits(engine: Engine) -> EngineCommits:
+def engine_commits(engine: Database) -> EngineCommits:
     """``engine``'s commit signal holder, shared by everything that writes through it."""
     with _LOCK:
         commits = _COMMITS.get(engine)
@@ -121,7 +121,7 @@ def engine_commits(engine: Engine) -> EngineCommits:
         return commits
 
 
-def notify_commit(engine: Engine) -> None:
+def notify_commit(engine: Database) -> None:
     """After a write through ``engine``: wake the followers of every checkpointer on it."""
     commits = _COMMITS.get(engine)  # (no checkpointer on it yet: no follower either)
     if commits is not None:
