@@ -59,6 +59,7 @@ __all__ = [
     "MetadataCheckpointer",
     "PreparedAppend",
     "WouldWait",
+    "WriterPort",
     "check_fork",
     "check_revision",
     "decode_metadata",
@@ -228,6 +229,57 @@ class WouldWait:
 WOULD_WAIT = WouldWait()
 
 
+class WriterPort(Protocol):
+    """What the async layer (:mod:`agentlog.aio`) needs of a checkpointer beyond
+    the contract: appends prepared apart from their writing, written in
+    groups (or without waiting, or queued to the backend's own writer
+    thread), reads that must not wait for a write, and a follower's steps.
+
+    The async twins reach a checkpointer's writer only through the port
+    :meth:`BaseCheckpointer.writer_port` gives them.
+    """
+
+    def prepare_append(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> PreparedAppend:
+        """Check and encode an append without writing it."""
+        ...
+
+    def append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
+        """Write prepared appends, each on its own terms (one transaction where it can)."""
+        ...
+
+    def try_append_prepared(
+        self, appends: Sequence[PreparedAppend]
+    ) -> builtins.list[int | Exception] | None:
+        """:meth:`append_prepared` only if it need not wait; else None, nothing written."""
+        ...
+
+    def append_completions(self) -> AppendCompletions | None:
+        """A channel to the backend's own writer thread, or None where it has none."""
+        ...
+
+    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
+        """Queue a non-empty prepared append to that writer thread; its handle."""
+        ...
+
+    def notify_commit(self) -> None:
+        """Wake this process's followers after a write."""
+        ...
+
+    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+        """``read()``, unless it would wait for a write under way."""
+        ...
+
+    def change_token(self, session_id: str) -> Hashable:
+        """A cheap token that changes when another process writes the session."""
+        ...
+
+    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
+        """One step of a follower: up to a page of events after ``after_seq``."""
+        ...
+
+
 class BaseCheckpointer(Closable, ABC):
     """Argument checking, the closed state and the context manager, shared.
 
@@ -385,6 +437,15 @@ class BaseCheckpointer(Closable, ABC):
         if results is not None:
             self.notify_commit()
         return results
+
+    def writer_port(self) -> WriterPort:
+        """The async layer's way to this checkpointer's writer (see :class:`WriterPort`).
+
+        Every built-in backend is its own port for now: PostgreSQL's
+        backend, moving under the engine in its own change, still writes
+        through these methods of its checkpointer.
+        """
+        return self
 
     def append_completions(self) -> AppendCompletions | None:
         """A channel for an event loop's appends to this backend's writer
