@@ -19,16 +19,7 @@ from typing import Any
 from ..errors import SchemaVersionError, StorageNotFoundError
 from ..files import DEFAULT_FILE_MODE, check_file_mode
 from .connections import DEFAULT_WAL_SIZE_LIMIT
-from .interface import (
-    AppendCompletions,
-    Connection,
-    Database,
-    Engine,
-    EngineFactory,
-    LogEngine,
-    MaintenanceEngine,
-    TransactionEngine,
-)
+from .interface import AppendCompletions, Connection, Engine, EngineFactory
 from .line_check import first_bad_crc_line
 from .pure import PyEngine
 
@@ -38,12 +29,8 @@ __all__ = [
     "DEFAULT_WAL_SIZE_LIMIT",
     "AppendCompletions",
     "Connection",
-    "Database",
     "Engine",
     "EngineFactory",
-    "LogEngine",
-    "MaintenanceEngine",
-    "TransactionEngine",
     "engine_class",
     "engine_info",
     "first_bad_crc_line",

@@ -7,13 +7,16 @@ inside one ``BEGIN IMMEDIATE`` transaction with the GIL released, and scans a
 page by copying the payloads straight from column memory into one buffer that
 is decoded in one call, then builds each ``StoredEvent`` in place. Opening,
 the schema guard, the reader pool, transactions, the error table and the cold
-paths are the shared ``EngineBase``.
+paths are the shared ``EngineBase`` (engine/base.py and the modules it joins).
 
 Its parts are included files beside it, compiled into this one module (with
 the embedded SQLite, one translation unit): ``connection.pxi`` (prepared
 statements, ``CConnection``), ``group_commit.pxi`` (requests, ``_apply`` and
 ``_commit_group``, the write lock and the writer thread) and ``scan.pxi``
 (page stepping and ``StoredEvent`` building); this file holds ``CEngine``.
+``line_check.pxi`` is the file store's check of its lines' CRCs: compiled into
+this module (the one C module agentlog builds), but no part of the engine
+(reached through ``agentlog.engine.line_check``).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize

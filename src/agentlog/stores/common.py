@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..engine import TransactionEngine
 from ..engine import schema as S
+from ..engine.interface import TransactionEngine
 from ..errors import (
     CheckpointerClosedError,
     StorageConflictError,
