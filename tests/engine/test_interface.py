@@ -21,7 +21,7 @@ from agentlog import (
     StorageUnavailableError,
 )
 from agentlog.engine import open_engine
-from agentlog.engine.base import driver_error
+from agentlog.engine.errors import driver_error
 from agentlog.engine.schema import MAX_SID, SCHEMA_VERSION
 
 EVENT = {"type": "user", "content": "hi"}

@@ -52,7 +52,7 @@ from ..log import (
     follow_pages_async,
 )
 from .handle import AsyncSession
-from .writer import Closing, Job, LoopChannel, Writer, off_loop, settle
+from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -158,7 +158,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
         appends_on_loop: bool = False,
     ) -> None:
         self._backend = backend
-        self._writer = Writer(backend, type(backend).__name__, inline=inline_writes, owner=self)
+        # The backend's writer, as the async layer reaches it (a port of its own).
+        self._port = backend.writer_port()
+        self._writer = Writer(self._port, type(backend).__name__, inline=inline_writes, owner=self)
         # With appends_on_loop, the appends queued on one loop in one turn of
         # it are first offered to the backend as one group on the loop's own
         # thread (written only if that needs no waiting), then to the writer.
@@ -215,7 +217,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """``read()`` on the loop; behind the write under way, on the writer
         thread, when it would wait for that write (the file store's lock)."""
         self._check_open()
-        result = self._backend.try_read(read)
+        result = self._port.try_read(read)
         if isinstance(result, WouldWait):
             return await self._write(read)
         return result
@@ -232,7 +234,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         refused as a whole — ``head()`` tells which.
         """
         self._check_open()
-        prepared = self._backend.prepare_append(session_id, events, expected_head)
+        prepared = self._port.prepare_append(session_id, events, expected_head)
         loop = asyncio.get_running_loop()
         if not self._appends_on_loop:
             # Never written on the loop (every commit waits for the disk, or
@@ -247,7 +249,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if group is None:
             alone = self._alone_in_turn(loop)
             if alone:
-                written = self._backend.try_append_prepared([prepared])
+                written = self._port.try_append_prepared([prepared])
                 if written is not None:
                     self._loop_flushes += 1
                     if isinstance(written[0], Exception):
@@ -317,12 +319,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
             live = ref()
             if live is not None:
                 return live
-        completions = self._backend.append_completions()
+        completions = self._port.append_completions()
         if completions is None:
             self._has_channels = False
             return None
         try:
-            channel = LoopChannel(self._backend, completions, loop, self._loop_shared)
+            channel = LoopChannel(self._port, completions, loop, self._loop_shared)
         except NotImplementedError:  # a loop that cannot watch a descriptor
             completions.close()
             self._channels[loop] = None
@@ -347,7 +349,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
             assert job.append is not None
             appends.append(job.append)
         try:
-            results = self._backend.try_append_prepared(appends)
+            results = self._port.try_append_prepared(appends)
         except Exception as exc:  # the whole group failed (closed, a disk error): each hears
             for job in jobs:
                 job.future.set_exception(exc)
@@ -375,14 +377,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
                     job.future.set_exception(exc)
             return
         self._loop_flushes += 1
-        settle(
-            [
-                (job.future, None, result)
-                if isinstance(result, Exception)
-                else (job.future, result, None)
-                for job, result in zip(jobs, results, strict=True)
-            ]
-        )
+        settle([(job.future, *outcome(result)) for job, result in zip(jobs, results, strict=True)])
 
     async def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..engine import Connection, open_engine
-from ..engine import sql as Q
+from ..engine import migration_rows as M
 from ..errors import SchemaVersionError
 from ..files import remove_created
 from ..integrity import Progress, checksum
@@ -77,10 +77,10 @@ class SqliteTarget:
                 return set(), {}
 
             def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
-                sessions = {row[0] for row in conn.rows(Q.SESSION_NAMES, (tenant,))}
+                sessions = M.session_names(conn, tenant)
                 ledger = {}
                 if version >= 6:
-                    ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id, tenant)))
+                    ledger = M.ledger(conn, source_id, tenant)
                 return sessions, ledger
 
             return db.read("read target", work, snapshot=True)
@@ -112,7 +112,7 @@ class SqliteTarget:
         def work(conn: Connection) -> None:
             for done, planned in enumerate(pending, 1):
                 unit = load(planned)
-                if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
+                if M.session_exists(conn, tenant, planned.session_id):
                     raise MigrationError(f"session {planned.session_id!r} appeared in the target")
                 sid = db.create_session(
                     conn,
@@ -126,8 +126,8 @@ class SqliteTarget:
                 )
                 db.insert_events(conn, sid, unit.first_seq - 1, unit.events)
                 for through, state, taken in unit.snapshots:
-                    conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
-                conn.rows(Q.LEDGER_INSERT, ledger_row(planned, tenant, source_id, source_format))
+                    M.insert_snapshot(conn, sid, through, state, taken)
+                M.record_migration(conn, ledger_row(planned, tenant, source_id, source_format))
                 if progress:
                     progress(done, len(pending))
 

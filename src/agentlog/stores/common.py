@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..engine import Engine
 from ..engine import schema as S
+from ..engine.interface import TransactionEngine
 from ..errors import (
     CheckpointerClosedError,
     StorageConflictError,
@@ -143,7 +143,7 @@ class EngineTransactions(Transactions):
     engine may stay open for the process's other holders.
     """
 
-    def __init__(self, engine: Engine, hold: StorageHold | None = None) -> None:
+    def __init__(self, engine: TransactionEngine, hold: StorageHold | None = None) -> None:
         self._engine = engine
         self._hold = hold
 

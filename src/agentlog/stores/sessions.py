@@ -28,7 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..engine import schema as S
-from ..engine import sql as Q
+from ..engine import store_rows as R
+from ..engine.commits import notify_commit
+from ..engine.memory import MemoryLog, MemorySession
 from ..errors import (
     EventsPrunedError,
     InvalidEventError,
@@ -37,8 +39,6 @@ from ..errors import (
 )
 from ..events import StoredEvent, check_flag, check_seq, decode_json, encode_events
 from ..integrity import verify_checksums
-from ..log.memory import MemoryLog, MemorySession
-from ..log.sqlite import notify_followers
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -459,10 +459,10 @@ class SessionStore(Transactions):
 
 class InMemorySessionStore(LockedTransactions, SessionStore):
     """A :class:`SessionStore` in this process's memory (JSON kept encoded): the
-    session face of a :class:`~agentlog.log.memory.MemoryLog`, whose
+    session face of a :class:`~agentlog.engine.memory.MemoryLog`, whose
     Checkpointer face is a :class:`~agentlog.MemoryCheckpointer` on the same log.
 
-    The handle of a session is its :class:`~agentlog.log.memory.MemorySession`.
+    The handle of a session is its :class:`~agentlog.engine.memory.MemorySession`.
     """
 
     def __init__(self, log: MemoryLog | None = None) -> None:
@@ -541,53 +541,45 @@ class SqliteSessionStore(EngineTransactions, SessionStore):
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         result = super()._atomic(name, work)
-        notify_followers(self._engine)  # the log's followers, on any checkpointer of the engine
+        notify_commit(self._engine)  # the log's followers, on any checkpointer of the engine
         return result
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = ctx.rows(Q.SESSION_RECORD, key)
-        return found[0] if found else None
+        return R.session_record(ctx, *key)
 
     def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
         self._engine.create_session(ctx, *key, head=0, ts=now, revision=0, metadata=meta)
 
     def _item_taken(self, ctx: Any, handle: int, item_id: str) -> bool:
-        return bool(ctx.rows(Q.ITEM_TAKEN, (handle, item_id)))
+        return R.item_taken(ctx, handle, item_id)
 
     def _add_items(
         self, ctx: Any, handle: int, head: int, entries: builtins.list[Entry], now: float
     ) -> None:
         self._engine.insert_events(ctx, handle, head, entries)
-        ctx.rows(Q.UPDATE_SESSION, (head + len(entries), now, handle))
+        R.set_head(ctx, handle, head + len(entries), now)
 
     def _add_snapshot(self, ctx: Any, handle: int, through: int, state: bytes, now: float) -> None:
-        ctx.rows(Q.INSERT_SNAPSHOT, (handle, through, state, now))
-        ctx.rows(Q.TOUCH_SESSION, (now, handle))
+        R.add_snapshot(ctx, handle, through, state, now)
 
     def _get_snapshot(self, ctx: Any, handle: int, through: int) -> tuple[int, bytes, float]:
-        through, state, created = ctx.rows(Q.SELECT_SNAPSHOT, (handle, through))[0]
-        return through, state, created
+        return R.snapshot(ctx, handle, through)
 
     def _get_items(
         self, ctx: Any, handle: int, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
-        bounds = (S.event_key(handle, start), S.event_key(handle, stop))
-        rows: builtins.list[tuple[Any, ...]] = ctx.rows(Q.ITEMS_BETWEEN, bounds)
-        return rows
+        return R.items(ctx, handle, start, stop)
 
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        rows = ctx.rows(Q.SESSION_RECORDS, (tenant, "" if after is None else after, limit))
-        return [(row[0], (None, *row[1:])) for row in rows]
+        return [(row[0], (None, *row[1:])) for row in R.session_records(ctx, tenant, after, limit)]
 
     def _remove(self, ctx: Any, key: tuple[str, str], handle: int) -> None:
         self._engine.delete_session(ctx, handle)
 
     def _first_seq(self, ctx: Any, handle: int, head: int) -> int:
-        found = ctx.rows(Q.FIRST_EVENT, (S.event_key(handle, 0), S.event_key(handle, S.MAX_SEQ)))
-        return int(found[0][0]) if found else head + 1
+        return self._engine.first_seq(ctx, handle, head)
 
     def _drop_items(self, ctx: Any, handle: int, cut: int) -> None:
-        ctx.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(handle, 0), S.event_key(handle, cut)))
-        ctx.rows(Q.DELETE_SNAPSHOTS_BEFORE, (handle, cut))
+        R.drop_items(ctx, handle, cut)

@@ -13,12 +13,12 @@ import os
 import weakref
 from typing import Protocol, runtime_checkable
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, release_engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_database, release_engine
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
 from ..log.memory import MemoryCheckpointer, MemoryLog
-from ..log.sqlite import SqliteCheckpointer, open_database
+from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
 from .common import DEFAULT_TENANT, StorageHold, check_name
@@ -47,7 +47,7 @@ class InMemoryStorage(Closable):
 
     As in :class:`SqliteStorage`, the session log is one: the ``SessionStore``
     and the Checkpointer faces that :meth:`checkpointer` hands out read and
-    write the same sessions (one :class:`~agentlog.log.memory.MemoryLog`).
+    write the same sessions (one :class:`~agentlog.engine.memory.MemoryLog`).
     """
 
     def __init__(self) -> None:
