@@ -1,0 +1,52 @@
+"""How a store's connections are made, and what psycopg's errors become."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from ...errors import StorageDataError, StorageUnavailableError
+
+__all__ = ["connect_options", "pool_sizes", "statement_timeout_sql", "translate_errors"]
+
+
+@contextlib.contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn psycopg's errors into agentlog's typed ones.
+
+    Lost connections, a server that is gone or shutting down, pool timeouts,
+    statement timeouts, deadlocks and serialisation failures are
+    :class:`StorageUnavailableError` (retryable: nothing of a failed call is
+    half-written, but a write that failed may have committed — read the
+    head to know); bad data is :class:`StorageDataError`.
+    """
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise StorageUnavailableError(f"{what}: PostgreSQL is unavailable: {exc}") from exc
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        raise StorageDataError(f"{what}: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def connect_options(connect_timeout: float) -> dict[str, Any]:
+    """How every connection of a store is opened (the sync and async twins alike)."""
+    return {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+
+
+def pool_sizes(pool_min_size: int, pool_max_size: int, pool_timeout: float) -> dict[str, Any]:
+    """A store's pool bounds, as ``ConnectionPool`` and ``AsyncConnectionPool`` take them."""
+    return {
+        "min_size": pool_min_size,
+        "max_size": max(pool_min_size, pool_max_size),
+        "timeout": pool_timeout,
+    }
+
+
+def statement_timeout_sql(ms: int) -> str:
+    """What a pool runs on each new connection to bound its statements."""
+    return f"SET statement_timeout = {int(ms)}"
