@@ -240,9 +240,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         db.check_writable("appending")
         if (oversized := oversized_batch(batch)) is not None:
             raise oversized
-        append = operations.append(
-            db.q, self._tenant, session_id, expected_head, ts, batch, db.notify
-        )
+        request = (session_id, expected_head, batch)
+        append = operations.append(db.q, self._tenant, request, ts, db.notify)
         return db.single("appending", append)
 
     def _append_many(

@@ -29,9 +29,15 @@ import psycopg
 from ...errors import InvalidEventError
 from ...events import EncodedBatch
 from . import migration, operations, rows
-from .connect import connect_options, pool_sizes, statement_timeout_sql, translate_errors
+from .connect import (
+    PoolOptions,
+    connect_options,
+    pool_sizes,
+    statement_timeout_sql,
+    translate_errors,
+)
 from .journal import notify_key
-from .listener import Listener
+from .listener import Listener, listen_async
 from .operations import MAX_SEQ, AppendRequest, retained_start
 from .schema import (
     CHECKSUM_VERSION,
@@ -52,12 +58,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "AppendRequest",
     "Listener",
+    "PoolOptions",
     "PostgresDatabase",
     "Rows",
     "Statements",
     "check_schema_name",
     "connect_options",
     "drive",
+    "listen_async",
     "migrate",
     "migrate_schema",
     "migration",

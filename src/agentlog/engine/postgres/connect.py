@@ -4,13 +4,42 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from ...errors import StorageDataError, StorageUnavailableError
 
-__all__ = ["connect_options", "pool_sizes", "statement_timeout_sql", "translate_errors"]
+__all__ = [
+    "PoolOptions",
+    "connect_options",
+    "pool_sizes",
+    "read_again",
+    "statement_timeout_sql",
+    "translate_errors",
+]
+
+
+class PoolOptions(NamedTuple):
+    """A pool's bounds and timeouts, as the checkpointers take them."""
+
+    pool_min_size: int = 1
+    pool_max_size: int = 8
+    pool_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    statement_timeout_ms: int | None = 30_000
+
+
+def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
+    """Whether a read that failed with ``error`` on try ``attempt`` of ``attempts``
+    goes again, on the pool's next connection: when the server dropped the
+    one it had (a read changes nothing), never for a timeout."""
+    if isinstance(error, (PoolTimeout, psycopg.errors.QueryCanceled)):
+        return False
+    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+        attempt < attempts
+    )
 
 
 @contextlib.contextmanager

@@ -31,7 +31,10 @@ from ...integrity import checksum
 from .protocol import NONE, ONE, Copy, Execute, Operation
 from .statements import Statements
 
-__all__ = ["Entry", "append_step", "notify_key", "write_entries"]
+__all__ = ["AppendRequest", "Entry", "append_step", "notify_key", "write_entries"]
+
+#: ``(session_id, expected_head, batch)``: one append.
+AppendRequest = tuple[str, "int | None", EncodedBatch]
 
 #: A journal entry as the store and the migration give it: ``(ts, type,
 #: payload, item_id | None)``.
@@ -44,16 +47,11 @@ def notify_key(tenant: str, name: str) -> str:
 
 
 def append_step(
-    q: Statements,
-    tenant: str,
-    name: str,
-    expected: int | None,
-    ts: float,
-    batch: EncodedBatch,
-    notify: bool,
+    q: Statements, tenant: str, request: AppendRequest, ts: float, notify: bool
 ) -> Execute:
-    """The one statement of an append (its row: the new head, or none when the
-    compare-and-set refused it)."""
+    """The one statement of an append ``(name, expected, batch)`` (its row: the
+    new head, or none when the compare-and-set refused it)."""
+    name, expected, batch = request
     params = {
         "t": tenant,
         "name": name,

@@ -20,7 +20,7 @@ from ...errors import (
 )
 from ...events import MAX_POSITION, EncodedBatch, StoredEvent, check_retained
 from ...integrity import checked_payloads
-from .journal import append_step, notify_key
+from .journal import AppendRequest, append_step, notify_key
 from .protocol import Operation, execute, fetch_all, fetch_one, pipeline
 from .schema import schema_version
 from .statements import Statements
@@ -58,9 +58,6 @@ __all__ = [
 
 #: Seqs are ``bigint``: the contract's own bound (events.MAX_POSITION).
 MAX_SEQ = MAX_POSITION
-
-#: ``(session_id, expected_head, batch)``: one append of a group.
-AppendRequest = tuple[str, "int | None", EncodedBatch]
 
 
 def snapshot(q: Statements) -> Operation[None]:
@@ -172,18 +169,14 @@ def session_metadata(q: Statements, tenant: str, name: str) -> Operation[tuple[b
 
 
 def append(
-    q: Statements,
-    tenant: str,
-    name: str,
-    expected: int | None,
-    ts: float,
-    batch: EncodedBatch,
-    notifying: bool,
+    q: Statements, tenant: str, request: AppendRequest, ts: float, notifying: bool
 ) -> Operation[int]:
-    """Append ``batch`` after the head (checking ``expected``); the new head.
+    """Append ``(name, expected, batch)``: the batch after the head (checking
+    ``expected``); the new head.
 
     In autocommit its own transaction (one statement), else the caller's.
     """
+    name, expected, batch = request
     if expected is not None and expected > MAX_SEQ:
         raise CheckpointConflictError(name, expected, (yield from head(q, tenant, name)))
     if not batch:
@@ -191,7 +184,7 @@ def append(
         if expected is not None and expected != actual:
             raise CheckpointConflictError(name, expected, actual)
         return actual
-    step = append_step(q, tenant, name, expected, ts, batch, notifying)
+    step = append_step(q, tenant, request, ts, notifying)
     while True:
         row = yield step
         if row is not None:
@@ -204,16 +197,10 @@ def append(
 
 
 def _outcome(
-    q: Statements,
-    tenant: str,
-    name: str,
-    expected: int | None,
-    ts: float,
-    batch: EncodedBatch,
-    notifying: bool,
+    q: Statements, tenant: str, request: AppendRequest, ts: float, notifying: bool
 ) -> Operation[int | Exception]:
     try:
-        return (yield from append(q, tenant, name, expected, ts, batch, notifying))
+        return (yield from append(q, tenant, request, ts, notifying))
     except CheckpointConflictError as exc:
         return exc
 
@@ -272,10 +259,7 @@ def append_group(
         results[index] = error
     retry = plan.order
     if plan.pipelined:
-        steps = [
-            append_step(q, tenant, name, expected, ts, batch, notifying)
-            for name, expected, batch in (requests[index] for index in plan.order)
-        ]
+        steps = [append_step(q, tenant, requests[index], ts, notifying) for index in plan.order]
         rows = yield from pipeline(steps)
         retry = []
         for index, row in zip(plan.order, rows, strict=True):
@@ -284,8 +268,7 @@ def append_group(
             else:
                 results[index] = int(row[0])
     for index in retry:
-        name, expected, batch = requests[index]
-        results[index] = yield from _outcome(q, tenant, name, expected, ts, batch, notifying)
+        results[index] = yield from _outcome(q, tenant, requests[index], ts, notifying)
     return results
 
 

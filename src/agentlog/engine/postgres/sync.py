@@ -8,11 +8,17 @@ from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from ...errors import CheckpointerClosedError, StorageUnavailableError
 from . import operations as ops
-from .connect import connect_options, pool_sizes, statement_timeout_sql, translate_errors
+from .connect import (
+    connect_options,
+    pool_sizes,
+    read_again,
+    statement_timeout_sql,
+    translate_errors,
+)
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
 from .schema import DEFAULT_SCHEMA, check_schema_name, open_store, schema_version
@@ -237,10 +243,8 @@ class PostgresDatabase:
                 try:
                     with self._pool.connection() as conn:
                         return work(conn)
-                except (PoolTimeout, psycopg.errors.QueryCanceled):
-                    raise
-                except (psycopg.OperationalError, psycopg.InterfaceError):
-                    if attempt == attempts:
+                except psycopg.Error as exc:
+                    if not read_again(exc, attempt, attempts):
                         raise
         raise AssertionError("unreachable")
 
