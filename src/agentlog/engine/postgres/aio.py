@@ -21,6 +21,7 @@ from .connect import (
     read_again,
     statement_timeout_sql,
     translate_errors,
+    translated,
 )
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
 from .schema import check_schema_name, migrate
@@ -187,8 +188,12 @@ class AsyncDatabase:
 
     async def single(self, what: str, operation: Operation[_T]) -> _T:
         """A write of one statement (or a retry of it) in autocommit: never retried."""
-        async with self.connection(what) as conn:
-            return await drive_async(conn, operation)
+        # The hot path (every append): no context manager but the pool's.
+        try:
+            async with self._pool.connection() as conn:
+                return await drive_async(conn, operation)
+        except psycopg.Error as exc:
+            raise translated(what, exc) from exc
 
     async def write(self, what: str, operation: Operation[_T], *, pipelined: bool = False) -> _T:
         """``operation`` in one (write) transaction; ``pipelined``: sent in pipeline

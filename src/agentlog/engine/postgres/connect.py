@@ -18,6 +18,7 @@ __all__ = [
     "read_again",
     "statement_timeout_sql",
     "translate_errors",
+    "translated",
 ]
 
 
@@ -42,6 +43,15 @@ def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
     )
 
 
+def translated(what: str, exc: psycopg.Error) -> Exception:
+    """agentlog's typed error for psycopg's ``exc`` (see :func:`translate_errors`)."""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return StorageUnavailableError(f"{what}: PostgreSQL is unavailable: {exc}")
+    if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError)):
+        return StorageDataError(f"{what}: {exc}")
+    return StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}")
+
+
 @contextlib.contextmanager
 def translate_errors(what: str) -> Iterator[None]:
     """Turn psycopg's errors into agentlog's typed ones.
@@ -54,12 +64,8 @@ def translate_errors(what: str) -> Iterator[None]:
     """
     try:
         yield
-    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise StorageUnavailableError(f"{what}: PostgreSQL is unavailable: {exc}") from exc
-    except (psycopg.DataError, psycopg.IntegrityError) as exc:
-        raise StorageDataError(f"{what}: {exc}") from exc
     except psycopg.Error as exc:
-        raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise translated(what, exc) from exc
 
 
 def connect_options(connect_timeout: float) -> dict[str, Any]:

@@ -21,6 +21,7 @@ migration's sessions go in with ``COPY``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -31,7 +32,18 @@ from ...integrity import checksum
 from .protocol import NONE, ONE, Copy, Execute, Operation
 from .statements import Statements
 
-__all__ = ["AppendRequest", "Entry", "append_step", "notify_key", "write_entries"]
+__all__ = [
+    "AppendRequest",
+    "Entry",
+    "append_step",
+    "notify_key",
+    "payload_of",
+    "write_entries",
+]
+
+_kind = operator.itemgetter(0)
+#: An encoded event's payload (``(type, payload)``), for C-level loops.
+payload_of = operator.itemgetter(1)
 
 #: ``(session_id, expected_head, batch)``: one append.
 AppendRequest = tuple[str, "int | None", EncodedBatch]
@@ -52,15 +64,16 @@ def append_step(
     """The one statement of an append ``(name, expected, batch)`` (its row: the
     new head, or none when the compare-and-set refused it)."""
     name, expected, batch = request
+    payloads = list(map(payload_of, batch))
     params = {
         "t": tenant,
         "name": name,
         "n": len(batch),
         "ts": ts,
         "exp": expected,
-        "types": [kind for kind, _ in batch],
-        "payloads": [payload for _, payload in batch],
-        "crcs": [checksum(payload) for _, payload in batch],
+        "types": list(map(_kind, batch)),
+        "payloads": payloads,
+        "crcs": list(map(checksum, payloads)),
         "channel": q.channel,
         "key": notify_key(tenant, name),
     }

@@ -18,6 +18,7 @@ from .connect import (
     read_again,
     statement_timeout_sql,
     translate_errors,
+    translated,
 )
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
@@ -173,14 +174,6 @@ class PostgresDatabase:
             )
         self.conninfo = target
         self.connect_kwargs = connect_options(connect_timeout)
-        # Connect and migrate first: a wrong address fails here at once,
-        # not after the pool's timeout.
-        with (
-            translate_errors("opening the store"),
-            psycopg.connect(target, **self.connect_kwargs) as conn,
-            conn.transaction(),
-        ):
-            drive(conn, opening)
         settings = []
         if statement_timeout_ms is not None:
             settings.append(statement_timeout_sql(statement_timeout_ms))
@@ -193,6 +186,9 @@ class PostgresDatabase:
                 for setting in settings:
                     conn.execute(setting)
 
+        # The pool connects in the background while the store is opened on a
+        # connection of its own (a wrong address fails there at once, not
+        # after the pool's timeout): the first call finds a connection ready.
         self._pool = ConnectionPool(
             target,
             kwargs=self.connect_kwargs,
@@ -202,6 +198,16 @@ class PostgresDatabase:
             name=f"agentlog-{self.schema}",
         )
         self._owns_pool = True
+        try:
+            with (
+                translate_errors("opening the store"),
+                psycopg.connect(target, **self.connect_kwargs) as conn,
+                conn.transaction(),
+            ):
+                drive(conn, opening)
+        except BaseException:
+            self.close()
+            raise
 
     def check_writable(self, what: str) -> None:
         """Refuse a write to a store opened ``read_only``."""
@@ -278,8 +284,14 @@ class PostgresDatabase:
     def single(self, what: str, operation: Operation[_T]) -> _T:
         """A write of one statement (or a retry of it) in autocommit: never retried."""
         self.check_writable(what)
-        with self.connection(what) as conn:
-            return drive(conn, operation)
+        if self._closed:
+            raise CheckpointerClosedError("the PostgreSQL store is closed")
+        # The hot path (every append): no context manager but the pool's.
+        try:
+            with self._pool.connection() as conn:
+                return drive(conn, operation)
+        except psycopg.Error as exc:
+            raise translated(what, exc) from exc
 
     def write(self, what: str, operation: Operation[_T], *, pipelined: bool = False) -> _T:
         """``operation`` in one (write) transaction; ``pipelined``: sent in pipeline
