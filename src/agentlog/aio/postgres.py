@@ -537,14 +537,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         """The listening connection, kept (re)connected while followers run."""
         db = self._db
         while True:
-            try:
+            with contextlib.suppress(psycopg.Error, OSError):
                 await listen_async(
-                    db.q, db.conninfo, db.connect_kwargs, self._on_listening, self._on_note
+                    db.q,
+                    db.conninfo,
+                    db.connect_kwargs,
+                    self._on_listening,
+                    self._on_note,
+                    self._on_lost,
                 )
-            except (psycopg.Error, OSError):
-                pass
-            finally:
-                self._listening = False
             self._commit()  # lost: followers poll until it is back
             await asyncio.sleep(0.2)
 
@@ -552,6 +553,9 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._generation += 1
         self._listening = True
         self._commit()  # anything may have been missed before
+
+    def _on_lost(self) -> None:
+        self._listening = False
 
     def _on_note(self, head: int, key: str) -> None:
         if key in self._watchers:

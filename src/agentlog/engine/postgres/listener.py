@@ -131,10 +131,12 @@ async def listen_async(
     kwargs: dict[str, Any],
     on_connected: Callable[[], None],
     on_notify: Callable[[int, str], None],
+    on_lost: Callable[[], None],
 ) -> None:
     """One listening connection's life on a loop: ``on_connected()`` once it
-    listens, ``on_notify(head, key)`` per notification; returns (or raises
-    :class:`psycopg.Error`, :class:`OSError`) when it is lost."""
+    listens, ``on_notify(head, key)`` per notification, ``on_lost()`` as it
+    ends (before it is closed); returns (or raises :class:`psycopg.Error`,
+    :class:`OSError`) when it is lost."""
     conn = await psycopg.AsyncConnection.connect(conninfo, **dict(kwargs, autocommit=True))
     try:
         await conn.execute(_listen_statement(q))
@@ -144,4 +146,5 @@ async def listen_async(
             if parsed is not None:
                 on_notify(*parsed)
     finally:
+        on_lost()
         await conn.close()
