@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from .connect import (
     PoolOptions,
     connect_options,
-    pool_sizes,
+    pool_arguments,
     read_again,
     statement_timeout_sql,
     translate_errors,
@@ -114,14 +114,9 @@ class AsyncDatabase:
                 async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
                     await conn.execute(bound)
 
-            self._pool = AsyncConnectionPool(
-                target,
-                kwargs=self.connect_kwargs,
-                **pool_sizes(options.pool_min_size, options.pool_max_size, options.pool_timeout),
-                configure=configure,
-                open=False,
-                name=f"agentlog-async-{self.schema}",
-            )
+            name = f"agentlog-async-{self.schema}"
+            made = pool_arguments(self.connect_kwargs, options, configure, name)
+            self._pool = AsyncConnectionPool(target, open=False, **made)
             self._owns_pool = True
         else:
             raise TypeError(

@@ -14,6 +14,7 @@ from ...errors import StorageDataError, StorageUnavailableError
 __all__ = [
     "PoolOptions",
     "connect_options",
+    "pool_arguments",
     "pool_sizes",
     "read_again",
     "statement_timeout_sql",
@@ -80,6 +81,15 @@ def pool_sizes(pool_min_size: int, pool_max_size: int, pool_timeout: float) -> d
         "max_size": max(pool_min_size, pool_max_size),
         "timeout": pool_timeout,
     }
+
+
+def pool_arguments(
+    kwargs: dict[str, Any], options: PoolOptions, configure: Any, name: str
+) -> dict[str, Any]:
+    """What a store's ``ConnectionPool`` or ``AsyncConnectionPool`` is made with
+    (but the target and whether it opens at once)."""
+    sizes = pool_sizes(options.pool_min_size, options.pool_max_size, options.pool_timeout)
+    return {"kwargs": kwargs, "configure": configure, "name": name, **sizes}
 
 
 def statement_timeout_sql(ms: int) -> str:

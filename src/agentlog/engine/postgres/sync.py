@@ -13,8 +13,9 @@ from psycopg_pool import ConnectionPool
 from ...errors import CheckpointerClosedError, StorageUnavailableError
 from . import operations as ops
 from .connect import (
+    PoolOptions,
     connect_options,
-    pool_sizes,
+    pool_arguments,
     read_again,
     statement_timeout_sql,
     translate_errors,
@@ -189,14 +190,9 @@ class PostgresDatabase:
         # The pool connects in the background while the store is opened on a
         # connection of its own (a wrong address fails there at once, not
         # after the pool's timeout): the first call finds a connection ready.
-        self._pool = ConnectionPool(
-            target,
-            kwargs=self.connect_kwargs,
-            **pool_sizes(pool_min_size, pool_max_size, pool_timeout),
-            configure=configure,
-            open=True,
-            name=f"agentlog-{self.schema}",
-        )
+        sizes = PoolOptions(pool_min_size, pool_max_size, pool_timeout)
+        made = pool_arguments(self.connect_kwargs, sizes, configure, f"agentlog-{self.schema}")
+        self._pool = ConnectionPool(target, open=True, **made)
         self._owns_pool = True
         try:
             with (
