@@ -18,10 +18,6 @@ from .conftest import require_engine
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "agentlog"
 
-#: PostgreSQL's modules, being moved under engine/ by their own change: their
-#: SQL and their imports are left to it for now.
-POSTGRES = {"log/postgres.py", "stores/postgres.py", "aio/postgres.py", "migrate/targets.py"}
-
 #: SQL as a statement starts (upper case: how agentlog writes its statements).
 _SQL = re.compile(
     r"\b(SELECT\b.*\bFROM|INSERT (OR \w+ )?INTO|UPDATE \w+ SET|DELETE FROM|PRAGMA \w+"
@@ -73,7 +69,7 @@ def test_no_sqlite_sql_outside_the_engine() -> None:
     found = {
         _name(path): literals
         for path in _modules()
-        if not _name(path).startswith("engine/") and _name(path) not in POSTGRES
+        if not _name(path).startswith("engine/")
         for literals in [_sql_literals(path)]
         if literals
     }
@@ -87,7 +83,7 @@ def test_nothing_above_the_engine_runs_statements_of_its_own() -> None:
     found = [
         f"{_name(path)}:{node.lineno}"
         for path in _modules()
-        if not _name(path).startswith("engine/") and _name(path) != "stores/postgres.py"
+        if not _name(path).startswith("engine/")
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr == "rows"
     ]
@@ -108,16 +104,17 @@ def _imported(path: Path) -> list[str]:
     return names
 
 
-#: The one composition of both faces: ``SqliteStorage.checkpointer()`` hands
-#: out the log's Checkpointer face of its file (a SqliteCheckpointer).
-FACES = {"stores/storage.py"}
+#: The compositions of both faces: ``SqliteStorage``, ``InMemoryStorage`` and
+#: ``PostgresStorage`` hand out the log's Checkpointer face of their data
+#: (``checkpointer()``) beside the four stores, so they import that face.
+FACES = {"stores/storage.py", "stores/postgres.py"}
 
 
 def test_the_stores_do_not_import_the_log() -> None:
     found = {
         _name(path): [name for name in _imported(path) if name.startswith("agentlog.log")]
         for path in _modules("stores")
-        if _name(path) not in POSTGRES | FACES
+        if _name(path) not in FACES
     }
     assert {name: modules for name, modules in found.items() if modules} == {}
 
