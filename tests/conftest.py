@@ -70,6 +70,12 @@ def extensions_required() -> bool:
     return os.environ.get("AGENTLOG_REQUIRE_EXTENSIONS", "") not in ("", "0")
 
 
+def extensions_disabled() -> bool:
+    """Whether ``AGENTLOG_NO_EXTENSIONS`` turns the C engine off here (the pure
+    pass of ``scripts/test``): a built C engine is then not loaded, by choice."""
+    return bool(os.environ.get("AGENTLOG_NO_EXTENSIONS"))
+
+
 def require_engine(name: str) -> None:
     """Go on only if the engine called ``name`` is built here.
 

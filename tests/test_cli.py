@@ -17,7 +17,7 @@ from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage
 from agentlog.cli import main
 from agentlog.log.file import session_file_name
 
-from .conftest import PYTHON, child_env
+from .conftest import AVAILABLE, ENGINES, PYTHON, child_env, require_engine
 
 EVENTS = [
     {"type": "user", "content": "hi"},
@@ -72,6 +72,23 @@ def _tree(directory: Path) -> dict[str, bytes]:
     return found
 
 
+@pytest.fixture(autouse=True, params=ENGINES)
+def cli_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each SQLite engine in turn for the commands: a child started with
+    :func:`child_env` (this process's environment) gets the pure one from
+    ``AGENTLOG_NO_EXTENSIONS=1`` (an engine not built here: see require_engine)."""
+    name = str(request.param)
+    require_engine(name)
+    if name == "python":
+        monkeypatch.setenv("AGENTLOG_NO_EXTENSIONS", "1")
+    return name
+
+
+#: For a test that runs main() in this process (on the engine it imported) or
+#: chooses the child's engine itself: once, on this process's default engine.
+ONE_ENGINE = pytest.mark.parametrize("cli_engine", [AVAILABLE[0]], indirect=True)
+
+
 @pytest.fixture(params=["sqlite", "file"])
 def kind(request: pytest.FixtureRequest) -> str:
     """Each kind of store: a SQLite file, a file store."""
@@ -79,9 +96,12 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(kind: str, tmp_path: Path) -> Path:
+def store(kind: str, tmp_path: Path, cli_engine: str) -> Path:
     location = tmp_path / ("s.db" if kind == "sqlite" else "sessions")
-    cp = SqliteCheckpointer(location) if kind == "sqlite" else FileCheckpointer(location)
+    if kind == "sqlite":
+        cp: SqliteCheckpointer | FileCheckpointer = SqliteCheckpointer(location, engine=cli_engine)
+    else:
+        cp = FileCheckpointer(location)
     with cp:
         cp.append("s1", EVENTS[:2])
         cp.append("s1", EVENTS[2:])
@@ -152,6 +172,7 @@ def test_list_show_tail_fork_truncate(store: Path) -> None:
     assert heads == {"s1": "1", "s2": "2"}
 
 
+@ONE_ENGINE
 def test_the_in_process_entry_point_works_too(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -529,6 +550,10 @@ def test_json_on_every_read_command(store: Path) -> None:
     assert {"sqlite_version", "compile_options", "available", "extension_error"} <= set(info)
 
 
+def test_the_commands_run_on_each_engine(cli_engine: str) -> None:
+    assert json.loads(ok("info", "--json"))["engine"] == cli_engine
+
+
 def test_info_is_a_short_summary() -> None:
     lines = ok("info").splitlines()
     assert lines[0] == f"agentlog {agentlog.__version__}"
@@ -537,6 +562,7 @@ def test_info_is_a_short_summary() -> None:
     assert len(lines) <= 5
 
 
+@ONE_ENGINE
 def test_the_pools_retry_log_is_not_the_commands_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """psycopg's pool logs each failed reconnect (a server gone during tail: 25
     lines on stderr before the command's own); the command's line is enough."""
@@ -549,6 +575,7 @@ def test_the_pools_retry_log_is_not_the_commands_output(monkeypatch: pytest.Monk
     assert not pool_log.isEnabledFor(logging.ERROR)
 
 
+@ONE_ENGINE
 def test_info_says_why_the_c_engine_is_missing() -> None:
     run = agentlog_run("info", env={**child_env(), "AGENTLOG_NO_EXTENSIONS": "1"})
     assert run.returncode == 0, run.stderr
@@ -699,6 +726,7 @@ def test_verify_of_a_file_without_the_chain_says_so(tmp_path: Path) -> None:
 # -- bench ----------------------------------------------------------------------------------
 
 
+@ONE_ENGINE
 def test_bench_runs_the_checkouts_benchmark(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

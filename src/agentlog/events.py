@@ -443,8 +443,8 @@ def store_events(
     JSON round-tripped copies, so later changes to the caller's mappings do
     not reach the log.
 
-    >>> [e.seq for e in store_events("s", 3, [{"type": "user", "content": "hi"}])]
-    [4]
+        >>> [e.seq for e in store_events("s", 3, [{"type": "user", "content": "hi"}])]
+        [4]
     """
     check_session_id(session_id)
     from_seq = check_seq("from_seq", from_seq)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -44,6 +43,7 @@ from ..conftest import (
     postgres_schema,
     require_engine,
 )
+from ..waiting import wait_until, wait_until_async
 from .wake_ups import WakeUpCounter
 
 EVENT = {"type": "user", "content": "hi"}
@@ -398,7 +398,8 @@ def test_checkpointers_leave_a_long_lived_loop(tmp_path: Path, closed: bool) -> 
                 await cp.aclose()
             del cp
         gc.collect()
-        await asyncio.sleep(0.1)  # each loop callback letting a channel go has run
+        # Each loop callback letting a channel go runs, and its engine goes.
+        await wait_until_async(lambda: _engines_alive() == before, interval=0.05)
         return _engines_alive()
 
     assert asyncio.run(main()) == before
@@ -542,8 +543,12 @@ def test_checkpointers_dropped_with_their_loop_closed_mid_append_leak_nothing(
     for _ in range(10):
         one_round()
         gc.collect()
-    time.sleep(0.2)  # the writer thread finishes what the last loop queued
-    gc.collect()
+
+    def as_before() -> bool:
+        gc.collect()
+        return (len(os.listdir("/proc/self/fd")), _engines_alive()) == before
+
+    wait_until(as_before, interval=0.05)  # the writer thread finishes what the last loop queued
     assert (len(os.listdir("/proc/self/fd")), _engines_alive()) == before
 
 
@@ -780,10 +785,12 @@ def test_a_dropped_checkpointer_lets_its_thread_and_store_go(tmp_path: Path, kin
 
     ref, thread = asyncio.run(use())
     assert thread is not None
-    deadline = time.monotonic() + 30
-    while (ref() is not None or thread.is_alive()) and time.monotonic() < deadline:
+
+    def gone() -> bool:
         gc.collect()
-        time.sleep(0.05)
+        return ref() is None and not thread.is_alive()
+
+    wait_until(gone, interval=0.05)  # its idle thread looks for its owner, then stops
     assert ref() is None and not thread.is_alive()
     if kind == "file":
         FileCheckpointer(tmp_path / "store").close()  # not "in use by another checkpointer"

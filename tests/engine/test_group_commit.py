@@ -17,6 +17,7 @@ import pytest
 from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteCheckpointer
 
 from ..conftest import require_engine
+from ..waiting import wait_until
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -170,12 +171,9 @@ def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Pa
 def threads_of_this_process(expected: int | None = None) -> int:
     """OS threads, the C writer thread included (it is no Python thread); given
     ``expected``, waited for a while, as a joined thread may still be exiting."""
-    deadline = time.monotonic() + 5
-    while True:
-        count = len(os.listdir("/proc/self/task"))
-        if count == expected or expected is None or time.monotonic() > deadline:
-            return count
-        time.sleep(0.01)
+    if expected is not None:
+        wait_until(lambda: len(os.listdir("/proc/self/task")) == expected, timeout=5)
+    return len(os.listdir("/proc/self/task"))
 
 
 def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:

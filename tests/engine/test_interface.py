@@ -1,5 +1,6 @@
 """The engine interface as the layers above use it: read-only opens, backups,
-the one error table, the one session-creation path, and the storage's faces."""
+the one error table, the one session-creation path, and both storages' protocol
+(the storage's Checkpointer faces: tests/stores/test_storage.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from agentlog import (
     StorageUnavailableError,
 )
 from agentlog.engine import open_engine
-from agentlog.engine.base import driver_error
+from agentlog.engine.errors import driver_error
 from agentlog.engine.schema import MAX_SID, SCHEMA_VERSION
 
 EVENT = {"type": "user", "content": "hi"}
@@ -142,25 +143,6 @@ def test_no_session_number_left_is_one_error_everywhere(tmp_path: Path, engine: 
                 attempt()
         assert [info.id for info in log.list()] == ["first"]
         assert storage.sessions.list("acme") == []
-
-
-def test_the_checkpointer_face_shares_the_storage_engine(tmp_path: Path, engine: str) -> None:
-    with SqliteStorage.open(tmp_path / "one.db", engine=engine) as storage:
-        default, acme = storage.checkpointer(), storage.checkpointer("acme")
-        assert default.engine == acme.engine == storage.engine == engine
-        default.append("chat", [EVENT])
-        acme.append("chat", [EVENT, EVENT])
-        assert storage.sessions.get(DEFAULT_TENANT, "chat").head == 1
-        assert storage.sessions.get("acme", "chat").head == 2
-        record = storage.sessions.append("acme", "chat", 1, [{**EVENT, "id": "m3"}])
-        assert acme.head("chat") == record.head == 3
-        acme.close()  # the face alone releases nothing
-        assert storage.sessions.get("acme", "chat").head == 3
-        assert default.head("chat") == 1
-    with pytest.raises(CheckpointerClosedError):
-        default.head("chat")
-    with pytest.raises(CheckpointerClosedError):
-        storage.checkpointer()
 
 
 def test_both_storages_are_storage_and_context_managers(tmp_path: Path) -> None:

@@ -19,10 +19,12 @@ import pytest
 
 from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
 from agentlog.aio import AsyncSqliteCheckpointer, AsyncSqliteStorage
+from agentlog.aio.writer import Writer
 from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
 from ..log.test_sqlite import HOLD_WRITE_LOCK
+from ..waiting import wait_until, wait_until_async
 from .test_group_commit import threads_of_this_process
 
 EVENT = {"type": "user", "content": "hello"}
@@ -240,9 +242,7 @@ def test_an_async_checkpointer_dropped_unclosed_stops_its_writer(
 
     asyncio.run(main())
     gc.collect()
-    deadline = time.monotonic() + 10
-    while threads_of_this_process() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: threads_of_this_process() <= before, timeout=10, interval=0.05)
     assert threads_of_this_process() == before  # its idle writer saw it go
 
 
@@ -312,14 +312,28 @@ def test_a_storage_face_keeps_the_engine_when_another_holder_comes_and_goes(
     assert face.append("s", [EVENT]) == 1  # the face still holds it
 
 
-def test_an_async_store_kept_alone_keeps_its_writer(tmp_path: Path, engine: str) -> None:
+def test_an_async_store_kept_alone_keeps_its_writer(
+    tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[tuple[Writer, bool]] = []  # each idle writer's look for its owner
+    owner_gone = Writer._owner_gone
+
+    def look(writer: Writer) -> bool:
+        looks.append((writer, owner_gone(writer)))
+        return looks[-1][1]
+
+    monkeypatch.setattr(Writer, "_owner_gone", look)
+
     async def main() -> None:
         storage = await AsyncSqliteStorage.open(tmp_path / "alone.db", engine=engine)
         memory = storage.memory
         del storage
         gc.collect()
         await memory.put("acme", "ns", "k1", {"v": 1}, None)
-        await asyncio.sleep(1.6)  # past an idle writer's look for its owner
+        own = memory.queue.writer
+        # Its idle writer looks for its owner (what the stores share), and finds it.
+        assert await wait_until_async(lambda: any(w is own for w, _ in looks))
+        assert not any(gone for w, gone in looks if w is own)
         await memory.put("acme", "ns", "k2", {"v": 2}, None)
         assert (await memory.get("acme", "ns", "k2")) is not None
 

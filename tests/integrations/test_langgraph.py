@@ -49,6 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from agentlog import SqliteCheckpointer
 from agentlog.integrations import langgraph as lg
 from agentlog.integrations.langgraph import AgentlogSaver, AsyncAgentlogSaver
+from agentlog.integrations.langgraph import core as lg_core
 
 from .langgraph_child import build_graph, first_input, transcript
 
@@ -481,7 +482,7 @@ def test_model_check_against_inmemorysaver(
 ) -> None:
     """Random puts (growing lists, replaced values, emptied channels, branches
     from old parents, writes) read back exactly as LangGraph's InMemorySaver."""
-    monkeypatch.setattr(lg, "SNAPSHOT_MIN_BYTES", 2000)  # snapshots every few steps
+    monkeypatch.setattr(lg_core, "SNAPSHOT_MIN_BYTES", 2000)  # snapshots every few steps
     rng = random.Random(7)
     ours = AgentlogSaver(tmp_path / "model.db", engine=engine)
     theirs = InMemorySaver()
@@ -719,7 +720,7 @@ def test_a_fresh_process_resumes_from_the_tail(
 ) -> None:
     """A new saver reads the latest checkpoint from its snapshot on, not the
     whole thread; anything older (an id, list) then reads the rest once."""
-    monkeypatch.setattr(lg, "SNAPSHOT_MIN_BYTES", 4000)
+    monkeypatch.setattr(lg_core, "SNAPSHOT_MIN_BYTES", 4000)
     path = tmp_path / "tail.db"
     with AgentlogSaver(path, engine=engine) as saver:
         stored = chain(Face(saver, None), "t", 300)

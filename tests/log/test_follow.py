@@ -1,7 +1,8 @@
 """``follow()`` on every synchronous backend: events as they are committed,
 woken at once by this process's writes, by a bounded poll for another
 process's; stopping leaves nothing behind; closing and truncating end it
-with typed errors."""
+with typed errors. And the one loop every follower runs (``agentlog.log.follow``),
+stepped by hand."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from agentlog import (
     StoredEvent,
 )
 from agentlog.log import CommitSignal
+from agentlog.log.follow import TOKEN, Deliver, Look, Wait, follow_steps, has_new_events
 
 from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
 
@@ -257,6 +259,41 @@ def test_a_second_checkpointer_on_the_same_sqlite_file_is_noticed_by_polling(
         writer.join()
         assert seen == [1, 2]
         assert follower_log.change_token("s") != token
+
+
+def test_the_follow_loop_without_io() -> None:
+    """The one loop every follower runs, stepped by hand: what it asks for, in order."""
+    count, closed = [0], [False]
+
+    def check_open() -> None:
+        if closed[0]:
+            raise CheckpointerClosedError("closed")
+
+    steps = follow_steps(3, lambda: count[0], check_open)
+    assert next(steps) == Look(3)
+    page = [StoredEvent(4, 3, 1.0, "user", EVENT)]
+    assert steps.send(("t1", page)) == Deliver(page)
+    assert steps.send(None) == Look(4)  # the cursor is the last seq delivered
+    assert steps.send(("t1", [])) == Wait(0)  # the mark taken before the look
+    assert steps.send(False) is TOKEN  # the poll interval ended: look at the token
+    assert steps.send("t1") == Wait(0)  # nothing changed: wait again
+    count[0] = 1
+    assert steps.send(False) is TOKEN
+    assert steps.send("t2") == Look(4)  # another process wrote
+    assert steps.send(("t2", [])) == Wait(1)
+    assert steps.send(True) == Look(4)  # this process wrote
+    assert steps.send(("t2", [])) == Wait(1)
+    closed[0] = True
+    with pytest.raises(CheckpointerClosedError):
+        steps.send(True)  # the close woke it
+
+
+def test_every_look_checks_the_cursor_against_the_head() -> None:
+    assert has_new_events("s", 2, 3)
+    assert not has_new_events("s", 3, 3)
+    with pytest.raises(SessionTruncatedError) as raised:
+        has_new_events("s", 4, 3)
+    assert (raised.value.session_id, raised.value.seq, raised.value.head) == ("s", 4, 3)
 
 
 def test_the_commit_signal_wakes_waiters_and_listeners() -> None:

@@ -1,6 +1,7 @@
 """The session handle (sync and async) and session metadata beyond the
 conformance suite: incremental folding, crash and resume in another process,
-one metadata column for both SQLite faces, the file backend's metadata file."""
+one metadata column for both SQLite faces (one value in memory), the file
+backend's metadata file."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from agentlog import (
     CheckpointConflictError,
     Checkpointer,
     FileCheckpointer,
+    InMemoryStorage,
     MemoryCheckpointer,
     Session,
     SessionInfo,
@@ -231,24 +233,34 @@ def test_async_handle(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def check_one_metadata_column(storage: InMemoryStorage | SqliteStorage) -> None:
+    """The storage's two faces keep one metadata value and one revision per session."""
+    log = storage.checkpointer()
+    record = storage.sessions.create("default", "s", metadata={"from": "store"})
+    assert log.metadata("s") == SessionMetadata({"from": "store"}, record.revision)
+    revision = log.set_metadata("s", {"from": "log"}, record.revision)
+    assert storage.sessions.get("default", "s").metadata == {"from": "log"}
+    assert storage.sessions.get("default", "s").revision == revision
+    # One revision: a write through either face is seen by the other's CAS.
+    storage.sessions.append(
+        "default", "s", revision, [{"type": "user", "content": "x", "id": "i1"}]
+    )
+    with pytest.raises(StorageConflictError):
+        log.set_metadata("s", "stale", revision)
+    assert [row.metadata for row in log.list(with_metadata=True)] == [{"from": "log"}]
+
+
 def test_sqlite_metadata_is_one_column_for_both_faces(tmp_path: Path, engine: str) -> None:
     storage = SqliteStorage.open(tmp_path / "both.db", engine=engine)
     try:
-        log = storage.checkpointer()
-        record = storage.sessions.create("default", "s", metadata={"from": "store"})
-        assert log.metadata("s") == SessionMetadata({"from": "store"}, record.revision)
-        revision = log.set_metadata("s", {"from": "log"}, record.revision)
-        assert storage.sessions.get("default", "s").metadata == {"from": "log"}
-        assert storage.sessions.get("default", "s").revision == revision
-        # One revision: a write through either face is seen by the other's CAS.
-        storage.sessions.append(
-            "default", "s", revision, [{"type": "user", "content": "x", "id": "i1"}]
-        )
-        with pytest.raises(StorageConflictError):
-            log.set_metadata("s", "stale", revision)
-        assert [row.metadata for row in log.list(with_metadata=True)] == [{"from": "log"}]
+        check_one_metadata_column(storage)
     finally:
         storage.close()
+
+
+def test_in_memory_metadata_is_one_value_for_both_faces() -> None:
+    with InMemoryStorage() as storage:
+        check_one_metadata_column(storage)
 
 
 def test_file_metadata_lives_in_a_file_beside_the_log(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from agentlog import (
 )
 
 from ..conftest import OnPostgres, postgres_conninfo, postgres_schema
+from .test_postgres import _waiting_backend
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -126,7 +127,7 @@ class TestOperations(OnPostgres):
                 result: list[Any] = []
                 worker = threading.Thread(target=lambda: result.append(log.delete_idle(0.04)))
                 worker.start()
-                time.sleep(0.3)
+                _waiting_backend(conn.info.backend_pid, postgres_conninfo())
                 assert worker.is_alive()  # waiting for the row
                 conn.execute(f"UPDATE {schema}.sessions SET mtime = %s", (time.time(),))
                 conn.commit()

@@ -1,27 +1,33 @@
 """The storage as a whole: the stores share the session log's file and its schema
 (migrated forward from an older file, refused when newer), the one log read and
-written through both faces, a closed storage."""
+written through both faces (in the file and in memory), a closed storage."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog import SqliteCheckpointer
+from agentlog import Checkpointer, SqliteCheckpointer
 from agentlog.engine.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from agentlog.errors import (
     AgentlogError,
+    CheckpointerClosedError,
     SchemaVersionError,
     StorageConflictError,
+    StorageDataError,
     StorageNotFoundError,
     StorageUnavailableError,
 )
-from agentlog.stores import DEFAULT_TENANT, SqliteStorage
+from agentlog.stores import DEFAULT_TENANT, InMemoryStorage, SessionStore, SqliteStorage
 
-from ..conftest import digest
+from ..conftest import ENGINES, digest, require_engine
+
+EVENT = {"type": "user", "content": "hi"}
 
 
 def test_default_tenant_is_an_explicit_name() -> None:
@@ -84,43 +90,116 @@ def test_a_newer_file_is_refused_by_the_stores_too(tmp_path: Path, engine: str) 
     assert digest(db) == before
 
 
+def check_one_log_two_faces(log: Checkpointer, sessions: SessionStore) -> None:
+    """The Checkpointer ``log`` and the SessionStore ``sessions`` (of one
+    storage's log, default tenant) read and write the same sessions."""
+    user = {"type": "user", "content": "hi"}
+    log.append("chat", [user, {"type": "assistant", "content": "hello"}])
+    record = sessions.get(DEFAULT_TENANT, "chat")
+    assert (record.head, record.revision, record.metadata) == (2, 1, None)
+    record = sessions.append(
+        DEFAULT_TENANT, "chat", record.revision, [{"type": "user", "id": "m3", "content": "x"}]
+    )
+    assert [e.seq for e in log.read("chat")] == [1, 2, 3]
+    assert log.append("chat", [user], expected_head=3) == 4
+    record = sessions.get(DEFAULT_TENANT, "chat")
+    assert (record.head, record.revision) == (4, 3)
+    sessions.compact(DEFAULT_TENANT, "chat", record.revision, 3, {"summary": "three"})
+    loaded = sessions.load(DEFAULT_TENANT, "chat")
+    assert loaded.snapshot is not None and loaded.snapshot.through_sequence == 3
+    assert [e.seq for e in loaded.items] == [4]
+    assert len(list(log.read("chat"))) == 4  # compaction keeps the journal
+    # Time travel through the log drops snapshots of what it removed.
+    log.truncate("chat", 2)
+    loaded = sessions.load(DEFAULT_TENANT, "chat")
+    assert (loaded.snapshot, [e.seq for e in loaded.items]) == (None, [1, 2])
+    log.fork("chat", 2, "chat-b")
+    assert sessions.get(DEFAULT_TENANT, "chat-b").head == 2
+    # Other tenants are invisible to the Checkpointer face.
+    sessions.create("acme", "private", metadata={"owner": "acme"})
+    sessions.create(DEFAULT_TENANT, "empty")
+    assert {info.id: info.head for info in log.list()} == {"chat": 2, "chat-b": 2, "empty": 0}
+    assert log.head("private") == 0
+    sessions.delete(DEFAULT_TENANT, "chat", sessions.get(DEFAULT_TENANT, "chat").revision)
+    assert log.head("chat") == 0
+
+
 def test_one_log_two_faces(tmp_path: Path, engine: str) -> None:
     """The Checkpointer and the SessionStore read and write the same sessions."""
     db = tmp_path / "one.db"
-    user = {"type": "user", "content": "hi"}
     with (
         SqliteCheckpointer(db, engine=engine) as log,
         SqliteStorage.open(db, engine=engine) as storage,
     ):
-        sessions = storage.sessions
-        log.append("chat", [user, {"type": "assistant", "content": "hello"}])
-        record = sessions.get(DEFAULT_TENANT, "chat")
-        assert (record.head, record.revision, record.metadata) == (2, 1, None)
-        record = sessions.append(
-            DEFAULT_TENANT, "chat", record.revision, [{"type": "user", "id": "m3", "content": "x"}]
-        )
-        assert [e.seq for e in log.read("chat")] == [1, 2, 3]
-        assert log.append("chat", [user], expected_head=3) == 4
-        record = sessions.get(DEFAULT_TENANT, "chat")
-        assert (record.head, record.revision) == (4, 3)
-        sessions.compact(DEFAULT_TENANT, "chat", record.revision, 3, {"summary": "three"})
-        loaded = sessions.load(DEFAULT_TENANT, "chat")
-        assert loaded.snapshot is not None and loaded.snapshot.through_sequence == 3
-        assert [e.seq for e in loaded.items] == [4]
-        assert len(list(log.read("chat"))) == 4  # compaction keeps the journal
-        # Time travel through the log drops snapshots of what it removed.
-        log.truncate("chat", 2)
-        loaded = sessions.load(DEFAULT_TENANT, "chat")
-        assert (loaded.snapshot, [e.seq for e in loaded.items]) == (None, [1, 2])
-        log.fork("chat", 2, "chat-b")
-        assert sessions.get(DEFAULT_TENANT, "chat-b").head == 2
-        # Other tenants are invisible to the Checkpointer face.
-        sessions.create("acme", "private", metadata={"owner": "acme"})
-        sessions.create(DEFAULT_TENANT, "empty")
-        assert {info.id: info.head for info in log.list()} == {"chat": 2, "chat-b": 2, "empty": 0}
-        assert log.head("private") == 0
-        sessions.delete(DEFAULT_TENANT, "chat", sessions.get(DEFAULT_TENANT, "chat").revision)
-        assert log.head("chat") == 0
+        check_one_log_two_faces(log, storage.sessions)
+
+
+def test_one_log_two_faces_in_memory() -> None:
+    """The same in memory: the storage's Checkpointer face and its SessionStore."""
+    with InMemoryStorage() as storage:
+        check_one_log_two_faces(storage.checkpointer(), storage.sessions)
+
+
+@pytest.fixture(params=["memory", *ENGINES])
+def kind(request: pytest.FixtureRequest) -> str:
+    """``memory``, or the SQLite engine (see require_engine for one not built)."""
+    if request.param != "memory":
+        require_engine(request.param)
+    return str(request.param)
+
+
+@pytest.fixture
+def storage(kind: str, tmp_path: Path) -> Iterator[InMemoryStorage | SqliteStorage]:
+    """An in-memory storage, or a SQLite one on the engine ``kind``."""
+    opened: InMemoryStorage | SqliteStorage
+    if kind == "memory":
+        opened = InMemoryStorage()
+    else:
+        opened = SqliteStorage.open(tmp_path / "one.db", engine=kind)
+    with opened:
+        yield opened
+
+
+def test_the_checkpointer_face_shares_the_storage_log(
+    storage: InMemoryStorage | SqliteStorage, kind: str
+) -> None:
+    default, acme = storage.checkpointer(), storage.checkpointer("acme")
+    if isinstance(storage, SqliteStorage):  # one engine: one writer connection for both faces
+        assert default.engine == acme.engine == storage.engine == kind
+    default.append("chat", [EVENT])
+    acme.append("chat", [EVENT, EVENT])
+    assert storage.sessions.get(DEFAULT_TENANT, "chat").head == 1
+    assert storage.sessions.get("acme", "chat").head == 2
+    record = storage.sessions.append("acme", "chat", 1, [{**EVENT, "id": "m3"}])
+    assert acme.head("chat") == record.head == 3
+    acme.close()  # the face alone releases nothing
+    assert storage.sessions.get("acme", "chat").head == 3
+    assert default.head("chat") == 1
+    with pytest.raises(StorageDataError):
+        storage.checkpointer("a/b")
+    storage.close()
+    with pytest.raises(CheckpointerClosedError):
+        default.head("chat")
+    with pytest.raises(CheckpointerClosedError):
+        storage.checkpointer()
+
+
+def test_a_session_store_write_wakes_a_follower_of_the_checkpointer_face(
+    storage: InMemoryStorage | SqliteStorage,
+) -> None:
+    log = storage.checkpointer()
+    record = storage.sessions.create(DEFAULT_TENANT, "live")
+
+    def write() -> None:
+        storage.sessions.append(DEFAULT_TENANT, "live", record.revision, [{**EVENT, "id": "a"}])
+
+    timer = threading.Timer(0.1, write)
+    timer.start()
+    # A poll far longer than the test: only the notification can wake it.
+    follower = log.follow("live", poll_interval=30)
+    assert next(follower).event["id"] == "a"
+    follower.close()
+    timer.join()
 
 
 def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine: str) -> None:

@@ -41,6 +41,7 @@ from ..events import (
 from ..lifecycle import AsyncClosable
 from ..log import (
     DEFAULT_POLL_INTERVAL,
+    AsyncFollowPort,
     BaseCheckpointer,
     CommitSignal,
     FileCheckpointer,
@@ -48,9 +49,10 @@ from ..log import (
     PreparedAppend,
     SqliteCheckpointer,
     WouldWait,
+    follow_pages_async,
 )
 from .handle import AsyncSession
-from .writer import Closing, Job, LoopChannel, Writer, off_loop, settle
+from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
 
 __all__ = [
     "AsyncBaseCheckpointer",
@@ -125,8 +127,8 @@ class _LoopWaker:
         for future in waiting:
             _wake(future)
 
-    async def wait(self, mark: int, timeout: float) -> None:
-        """Until the signal's count moves past ``mark``, or ``timeout`` seconds."""
+    async def wait(self, mark: int, timeout: float) -> bool:
+        """Until the signal's count moves past ``mark`` (True), or ``timeout`` seconds."""
         future = self.loop.create_future()
         with self._lock:
             self._waiting.add(future)
@@ -134,7 +136,7 @@ class _LoopWaker:
         if self.signal.count != mark:
             with self._lock:
                 self._waiting.discard(future)
-            return
+            return True
         timer = self.loop.call_later(timeout, _wake, future)
         try:
             await future
@@ -142,6 +144,7 @@ class _LoopWaker:
             timer.cancel()
             with self._lock:
                 self._waiting.discard(future)
+        return self.signal.count != mark
 
 
 class AsyncBaseCheckpointer(AsyncClosable):
@@ -155,7 +158,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
         appends_on_loop: bool = False,
     ) -> None:
         self._backend = backend
-        self._writer = Writer(backend, type(backend).__name__, inline=inline_writes, owner=self)
+        # The backend's writer, as the async layer reaches it (a port of its own).
+        self._port = backend.writer_port()
+        self._writer = Writer(self._port, type(backend).__name__, inline=inline_writes, owner=self)
         # With appends_on_loop, the appends queued on one loop in one turn of
         # it are first offered to the backend as one group on the loop's own
         # thread (written only if that needs no waiting), then to the writer.
@@ -212,7 +217,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """``read()`` on the loop; behind the write under way, on the writer
         thread, when it would wait for that write (the file store's lock)."""
         self._check_open()
-        result = self._backend.try_read(read)
+        result = self._port.try_read(read)
         if isinstance(result, WouldWait):
             return await self._write(read)
         return result
@@ -229,7 +234,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         refused as a whole — ``head()`` tells which.
         """
         self._check_open()
-        prepared = self._backend.prepare_append(session_id, events, expected_head)
+        prepared = self._port.prepare_append(session_id, events, expected_head)
         loop = asyncio.get_running_loop()
         if not self._appends_on_loop:
             # Never written on the loop (every commit waits for the disk, or
@@ -244,7 +249,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if group is None:
             alone = self._alone_in_turn(loop)
             if alone:
-                written = self._backend.try_append_prepared([prepared])
+                written = self._port.try_append_prepared([prepared])
                 if written is not None:
                     self._loop_flushes += 1
                     if isinstance(written[0], Exception):
@@ -314,12 +319,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
             live = ref()
             if live is not None:
                 return live
-        completions = self._backend.append_completions()
+        completions = self._port.append_completions()
         if completions is None:
             self._has_channels = False
             return None
         try:
-            channel = LoopChannel(self._backend, completions, loop, self._loop_shared)
+            channel = LoopChannel(self._port, completions, loop, self._loop_shared)
         except NotImplementedError:  # a loop that cannot watch a descriptor
             completions.close()
             self._channels[loop] = None
@@ -344,7 +349,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
             assert job.append is not None
             appends.append(job.append)
         try:
-            results = self._backend.try_append_prepared(appends)
+            results = self._port.try_append_prepared(appends)
         except Exception as exc:  # the whole group failed (closed, a disk error): each hears
             for job in jobs:
                 job.future.set_exception(exc)
@@ -372,14 +377,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
                     job.future.set_exception(exc)
             return
         self._loop_flushes += 1
-        settle(
-            [
-                (job.future, None, result)
-                if isinstance(result, Exception)
-                else (job.future, result, None)
-                for job, result in zip(jobs, results, strict=True)
-            ]
-        )
+        settle([(job.future, *outcome(result)) for job, result in zip(jobs, results, strict=True)])
 
     async def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
@@ -432,27 +430,21 @@ class AsyncBaseCheckpointer(AsyncClosable):
         signal = backend.commits
         backend.watch(session_id)
         waker = self._join_waker(asyncio.get_running_loop(), signal)
+        port = AsyncFollowPort(
+            check_open=self._check_open,
+            mark=lambda: signal.count,
+            look=lambda after: self._read(
+                functools.partial(_follow_step, backend, session_id, after)
+            ),
+            token=lambda: self._read(functools.partial(backend.change_token, session_id)),
+            wait=lambda mark: waker.wait(mark, poll_interval),
+        )
         try:
-            while True:
-                self._check_open()
-                mark = signal.count
-                token, page = await self._read(
-                    functools.partial(_follow_step, backend, session_id, last)
-                )
-                if page:
+            # Closed when this generator is: no finalizer task is left to close it.
+            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+                async for page in pages:
                     for event in page:
-                        last = event.seq
                         yield event
-                    await asyncio.sleep(0)  # other tasks run between pages
-                    continue
-                while True:
-                    await waker.wait(mark, poll_interval)
-                    self._check_open()
-                    if signal.count != mark:
-                        break
-                    now = await self._read(functools.partial(backend.change_token, session_id))
-                    if now != token:
-                        break
         finally:
             self._leave_waker(waker)
             backend.unwatch(session_id)

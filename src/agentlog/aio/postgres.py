@@ -21,35 +21,27 @@ import builtins
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import AsyncIterator, Hashable, Iterable
+from typing import Any, Literal, overload
 
 import psycopg
-from psycopg import sql
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
-    MAX_SEQ,
-    Statements,
+    PoolOptions,
     check_schema_name,
-    connect_options,
-    migrate_schema,
+    listen_async,
     notify_key,
+    operations,
     oversized_batch,
-    pool_sizes,
-    retained_start,
-    statement_timeout_sql,
-    translate_errors,
 )
+from ..engine.postgres.aio import AsyncDatabase
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
-    EventsPrunedError,
-    SessionExistsError,
-    SessionNotFoundError,
     SessionTruncatedError,
     StorageDataError,
 )
@@ -63,21 +55,13 @@ from ..events import (
     check_flag,
     check_identifier,
     check_poll_interval,
-    check_retained,
     check_seq,
     check_session_id,
     encode_events,
     encode_metadata,
 )
-from ..integrity import checked_payloads, checksum
 from ..lifecycle import AsyncClosable
-from ..log import (
-    DEFAULT_POLL_INTERVAL,
-    check_fork,
-    check_revision,
-    decode_metadata,
-    metadata_conflict,
-)
+from ..log import DEFAULT_POLL_INTERVAL, check_fork, check_revision, decode_metadata
 from ..log.postgres import PostgresCheckpointer
 from ..stores.postgres import PostgresStorage
 from .handle import AsyncSession
@@ -86,7 +70,6 @@ from .writer import off_loop
 
 __all__ = ["AsyncPostgresCheckpointer", "AsyncPostgresStorage"]
 
-_T = TypeVar("_T")
 _PAGE = 1000
 #: A queued append: ``(session_id, expected_head, batch, the caller's future)``.
 _Job = tuple[str, "int | None", EncodedBatch, "asyncio.Future[int]"]
@@ -141,49 +124,11 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
         self._schema = check_schema_name(schema)
-        self._q = Statements(self._schema)
-        self._channel = f"agentlog.{self._schema}"
         self._notify = notify
         self._closed = False
-        if isinstance(target, AsyncConnectionPool):
-            conninfo, kwargs = target.conninfo, target.kwargs
-            if not isinstance(conninfo, str):
-                raise TypeError("the pool must have a connection string, not a callable")
-            # The schema's migration and the listener connect with these too.
-            self._conninfo: str = conninfo
-            self._kwargs: dict[str, Any] = dict(kwargs) if isinstance(kwargs, dict) else {}
-            self._pool: AsyncConnectionPool[Any] = target
-            self._owns_pool = False
-        elif isinstance(target, str):
-            self._conninfo = target
-            self._kwargs = connect_options(connect_timeout)
-            configure = None
-            if statement_timeout_ms is not None:
-                bound = statement_timeout_sql(statement_timeout_ms)
-
-                async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-                    await conn.execute(bound)
-
-            self._pool = AsyncConnectionPool(
-                target,
-                kwargs=self._kwargs,
-                **pool_sizes(pool_min_size, pool_max_size, pool_timeout),
-                configure=configure,
-                open=False,
-                name=f"agentlog-async-{self._schema}",
-            )
-            self._owns_pool = True
-        else:
-            raise TypeError(
-                "target must be a connection string or a psycopg_pool.AsyncConnectionPool,"
-                f" not {type(target).__name__}"
-            )
-        kwargs = dict(self._kwargs, autocommit=True)
-        with (
-            translate_errors("opening the store"),
-            psycopg.connect(self._conninfo, **kwargs) as conn,
-        ):
-            migrate_schema(conn, self._schema)
+        sizes = (pool_min_size, pool_max_size, pool_timeout)
+        options = PoolOptions(*sizes, connect_timeout, statement_timeout_ms)
+        self._db = AsyncDatabase(target, self._schema, options, notify)
         self._opening: asyncio.Future[None] | None = None
         self._running = 0
         self._drained: asyncio.Event | None = None
@@ -232,7 +177,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._check_open()
         if self._sync is None:
             self._sync = PostgresCheckpointer(
-                self._conninfo,
+                self._db.conninfo,
                 tenant=self._tenant,
                 schema=self._schema,
                 pool_max_size=2,
@@ -252,7 +197,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         try:
             opening = self._opening
             if opening is None:
-                opening = self._opening = asyncio.ensure_future(self._open_pool())
+                opening = self._opening = asyncio.ensure_future(self._db.open())
             try:
                 # Shielded: a caller cancelled meanwhile leaves the opening whole.
                 await asyncio.shield(opening)
@@ -265,35 +210,6 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             self._running -= 1
             if self._running == 0 and self._drained is not None:
                 self._drained.set()
-
-    async def _open_pool(self) -> None:
-        if self._owns_pool:
-            with translate_errors("opening the pool"):
-                await self._pool.open()
-
-    @contextlib.asynccontextmanager
-    async def _connection(self, what: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        with translate_errors(what):
-            async with self._pool.connection() as conn:
-                yield conn
-
-    async def _read(
-        self, what: str, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]
-    ) -> _T:
-        """``work(connection)``, tried again on the next connection when the
-        server dropped the one it got (a read changes nothing)."""
-        attempts = self._pool.max_size + 1
-        for attempt in range(1, attempts + 1):
-            with translate_errors(what):
-                try:
-                    async with self._pool.connection() as conn:
-                        return await work(conn)
-                except (PoolTimeout, psycopg.errors.QueryCanceled):
-                    raise
-                except (psycopg.OperationalError, psycopg.InterfaceError):
-                    if attempt == attempts:
-                        raise
-        raise AssertionError("unreachable")
 
     # -- the log -----------------------------------------------------------------------
 
@@ -346,15 +262,9 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     async def _write_group(self, jobs: builtins.list[_Job]) -> None:
         """One append alone (one statement), or several in one transaction."""
         ts = time.time()
-        results: builtins.list[int | CheckpointConflictError] = []
+        results: builtins.list[int | Exception] = []
         try:
-            async with self._connection("appending") as conn:
-                if len(jobs) == 1:
-                    name, expected, batch, _ = jobs[0]
-                    results = [await self._append_or_conflict(conn, name, expected, ts, batch)]
-                else:
-                    async with conn.transaction():
-                        results = await self._append_group_on(conn, jobs, ts)
+            results = await self._write(jobs, ts)
         except Exception as exc:  # the whole group failed: each caller hears
             for *_, future in jobs:
                 if not future.done():
@@ -370,97 +280,19 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self.write_groups += 1
         self._commit()
 
-    async def _append_or_conflict(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        name: str,
-        expected: int | None,
-        ts: float,
-        batch: EncodedBatch,
-    ) -> int | CheckpointConflictError:
-        try:
-            return await self._append_on(conn, name, expected, ts, batch)
-        except CheckpointConflictError as exc:
-            return exc
-
-    async def _append_group_on(
-        self, conn: psycopg.AsyncConnection[Any], jobs: builtins.list[_Job], ts: float
-    ) -> builtins.list[int | CheckpointConflictError]:
-        """The appends of a group in the caller's transaction, sessions in id order
-        (so that two groups never deadlock). One append per session: sent as
-        one pipeline. Else one after another."""
-        results: builtins.list[int | CheckpointConflictError] = [0] * len(jobs)
-        order = sorted(range(len(jobs)), key=lambda index: jobs[index][0])
-        names = {job[0] for job in jobs}
-        simple = all(batch and (exp is None or exp <= MAX_SEQ) for _, exp, batch, _ in jobs)
-        if len(names) < len(jobs) or not simple:
-            for index in order:
-                name, expected, batch, _ = jobs[index]
-                results[index] = await self._append_or_conflict(conn, name, expected, ts, batch)
-            return results
-        refused = []
-        async with conn.pipeline():
-            sent = []
-            for index in order:
-                name, expected, batch, _ = jobs[index]
-                cur = conn.cursor()
-                await cur.execute(*self._append_statement(name, expected, ts, batch))
-                sent.append((index, cur))
-            for index, cur in sent:
-                row = await cur.fetchone()
-                if row is None:
-                    refused.append(index)
-                else:
-                    results[index] = int(row[0])
-        for index in refused:
-            name, expected, batch, _ = jobs[index]
-            results[index] = await self._append_or_conflict(conn, name, expected, ts, batch)
-        return results
-
-    def _append_statement(
-        self, name: str, expected: int | None, ts: float, batch: EncodedBatch
-    ) -> tuple[str, dict[str, Any]]:
-        params = {
-            "t": self._tenant,
-            "name": name,
-            "n": len(batch),
-            "ts": ts,
-            "exp": expected,
-            "types": [kind for kind, _ in batch],
-            "payloads": [payload for _, payload in batch],
-            "crcs": [checksum(payload) for _, payload in batch],
-            "channel": self._channel,
-            "key": notify_key(self._tenant, name),
-        }
-        return self._q.append[not expected, self._notify], params
-
-    async def _append_on(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        name: str,
-        expected: int | None,
-        ts: float,
-        batch: EncodedBatch,
-    ) -> int:
-        if expected is not None and expected > MAX_SEQ:
-            raise CheckpointConflictError(name, expected, await self._head_on(conn, name))
-        if not batch:
-            head = await self._head_on(conn, name)
-            if expected is not None and expected != head:
-                raise CheckpointConflictError(name, expected, head)
-            return head
-        statement, params = self._append_statement(name, expected, ts, batch)
-        while True:
-            row = await (await conn.execute(statement, params)).fetchone()
-            if row is not None:
-                return int(row[0])
-            head = await self._head_on(conn, name)
-            if expected is not None and head != expected:
-                raise CheckpointConflictError(name, expected, head)
-
-    async def _head_on(self, conn: psycopg.AsyncConnection[Any], name: str) -> int:
-        row = await (await conn.execute(self._q.head, (self._tenant, name))).fetchone()
-        return 0 if row is None else int(row[0])
+    async def _write(self, jobs: builtins.list[_Job], ts: float) -> builtins.list[int | Exception]:
+        db, tenant = self._db, self._tenant
+        if len(jobs) == 1:
+            name, expected, batch, _ = jobs[0]
+            append = operations.append(db.q, tenant, (name, expected, batch), ts, db.notify)
+            try:
+                return [await db.single("appending", append)]
+            except CheckpointConflictError as exc:
+                return [exc]
+        requests = [(name, expected, batch) for name, expected, batch, _ in jobs]
+        plan = operations.plan_group(requests, oversized_batch)
+        group = operations.append_group(db.q, tenant, requests, ts, db.notify, plan)
+        return await db.write("appending", group, pipelined=plan.pipelined)
 
     async def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
@@ -495,57 +327,17 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     async def _checked_scan(self, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
         """A page after ``since``, or :class:`EventsPrunedError` when retention pruned
         the events right after it (the rule of ``BaseCheckpointer.read``)."""
-        page = await self._scan(name, since, limit)
-        if page:
-            first = page[0].seq
-        else:
-
-            async def retained(conn: psycopg.AsyncConnection[Any]) -> Any:
-                return await (await conn.execute(self._q.retained, (self._tenant, name))).fetchone()
-
-            async with self._call():
-                first = retained_start(await self._read("reading", retained))
-        if first > since + 1:
-            raise EventsPrunedError(name, since, first)
-        return page
-
-    async def _check_retained(
-        self, cur: psycopg.AsyncCursor[Any], name: str, what: str, point: int, head: int
-    ) -> None:
-        """Inside a write: refuse to go back below what retention left."""
-        await cur.execute(self._q.first_seq, (self._tenant, name))
-        found = await cur.fetchone()
-        first = head + 1 if found is None else int(found[0])
-        if first > 1:
-            await cur.execute(self._q.oldest_snapshot, (self._tenant, name))
-            oldest = await cur.fetchone()
-            check_retained(name, what, point, first, None if oldest is None else oldest[0])
-
-    async def _scan(self, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
-        if since >= MAX_SEQ:
-            return []
-
-        async def page(conn: psycopg.AsyncConnection[Any]) -> builtins.list[Any]:
-            async with conn.cursor(binary=True) as cur:
-                await cur.execute(self._q.scan, (self._tenant, name, since, limit))
-                return await cur.fetchall()
-
         async with self._call():
-            rows = await self._read("reading", page)
-        if not rows:
-            return []
-        events = checked_payloads(name, rows)
-        return [
-            StoredEvent(seq, seq - 1, ts, kind, event)
-            for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
-        ]
+            return await self._db.query(
+                "reading", operations.checked_page, self._tenant, name, since, limit
+            )
 
     async def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""
         session_id = check_session_id(session_id) if not self._closed else session_id
         async with self._call():
-            return await self._read(
-                "reading the head", lambda conn: self._head_on(conn, session_id)
+            return await self._db.query(
+                "reading the head", operations.head, self._tenant, session_id
             )
 
     @overload
@@ -563,34 +355,26 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         """Every session of the tenant, most recently active first (with
         ``with_metadata=True``, :class:`~agentlog.SessionListing` rows)."""
         with_metadata = check_flag("with_metadata", with_metadata)
-        query = self._q.list_metadata if with_metadata else self._q.list
-
-        async def rows(conn: psycopg.AsyncConnection[Any]) -> builtins.list[Any]:
-            return await (await conn.execute(query, (self._tenant,))).fetchall()
-
         async with self._call():
-            found = await self._read("listing", rows)
-        if with_metadata:
-            return [
-                SessionListing(str(n), float(m), int(h), decode_metadata(d), int(r))
-                for n, m, h, d, r in found
-            ]
-        return [SessionInfo(str(n), float(m), int(h)) for n, m, h in found]
+            if with_metadata:
+                listed = await self._db.query(
+                    "listing", operations.list_sessions_metadata, self._tenant
+                )
+                return [
+                    SessionListing(name, mtime, head, decode_metadata(meta), revision)
+                    for name, mtime, head, meta, revision in listed
+                ]
+            found = await self._db.query("listing", operations.list_sessions, self._tenant)
+        return [SessionInfo(*row) for row in found]
 
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""
         session_id = check_session_id(session_id) if not self._closed else session_id
-
-        async def row(conn: psycopg.AsyncConnection[Any]) -> Any:
-            return await (
-                await conn.execute(self._q.metadata, (self._tenant, session_id))
-            ).fetchone()
-
         async with self._call():
-            found = await self._read("reading metadata", row)
-        if found is None:
-            return SessionMetadata(None, 0)
-        return SessionMetadata(decode_metadata(found[0]), int(found[1]))
+            data, revision = await self._db.query(
+                "reading metadata", operations.session_metadata, self._tenant, session_id
+            )
+        return SessionMetadata(decode_metadata(data), revision)
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new
@@ -599,114 +383,53 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         session_id = check_session_id(session_id)
         expected = check_revision(expected_revision)
         data = encode_metadata(value)
-        tenant, ts, q = self._tenant, time.time(), self._q
-        async with (
-            self._call(),
-            self._connection("setting metadata") as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            row = await (await cur.execute(q.revision_for_update, (tenant, session_id))).fetchone()
-            if row is None:
-                if expected == 0:
-                    created = await (
-                        await cur.execute(
-                            q.create_with_metadata, (tenant, session_id, ts, ts, data)
-                        )
-                    ).fetchone()
-                    if created is not None:
-                        return int(created[0])
-                row = await (await cur.execute(q.metadata, (tenant, session_id))).fetchone()
-            actual = 0 if row is None else int(row[-1])
-            if actual == expected:
-                done = await (
-                    await cur.execute(q.set_metadata, (data, ts, tenant, session_id, expected))
-                ).fetchone()
-                if done is not None:
-                    return int(done[0])
-                row = await (await cur.execute(q.metadata, (tenant, session_id))).fetchone()
-                actual = 0 if row is None else int(row[-1])
-            raise metadata_conflict(session_id, expected, actual)
+        db = self._db
+        change = operations.set_metadata(
+            db.q, self._tenant, session_id, data, expected, time.time()
+        )
+        async with self._call():
+            return await db.write("setting metadata", change)
 
     async def session(self, session_id: str, *, shape: str = "anthropic") -> AsyncSession:
         """An :class:`~agentlog.aio.AsyncSession` on ``session_id``, resumed by replay."""
         return await AsyncSession.open(self, session_id, shape=shape)
 
-    async def _notify_on(self, cur: psycopg.AsyncCursor[Any], name: str, head: int) -> None:
-        if self._notify:
-            payload = f"{head} {notify_key(self._tenant, name)}"
-            await cur.execute(self._q.notify, (self._channel, payload))
-
     async def delete(self, session_id: str) -> None:
         """Remove the session and its events; idempotent."""
         session_id = check_session_id(session_id) if not self._closed else session_id
-        key = (self._tenant, session_id)
-        async with (
-            self._call(),
-            self._connection("deleting") as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            await cur.execute(self._q.delete_session, key)
-            if await cur.fetchone() is None:
-                return
-            await cur.execute(self._q.delete_events, key)
-            await cur.execute(self._q.delete_snapshots, key)
-            await self._notify_on(cur, session_id, 0)
-        self._commit()
+        db = self._db
+        async with self._call():
+            deleted = await db.write(
+                "deleting", operations.delete(db.q, self._tenant, session_id, db.notify)
+            )
+        if deleted:
+            self._commit()
 
     async def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove the events after ``to_seq``; return the new head."""
         self._check_open()
         session_id = check_session_id(session_id)
         to_seq = check_seq("to_seq", to_seq)
-        key = (self._tenant, session_id)
-        async with (
-            self._call(),
-            self._connection("truncating") as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            await cur.execute(self._q.head_for_update, key)
-            row = await cur.fetchone()
-            if row is None:
-                return 0
-            if to_seq >= int(row[0]):
-                return int(row[0])
-            await self._check_retained(cur, session_id, "truncate", to_seq, int(row[0]))
-            await cur.execute(self._q.cut_events, (*key, to_seq))
-            await cur.execute(self._q.cut_snapshots, (*key, to_seq))
-            await cur.execute(self._q.set_head, (to_seq, time.time(), *key))
-            await self._notify_on(cur, session_id, to_seq)
-        self._commit()
-        return to_seq
+        db = self._db
+        cut = operations.truncate(db.q, self._tenant, session_id, to_seq, time.time(), db.notify)
+        async with self._call():
+            head, changed = await db.write("truncating", cut)
+        if changed:
+            self._commit()
+        return head
 
     async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """Create ``new_session_id`` holding events 1…``at_seq``; return its head."""
         self._check_open()
         session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
-        tenant, ts = self._tenant, time.time()
-        async with (
-            self._call(),
-            self._connection("forking") as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            await cur.execute(self._q.head + " FOR SHARE", (tenant, session_id))
-            row = await cur.fetchone()
-            if row is None:
-                raise SessionNotFoundError(f"no session {session_id!r} to fork")
-            if at_seq > int(row[0]):
-                raise ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {row[0]}")
-            await self._check_retained(cur, session_id, "fork", at_seq, int(row[0]))
-            await cur.execute(self._q.create_session, (tenant, new_session_id, at_seq, ts, ts))
-            if await cur.fetchone() is None:
-                raise SessionExistsError(f"session {new_session_id!r} already exists")
-            await cur.execute(self._q.copy_events, (new_session_id, tenant, session_id, at_seq))
-            await cur.execute(self._q.copy_snapshots, (new_session_id, tenant, session_id, at_seq))
-            await self._notify_on(cur, new_session_id, at_seq)
+        db = self._db
+        copy = operations.fork(
+            db.q, self._tenant, session_id, at_seq, new_session_id, time.time(), db.notify
+        )
+        async with self._call():
+            head = await db.write("forking", copy)
         self._commit()
-        return at_seq
+        return head
 
     # -- following ---------------------------------------------------------------------
 
@@ -734,13 +457,11 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         if self._listening and key in self._watchers:
             return ("notified", self._generation, self._notified.get(key, 0))
 
-        async def head_and_mtime(conn: psycopg.AsyncConnection[Any]) -> Any:
-            query = self._q.head_mtime
-            return await (await conn.execute(query, (self._tenant, session_id))).fetchone()
-
         async with self._call():
-            row = await self._read("reading the head", head_and_mtime)
-        return ("polled", *(row or (0, 0.0)))
+            polled = await self._db.query(
+                "reading the head", operations.head_and_mtime, self._tenant, session_id
+            )
+        return ("polled", *polled)
 
     async def follow(
         self,
@@ -814,28 +535,32 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     async def _listen(self) -> None:
         """The listening connection, kept (re)connected while followers run."""
-        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
-        kwargs = dict(self._kwargs, autocommit=True)
+        db = self._db
         while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(self._conninfo, **kwargs)
-                try:
-                    await conn.execute(listen)
-                    self._generation += 1
-                    self._listening = True
-                    self._commit()  # anything may have been missed before
-                    async for note in conn.notifies():
-                        _, _, key = note.payload.partition(" ")
-                        if key in self._watchers:
-                            self._notified[key] = self._notified.get(key, 0) + 1
-                            self._commit()
-                finally:
-                    self._listening = False
-                    await conn.close()
-            except (psycopg.Error, OSError):
-                pass
+            with contextlib.suppress(psycopg.Error, OSError):
+                await listen_async(
+                    db.q,
+                    db.conninfo,
+                    db.connect_kwargs,
+                    self._on_listening,
+                    self._on_note,
+                    self._on_lost,
+                )
             self._commit()  # lost: followers poll until it is back
             await asyncio.sleep(0.2)
+
+    def _on_listening(self) -> None:
+        self._generation += 1
+        self._listening = True
+        self._commit()  # anything may have been missed before
+
+    def _on_lost(self) -> None:
+        self._listening = False
+
+    def _on_note(self, head: int, key: str) -> None:
+        if key in self._watchers:
+            self._notified[key] = self._notified.get(key, 0) + 1
+            self._commit()
 
     # -- closing -------------------------------------------------------------------------
 
@@ -849,8 +574,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             await self._drained.wait()
         await self._stop_listening()
         self._commit()  # waiting followers see the close
-        if self._owns_pool:
-            await self._pool.close()
+        await self._db.close()
         if self._sync is not None:
             await off_loop(self._sync.close)
 

@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 
 from ..engine import AppendCompletions
 from ..errors import CheckpointerClosedError, StorageUnavailableError
-from ..log import BaseCheckpointer, PreparedAppend
+from ..log import PreparedAppend, WriterPort
 
-__all__ = ["Closing", "Job", "LoopChannel", "Writer", "off_loop", "settle"]
+__all__ = ["Closing", "Job", "LoopChannel", "Writer", "off_loop", "outcome", "settle"]
 
 _T = TypeVar("_T")
 
@@ -54,6 +54,14 @@ class Job:
         # channel, and its handle there (to withdraw it).
         self.channel: LoopChannel | None = None
         self.queued: object = None
+
+
+def outcome(result: int | Exception) -> tuple[int | None, Exception | None]:
+    """One append's outcome (its new head, or the exception that refused it
+    alone) as what its future gets: ``(head, None)`` or ``(None, error)``."""
+    if isinstance(result, Exception):
+        return None, result
+    return result, None
 
 
 def settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
@@ -140,7 +148,7 @@ class Writer:
 
     def __init__(
         self,
-        backend: BaseCheckpointer | None,
+        backend: WriterPort | None,
         name: str,
         *,
         inline: bool = False,
@@ -272,11 +280,9 @@ class Writer:
             except Exception as exc:
                 outcomes.extend((job, None, exc) for job, _ in run)
             else:
-                for (job, _), result in zip(run, results, strict=True):
-                    if isinstance(result, Exception):
-                        outcomes.append((job, None, result))
-                    else:
-                        outcomes.append((job, result, None))
+                outcomes.extend(
+                    (job, *outcome(result)) for (job, _), result in zip(run, results, strict=True)
+                )
             run.clear()
 
         for job in jobs:
@@ -318,7 +324,7 @@ class LoopChannel:
 
     def __init__(
         self,
-        backend: BaseCheckpointer,
+        backend: WriterPort,
         completions: AppendCompletions,
         loop: asyncio.AbstractEventLoop,
         shared: weakref.WeakSet[asyncio.AbstractEventLoop],

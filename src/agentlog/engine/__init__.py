@@ -16,9 +16,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import SchemaVersionError, StorageNotFoundError
 from ..files import DEFAULT_FILE_MODE, check_file_mode
-from .base import DEFAULT_WAL_SIZE_LIMIT
+from .connections import DEFAULT_WAL_SIZE_LIMIT
 from .interface import AppendCompletions, Connection, Engine, EngineFactory
+from .line_check import first_bad_crc_line
 from .pure import PyEngine
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "engine_class",
     "engine_info",
     "first_bad_crc_line",
+    "open_database",
     "open_engine",
     "open_shared_engine",
     "release_engine",
@@ -40,18 +43,14 @@ __all__ = [
 #: Engine classes by name, the default first.
 AVAILABLE_ENGINES: dict[str, EngineFactory] = {}
 _extension_error: str | None = "disabled by AGENTLOG_NO_EXTENSIONS"
-#: The C engine's check of a page of file-store lines against their crcs
-#: (``first_bad_line``), or None without it: the file store checks in Python.
-first_bad_crc_line: Callable[[bytes], int] | None = None
 
 if not os.environ.get("AGENTLOG_NO_EXTENSIONS") and platform.python_implementation() == "CPython":
     try:
-        from .cengine import CEngine, first_bad_line
+        from .cengine import CEngine
     except ImportError as exc:
         _extension_error = f"{type(exc).__name__}: {exc}"
     else:
         AVAILABLE_ENGINES["c"] = CEngine
-        first_bad_crc_line = first_bad_line
         _extension_error = None
 AVAILABLE_ENGINES["python"] = PyEngine
 
@@ -315,6 +314,66 @@ def release_engine(engine: Engine, holder: object) -> None:
                 return
             del _SHARED[key]
     engine.close()
+
+
+def open_database(
+    file: str | os.PathLike[str],
+    *,
+    read_only: bool = False,
+    create: bool = True,
+    holder: object = None,
+    **options: Any,
+) -> Engine:
+    """The engine on the agentlog database ``file`` (``options`` as
+    :func:`~agentlog.engine.open_engine` takes them), for the checkpointer and
+    the storage alike.
+
+    With a ``holder``, this process's engine for the file and options, shared
+    (:func:`~agentlog.engine.open_shared_engine`; the holder gives it back
+    with :func:`~agentlog.engine.release_engine`, never ``close()``).
+
+    ``read_only=True`` or ``create=False`` open an existing agentlog database
+    only: a missing file raises :class:`StorageNotFoundError`, one that holds
+    no agentlog database :class:`SchemaVersionError`, and nothing is created
+    or changed before that is known.
+    """
+    if read_only or not create:
+        _refuse_missing(file)
+        if not read_only:
+            # Look without changing anything before opening to write.
+            engine = options.get("engine")
+            _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
+    if holder is not None and not options.get("integrity_check_on_open"):
+        # (A check on open asked for gets an engine of its own, which runs it.)
+        options.pop("integrity_check_on_open", None)
+        opened = open_shared_engine(file, holder, read_only=read_only, **options)
+        if read_only and opened.schema_version == 0:
+            release_engine(opened, holder)
+            raise _empty_file(opened)
+        return opened
+    opened = open_engine(file, read_only=read_only, **options)
+    return _require_agentlog(opened) if read_only else opened
+
+
+def _refuse_missing(file: str | os.PathLike[str]) -> None:
+    """Refuse to open what would have to be created."""
+    location = os.fspath(file) if isinstance(file, (str, os.PathLike)) else file
+    if location == ":memory:":
+        raise ValueError("':memory:' is always a new database: it cannot be opened read-only")
+    if isinstance(location, str) and not os.path.exists(location):
+        raise StorageNotFoundError(f"no such file: {location!r}")
+
+
+def _require_agentlog(engine: Engine) -> Engine:
+    """``engine``, unless its file holds no agentlog database (then it is closed)."""
+    if engine.schema_version == 0:
+        engine.close()
+        raise _empty_file(engine)
+    return engine
+
+
+def _empty_file(engine: Engine) -> SchemaVersionError:
+    return SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")
 
 
 def _forget_shared_in_child() -> None:

@@ -7,13 +7,16 @@ inside one ``BEGIN IMMEDIATE`` transaction with the GIL released, and scans a
 page by copying the payloads straight from column memory into one buffer that
 is decoded in one call, then builds each ``StoredEvent`` in place. Opening,
 the schema guard, the reader pool, transactions, the error table and the cold
-paths are the shared ``EngineBase``.
+paths are the shared ``EngineBase`` (engine/base.py and the modules it joins).
 
 Its parts are included files beside it, compiled into this one module (with
 the embedded SQLite, one translation unit): ``connection.pxi`` (prepared
 statements, ``CConnection``), ``group_commit.pxi`` (requests, ``_apply`` and
 ``_commit_group``, the write lock and the writer thread) and ``scan.pxi``
 (page stepping and ``StoredEvent`` building); this file holds ``CEngine``.
+``line_check.pxi`` is the file store's check of its lines' CRCs: compiled into
+this module (the one C module agentlog builds), but no part of the engine
+(reached through ``agentlog.engine.line_check``).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
@@ -56,7 +59,14 @@ from urllib.parse import quote as _quote
 
 from agentlog.engine import schema as S
 from agentlog.engine import sql as Q
-from agentlog.engine.base import EngineBase, driver_error
+from agentlog.engine.base import EngineBase
+from agentlog.engine.errors import (
+    CLOSED,
+    driver_error,
+    read_only_refusal,
+    too_long,
+    too_many_sessions,
+)
 from agentlog.errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
@@ -91,61 +101,14 @@ def crc32(data, unsigned int value=0):
 # the seam's control functions here (agentlog.engine.faults). Otherwise nothing.
 agentlog_faults_install(globals())
 
-# -- result codes to exceptions: the one table in agentlog.engine.base ---------------
+# -- result codes to exceptions: the one table in agentlog.engine.errors -------------
 
 cdef object _error(int rc, const char *message, str context):
     text = message.decode("utf-8", "replace") if message != NULL else ""
     return driver_error(rc, text, context)
 
 
-def first_bad_line(bytes data):
-    """The index of the first event line of ``data`` (lines as the file store
-    writes them, each ending in a newline) whose ``"crc"`` is not the CRC-32 of
-    its event bytes, or -1. A line without a crc is passed over (the file
-    store's Python check, in one C loop)."""
-    cdef const char *p = PyBytes_AS_STRING(data)
-    cdef Py_ssize_t size = PyBytes_GET_SIZE(data), index
-    with nogil:
-        index = _first_bad_line(p, size)
-    return index
-
-
-cdef Py_ssize_t _find_event(const char *p, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
-    """Where ``"event":`` first starts in ``p[start:end]``, or -1."""
-    cdef Py_ssize_t i = start
-    while i + 8 <= end:
-        if p[i] == b'"' and memcmp(p + i, b'"event":', 8) == 0:
-            return i
-        i += 1
-    return -1
-
-
-cdef Py_ssize_t _first_bad_line(const char *p, Py_ssize_t size) noexcept nogil:
-    cdef Py_ssize_t start = 0, end, ev, k, index = 0, digits
-    cdef unsigned long long value, scale
-    cdef const char *newline
-    while start < size:
-        newline = <const char *>memchr(p + start, b'\n', size - start)
-        end = size if newline == NULL else newline - p
-        ev = _find_event(p, start + 20, end)
-        k = ev - 1
-        if ev >= 0 and p[k] == b',':
-            # ...,"crc":<digits>,"event":<payload>}
-            value, scale, digits = 0, 1, 0
-            k -= 1
-            while k > start and b'0' <= p[k] <= b'9' and digits < 11:
-                value += (p[k] - 48) * scale
-                scale *= 10
-                k -= 1
-                digits += 1
-            if digits and k - 5 >= start and memcmp(p + k - 5, b'"crc":', 6) == 0:
-                if end - 1 < ev + 8 or agentlog_crc32(0, p + ev + 8, end - 1 - ev - 8) != value:
-                    return index
-        start = end + 1
-        index += 1
-    return -1
-
-
+include "line_check.pxi"
 include "connection.pxi"
 include "group_commit.pxi"
 include "scan.pxi"
@@ -167,24 +130,6 @@ def _sqlite_info():
         "sqlite_source_id": sqlite3_sourceid().decode(),
         "compile_options": options,
     }
-
-
-cdef inline CConnection _borrow_reader(object engine):
-    """``EngineBase._borrow_reader`` for the hot paths, without a Python call."""
-    if engine._closed:
-        raise CheckpointerClosedError(engine._closed_message)
-    try:
-        return <CConnection>engine._idle_readers.pop()
-    except IndexError:
-        return <CConnection>engine._connect(True)
-
-
-cdef inline int _return_reader(object engine, CConnection conn) except -1:
-    """``EngineBase._return_reader`` for the hot paths, without a Python call."""
-    engine._idle_readers.append(conn)
-    if engine._closed:
-        engine._drain_readers()
-    return 0
 
 
 cdef Py_ssize_t _MAX_ID = MAX_SESSION_ID_LENGTH
@@ -210,17 +155,23 @@ cdef inline bint _plain_id(object name):
     return not (text[0] == 0x2E and (size == 1 or (size == 2 and text[1] == 0x2E)))
 
 
-cdef int64_t _engine_head(object engine, str tenant, str name) except -1:
-    """``CEngine.head``: on a pooled reader (on the writer, for ``:memory:``)."""
-    if engine._memory:
-        with engine._write_lock:
-            engine._check_open()
-            return _head(<CConnection>engine._writer, tenant, name)
-    conn = _borrow_reader(engine)
+cdef int64_t _pooled_head(object readers, str tenant, str name) except -1:
+    """A session's head, on a reader borrowed from the engine's ``ReaderPool``."""
+    cdef CConnection conn = <CConnection>readers.borrow()
     try:
         return _head(conn, tenant, name)
     finally:
-        _return_reader(engine, conn)
+        readers.give_back(conn)
+
+
+cdef object _pooled_scan(object readers, str tenant, str name, int64_t since_seq,
+                         int64_t limit):
+    """A page of a session, on a reader borrowed from the engine's ``ReaderPool``."""
+    cdef CConnection conn = <CConnection>readers.borrow()
+    try:
+        return _scan_page(conn, tenant, name, since_seq, limit)
+    finally:
+        readers.give_back(conn)
 
 
 cdef object _outcome(_Append item):
@@ -235,11 +186,11 @@ cdef object _outcome(_Append item):
     if status == APPEND_CONFLICT:
         return CheckpointConflictError(name, item.request.expected, item.request.head)
     if status == APPEND_TOO_LONG:
-        return ValueError(f"session {name!r} would exceed {MAX_SEQ} events")
+        return too_long(name)
     if status == APPEND_TOO_MANY_SESSIONS:
-        return StorageUnavailableError("the database holds too many sessions")
+        return too_many_sessions()
     if status == _CLOSED:
-        return CheckpointerClosedError("the database is closed")
+        return CheckpointerClosedError(CLOSED)
     return _error(status, item.error.encode(), "append")
 
 
@@ -320,7 +271,7 @@ class CEngine(EngineBase):
         cdef _Append mine = _Append()
         cdef _GroupWriter writer = <_GroupWriter>self._group_writer
         if self.read_only:
-            raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
+            raise read_only_refusal("append", self.path)
         if self.hash_chain:
             # Each link needs the one before it: the shared path, in Python.
             return self.write(
@@ -399,7 +350,8 @@ class CEngine(EngineBase):
         if self.read_only or self.hash_chain:
             return None
         self._close_abandoned()
-        completions = _Completions(self, self._group_writer)
+        completions = _Completions(self._count_writer_commits, self._completions,
+                                   self._group_writer)
         self._completions.add(completions)
         return completions
 
@@ -430,11 +382,11 @@ class CEngine(EngineBase):
         cdef _Append item
         cdef list items = []
         if self.read_only:
-            raise StorageUnavailableError(f"append: {self.path!r} is open read-only")
+            raise read_only_refusal("append", self.path)
         if not requests:
             return []
         if self.hash_chain:
-            return EngineBase._append_group(self, tenant, requests, ts, wait=wait)
+            return super()._append_group(tenant, requests, ts, wait=wait)
         for name, expected_head, batch in requests:
             item = _Append()
             item.prepare(tenant, name, -1 if expected_head is None else expected_head, ts, batch)
@@ -520,19 +472,25 @@ class CEngine(EngineBase):
             with self._write_lock:
                 self._check_open()
                 return _scan_page(<CConnection>self._writer, tenant, name, since_seq, limit)
-        conn = _borrow_reader(self)
-        try:
-            return _scan_page(conn, tenant, name, since_seq, limit)
-        finally:
-            _return_reader(self, conn)
+        return _pooled_scan(self._readers, tenant, name, since_seq, limit)
 
     def head_checked(self, str tenant, name):
         """``head(tenant, check_session_id(name))``, the id checked here (the
         common case without a Python call): a checkpointer's ``head()``."""
         if not _plain_id(name):
             name = check_session_id(name)
-        return _engine_head(self, tenant, name)
+        if self._memory:
+            return self._head_on_writer(tenant, name)
+        return _pooled_head(self._readers, tenant, name)
 
     def head(self, str tenant, str name):
         """The session's head; 0 when it is empty or unknown."""
-        return _engine_head(self, tenant, name)
+        if self._memory:
+            return self._head_on_writer(tenant, name)
+        return _pooled_head(self._readers, tenant, name)
+
+    def _head_on_writer(self, str tenant, str name):
+        """``:memory:``'s head, on its only connection."""
+        with self._write_lock:
+            self._check_open()
+            return _head(<CConnection>self._writer, tenant, name)

@@ -19,18 +19,26 @@ cdef enum:
     ST_HEAD
     N_STATEMENTS
 
-cdef list _SQL = [
-    Q.BEGIN_WRITE.encode(),
-    Q.COMMIT.encode(),
-    Q.ROLLBACK.encode(),
-    Q.SELECT_SESSION.encode(),
-    Q.INSERT_SESSION.encode(),
-    Q.UPDATE_SESSION.encode(),
-    Q.INSERT_EVENT.encode(),
-    Q.NEXT_SID.encode(),
-    Q.SCAN_EVENTS.encode(),
-    Q.SELECT_HEAD.encode(),
-]
+# The table is engine/sql.py's, in the order of its Hot enum, which this enum mirrors.
+cdef list _SQL = [statement.encode() for statement in Q.HOT_STATEMENTS]
+assert len(_SQL) == N_STATEMENTS, "engine/sql.py's hot statements and ST_* differ"
+
+
+def statement_numbers():
+    """The ``ST_*`` number of each hot statement, by its name in ``engine.sql.Hot``
+    (for the test that the two agree)."""
+    return {
+        "BEGIN_WRITE": ST_BEGIN,
+        "COMMIT": ST_COMMIT,
+        "ROLLBACK": ST_ROLLBACK,
+        "SELECT_SESSION": ST_SELECT_SESSION,
+        "INSERT_SESSION": ST_INSERT_SESSION,
+        "UPDATE_SESSION": ST_UPDATE_SESSION,
+        "INSERT_EVENT": ST_INSERT_EVENT,
+        "NEXT_SID": ST_NEXT_SID,
+        "SCAN_EVENTS": ST_SCAN,
+        "SELECT_HEAD": ST_HEAD,
+    }
 
 
 cdef int _bind(sqlite3_stmt *st, int index, object value) except -1:
@@ -181,7 +189,7 @@ cdef class CConnection:
         cdef int rc
         if st == NULL:
             if self.db == NULL:
-                raise CheckpointerClosedError("the database is closed")
+                raise CheckpointerClosedError(CLOSED)
             sql = <bytes>_SQL[index]
             rc = sqlite3_prepare_v3(self.db, sql, <int>len(sql), SQLITE_PREPARE_PERSISTENT,
                                     &st, NULL)
@@ -197,7 +205,7 @@ cdef class CConnection:
         cdef int rc, i, columns
         cdef _Statement cached
         if self.db == NULL:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(CLOSED)
         cached = self.cache.get(sql)
         if cached is None:
             encoded = sql.encode("utf-8")
@@ -251,7 +259,7 @@ cdef class CConnection:
         and writers to get out of the way; True if done."""
         cdef BusyWait brief = self.busy
         if self.db == NULL:
-            raise CheckpointerClosedError("the database is closed")
+            raise CheckpointerClosedError(CLOSED)
         brief.timeout_ms = wait_ms
         _wait_for_locks(self.db, &brief, True)
         try:

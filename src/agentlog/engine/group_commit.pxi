@@ -545,13 +545,15 @@ cdef class _Completions:
 
     cdef int read_fd, write_fd
     cdef _GroupWriter writer
-    cdef object engine
+    cdef object count_commits  # the engine's count of the writer thread's commits
+    cdef object registry  # the engine's set of open channels, which holds this one
     cdef dict queued  # the _Append objects not yet released (as keys, in order)
     cdef readonly bint abandoned  # closed while some were unfinished: the engine closes it
 
-    def __cinit__(self, engine, _GroupWriter writer):
+    def __cinit__(self, count_commits, set registry, _GroupWriter writer):
         self.read_fd = self.write_fd = -1
-        self.engine, self.writer, self.queued = engine, writer, {}
+        self.count_commits, self.registry = count_commits, registry
+        self.writer, self.queued = writer, {}
         self.abandoned = False
         try:
             read_fd, write_fd = os.pipe()
@@ -587,7 +589,7 @@ cdef class _Completions:
         cdef char buffer[256]
         if self.read_fd < 0:
             return
-        self.engine._count_writer_commits(False)
+        self.count_commits(False)
         with nogil:
             while read(self.read_fd, buffer, sizeof(buffer)) > 0:
                 pass
@@ -635,6 +637,6 @@ cdef class _Completions:
             pthread_mutex_lock(&w.lock)
             self._close_pipe()
             pthread_mutex_unlock(&w.lock)
-        self.engine._completions.discard(self)
-        self.engine, self.queued = None, {}
+        self.registry.discard(self)
+        self.count_commits, self.registry, self.queued = None, None, {}
         return True

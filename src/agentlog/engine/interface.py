@@ -15,7 +15,16 @@ from typing import Any, Protocol, TypeVar
 from ..events import EncodedBatch, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
 
-__all__ = ["AppendCompletions", "Connection", "Engine", "EngineFactory"]
+__all__ = [
+    "AppendCompletions",
+    "Connection",
+    "Database",
+    "Engine",
+    "EngineFactory",
+    "LogEngine",
+    "MaintenanceEngine",
+    "TransactionEngine",
+]
 
 T = TypeVar("T")
 
@@ -69,8 +78,8 @@ class AppendCompletions(Protocol):
         ...
 
 
-class Engine(Protocol):
-    """An open agentlog database."""
+class Database(Protocol):
+    """An open agentlog database: what every role of an engine tells about it."""
 
     @property
     def name(self) -> str:
@@ -103,7 +112,9 @@ class Engine(Protocol):
         file keeps one: asked for at this open or an earlier one)."""
         ...
 
-    # -- the session log -----------------------------------------------------------
+
+class LogEngine(Database, Protocol):
+    """The session log's operations on bytes: what the Checkpointer face uses."""
 
     def append(
         self,
@@ -209,7 +220,23 @@ class Engine(Protocol):
         """Create ``new_name`` holding events 1..``at_seq`` of ``name``; return its head."""
         ...
 
-    # -- transactions for the stores ------------------------------------------------
+    def first_retained(self, tenant: str, name: str) -> int:
+        """The seq of the session's first stored event: 1 unless retention pruned
+        the ones before it (``head + 1`` when none is left; 1 when unknown)."""
+        ...
+
+    def data_version(self) -> tuple[int, int]:
+        """A cheap token that changes whenever any connection (any process) commits.
+
+        Compare two tokens for equality only: equal means nothing was
+        committed in between (a different one may be a false alarm).
+        """
+        ...
+
+
+class TransactionEngine(Database, Protocol):
+    """Named write transactions and reads, with the row primitives of the log's
+    tables: what the stores (and :mod:`.store_rows`) use."""
 
     def write(self, context: str, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one write transaction; roll back if it raises.
@@ -252,27 +279,15 @@ class Engine(Protocol):
         """Inside a write: remove session ``sid`` with its events and snapshots."""
         ...
 
-    # -- retention ---------------------------------------------------------------------
-
     def first_seq(self, conn: Connection, sid: int, head: int) -> int:
         """Inside a transaction: the seq of session ``sid``'s first stored event;
         ``head + 1`` when it holds none."""
         ...
 
-    def first_retained(self, tenant: str, name: str) -> int:
-        """The seq of the session's first stored event: 1 unless retention pruned
-        the ones before it (``head + 1`` when none is left; 1 when unknown)."""
-        ...
 
-    # -- the file ----------------------------------------------------------------------
-
-    def data_version(self) -> tuple[int, int]:
-        """A cheap token that changes whenever any connection (any process) commits.
-
-        Compare two tokens for equality only: equal means nothing was
-        committed in between (a different one may be a false alarm).
-        """
-        ...
+class MaintenanceEngine(Database, Protocol):
+    """An operator's operations on the file: checks, backup, stats, vacuum,
+    idle-session deletion, the WAL checkpoint."""
 
     def check_integrity(self) -> tuple[bool, str]:
         """``PRAGMA quick_check``, then the log's shape (no gaps; a pruned start
@@ -313,6 +328,15 @@ class Engine(Protocol):
         """Delete ``tenant``'s sessions last changed before ``before`` (epoch
         seconds), a batch per transaction; return their names."""
         ...
+
+
+class Engine(LogEngine, TransactionEngine, MaintenanceEngine, Protocol):
+    """An open agentlog database: every role, and its sharing and closing.
+
+    Callers type against the role they use (:class:`LogEngine`,
+    :class:`TransactionEngine`, :class:`MaintenanceEngine`); what opens and
+    shares engines deals in the whole.
+    """
 
     def join(self, *, hash_chain: bool = False) -> None:
         """Another holder starts using this open engine: take up the file's

@@ -16,7 +16,8 @@ from urllib.parse import quote
 from ..events import EncodedBatch, StoredEvent
 from ..integrity import checked_payloads, checksum
 from . import sql as Q
-from .base import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, EngineBase, driver_error
+from .base import EngineBase
+from .errors import SQLITE_BUSY, SQLITE_CORRUPT, SQLITE_LOCKED, driver_error
 
 __all__ = ["PyConnection", "PyEngine", "sqlite_info"]
 

@@ -8,6 +8,8 @@ and written in one place. Event keys pack ``sid << 32 | seq``
 
 from __future__ import annotations
 
+import enum
+
 from .schema import MAX_SEQ, SEQ_BITS
 
 assert (MAX_SEQ, SEQ_BITS) == (4294967295, 32), "the statements below unpack 32-bit seqs"
@@ -303,3 +305,26 @@ def busy_timeout(ms: int) -> str:
 
 
 _SYNCHRONOUS = {"normal": "NORMAL", "full": "FULL"}
+
+
+# -- the C engine's prepared statements ----------------------------------------------
+
+
+class Hot(enum.IntEnum):
+    """The hot statements the C engine keeps prepared on each connection, by
+    number: its ``ST_*`` enum (connection.pxi), which must agree (tested)."""
+
+    BEGIN_WRITE = 0
+    COMMIT = 1
+    ROLLBACK = 2
+    SELECT_SESSION = 3
+    INSERT_SESSION = 4
+    UPDATE_SESSION = 5
+    INSERT_EVENT = 6
+    NEXT_SID = 7
+    SCAN_EVENTS = 8
+    SELECT_HEAD = 9
+
+
+#: Each hot statement's SQL, indexed by :class:`Hot` (each member names its statement here).
+HOT_STATEMENTS: tuple[str, ...] = tuple(globals()[member.name] for member in Hot)

@@ -21,6 +21,7 @@ from .contract import (
     MetadataCheckpointer,
     PreparedAppend,
     WouldWait,
+    WriterPort,
     check_fork,
     check_revision,
     decode_metadata,
@@ -33,6 +34,14 @@ from .file import (
     read_metadata_file,
     read_session_file,
 )
+from .follow import (
+    AsyncFollowPort,
+    FollowPort,
+    follow_pages,
+    follow_pages_async,
+    follow_steps,
+    has_new_events,
+)
 from .handle import Session, SessionView
 from .legacy import legacy_store_adapter, message_event
 from .memory import MemoryCheckpointer
@@ -44,10 +53,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_POLL_INTERVAL",
     "METADATA_SUFFIX",
+    "AsyncFollowPort",
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
     "FileCheckpointer",
+    "FollowPort",
     "MemoryCheckpointer",
     "MetadataCheckpointer",
     "PostgresCheckpointer",
@@ -56,9 +67,14 @@ __all__ = [
     "SessionView",
     "SqliteCheckpointer",
     "WouldWait",
+    "WriterPort",
     "check_fork",
     "check_revision",
     "decode_metadata",
+    "follow_pages",
+    "follow_pages_async",
+    "follow_steps",
+    "has_new_events",
     "is_file_store",
     "legacy_store_adapter",
     "message_event",

@@ -19,12 +19,12 @@ from typing import (
     runtime_checkable,
 )
 
+from ..engine.commits import CommitSignal
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
     EventsPrunedError,
-    SessionTruncatedError,
     StorageConflictError,
     StorageDataError,
 )
@@ -44,6 +44,7 @@ from ..events import (
     encode_metadata,
 )
 from ..lifecycle import Closable
+from .follow import FollowPort, follow_pages, has_new_events
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
@@ -58,6 +59,7 @@ __all__ = [
     "MetadataCheckpointer",
     "PreparedAppend",
     "WouldWait",
+    "WriterPort",
     "check_fork",
     "check_revision",
     "decode_metadata",
@@ -227,65 +229,55 @@ class WouldWait:
 WOULD_WAIT = WouldWait()
 
 
-class CommitSignal:
-    """Tells this process's followers that their checkpointer wrote something.
+class WriterPort(Protocol):
+    """What the async layer (:mod:`agentlog.aio`) needs of a checkpointer beyond
+    the contract: appends prepared apart from their writing, written in
+    groups (or without waiting, or queued to the backend's own writer
+    thread), reads that must not wait for a write, and a follower's steps.
 
-    The checkpointer calls :meth:`notify` after each successful write (an
-    append, a group of appends, a truncate, a fork, a delete) and when it
-    closes. Threads block in :meth:`wait`; an event loop subscribes a
-    callback (called on the writing thread, so it must only hand over, e.g.
-    with ``call_soon_threadsafe``).
+    The async twins reach a checkpointer's writer only through the port
+    :meth:`BaseCheckpointer.writer_port` gives them.
     """
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._count = 0
-        self._waiting = 0
-        self._listeners: tuple[Callable[[], None], ...] = ()
+    def prepare_append(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> PreparedAppend:
+        """Check and encode an append without writing it."""
+        ...
 
-    @property
-    def count(self) -> int:
-        """How many times it has been notified: take it before looking at the log."""
-        return self._count
+    def append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
+        """Write prepared appends, each on its own terms (one transaction where it can)."""
+        ...
 
-    @property
-    def subscribers(self) -> int:
-        """How many listeners are subscribed (an event loop with followers is one)."""
-        return len(self._listeners)
+    def try_append_prepared(
+        self, appends: Sequence[PreparedAppend]
+    ) -> builtins.list[int | Exception] | None:
+        """:meth:`append_prepared` only if it need not wait; else None, nothing written."""
+        ...
 
-    def notify(self) -> None:
-        """One write has committed: wake every waiter, call every listener."""
-        with self._cond:
-            self._count += 1
-            if self._waiting:
-                self._cond.notify_all()
-            listeners = self._listeners
-        for listener in listeners:
-            listener()
+    def append_completions(self) -> AppendCompletions | None:
+        """A channel to the backend's own writer thread, or None where it has none."""
+        ...
 
-    def wait(self, mark: int, timeout: float) -> bool:
-        """Block until :attr:`count` is no longer ``mark`` (True) or ``timeout`` passes."""
-        with self._cond:
-            if self._count != mark:
-                return True
-            self._waiting += 1
-            try:
-                return self._cond.wait_for(lambda: self._count != mark, timeout)
-            finally:
-                self._waiting -= 1
+    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
+        """Queue a non-empty prepared append to that writer thread; its handle."""
+        ...
 
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` after every notification, until :meth:`unsubscribe`."""
-        with self._cond:
-            self._listeners = (*self._listeners, listener)
+    def notify_commit(self) -> None:
+        """Wake this process's followers after a write."""
+        ...
 
-    def unsubscribe(self, listener: Callable[[], None]) -> None:
-        """Stop calling ``listener`` (nothing if it is not subscribed)."""
-        with self._cond:
-            listeners = list(self._listeners)
-            if listener in listeners:
-                listeners.remove(listener)
-            self._listeners = tuple(listeners)
+    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+        """``read()``, unless it would wait for a write under way."""
+        ...
+
+    def change_token(self, session_id: str) -> Hashable:
+        """A cheap token that changes when another process writes the session."""
+        ...
+
+    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
+        """One step of a follower: up to a page of events after ``after_seq``."""
+        ...
 
 
 class BaseCheckpointer(Closable, ABC):
@@ -445,6 +437,15 @@ class BaseCheckpointer(Closable, ABC):
         if results is not None:
             self.notify_commit()
         return results
+
+    def writer_port(self) -> WriterPort:
+        """The async layer's way to this checkpointer's writer (see :class:`WriterPort`).
+
+        Every built-in backend is its own port for now: PostgreSQL's
+        backend, moving under the engine in its own change, still writes
+        through these methods of its checkpointer.
+        """
+        return self
 
     def append_completions(self) -> AppendCompletions | None:
         """A channel for an event loop's appends to this backend's writer
@@ -674,10 +675,7 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         session_id = check_session_id(session_id)
         after_seq = check_seq("after_seq", after_seq)
-        head = self._head(session_id)
-        if head < after_seq:
-            raise SessionTruncatedError(session_id, after_seq, head)
-        if head == after_seq:
+        if not has_new_events(session_id, after_seq, self._head(session_id)):
             return []
         # Up to a damaged event; the next step starts at it and raises.
         page = self._scan_to_damage(session_id, after_seq, self._page_size)[0]
@@ -742,20 +740,17 @@ class BaseCheckpointer(Closable, ABC):
 
     def _follow(self, session_id: str, last: int, poll_interval: float) -> Iterator[StoredEvent]:
         signal = self.commits
+        port = FollowPort(
+            check_open=self._check_open,
+            mark=lambda: signal.count,
+            look=lambda after: (self.change_token(session_id), self.follow_page(session_id, after)),
+            token=lambda: self.change_token(session_id),
+            wait=lambda mark: signal.wait(mark, poll_interval),
+        )
         self.watch(session_id)
         try:
-            while True:
-                mark = signal.count
-                token = self.change_token(session_id)
-                page = self.follow_page(session_id, last)
-                if page:
-                    for event in page:
-                        last = event.seq
-                        yield event
-                    continue
-                while not signal.wait(mark, poll_interval):
-                    if self.change_token(session_id) != token:
-                        break
+            for page in follow_pages(port, last):
+                yield from page
         finally:
             self.unwatch(session_id)
 

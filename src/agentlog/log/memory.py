@@ -1,26 +1,25 @@
-"""The in-memory backend."""
+"""The in-memory backend: one log of every tenant's sessions, and its Checkpointer face.
+
+The sessions live in a :class:`~agentlog.engine.memory.MemoryLog` (the
+in-memory engine), which holds what a SQLite file holds for the session log,
+so that the Checkpointer and the in-memory ``SessionStore`` are two faces of
+the same data.
+:class:`MemoryCheckpointer` is the default-tenant, snapshot-less face
+(:meth:`MemoryCheckpointer.on_log` gives one for any tenant);
+``InMemoryStorage.checkpointer()`` hands one out beside the stores.
+"""
 
 from __future__ import annotations
 
 import builtins
-import threading
-from collections import OrderedDict
 
+from ..engine.memory import Entry, MemoryLog, MemorySession
+from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
 from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
-from .contract import BaseCheckpointer, metadata_conflict
+from .contract import BaseCheckpointer, CommitSignal, metadata_conflict
 
-__all__ = ["MemoryCheckpointer"]
-
-
-class _MemorySession:
-    __slots__ = ("events", "meta", "mtime", "revision")
-
-    def __init__(self, mtime: float, events: list[tuple[float, str, bytes]] | None = None) -> None:
-        self.events: list[tuple[float, str, bytes]] = [] if events is None else events
-        self.mtime = mtime
-        self.meta: bytes | None = None
-        self.revision = 0
+__all__ = ["Entry", "MemoryCheckpointer", "MemoryLog", "MemorySession"]
 
 
 class MemoryCheckpointer(BaseCheckpointer):
@@ -34,115 +33,157 @@ class MemoryCheckpointer(BaseCheckpointer):
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        # Insertion order is activity order: a session that changes moves to
-        # the end, so list() is exact even when timestamps tie.
-        self._sessions: OrderedDict[str, _MemorySession] = OrderedDict()
+        self._attach(MemoryLog(), DEFAULT_TENANT, owns=True)
 
-    def _add(self, session_id: str, session: _MemorySession) -> _MemorySession:
-        """Store a new session, its events included, in one step."""
-        session.revision = 1
-        self._sessions[session_id] = session
-        return session
+    @classmethod
+    def on_log(cls, log: MemoryLog, tenant: str = DEFAULT_TENANT) -> MemoryCheckpointer:
+        """The Checkpointer face of ``log`` for ``tenant`` (closing it releases nothing).
 
-    def _touch(self, session_id: str, ts: float) -> _MemorySession:
-        session = self._sessions.get(session_id)
-        if session is None:
-            return self._add(session_id, _MemorySession(ts))
-        self._sessions.move_to_end(session_id)  # never absent, even for a moment
-        session.mtime = ts
-        session.revision += 1  # every write to a session is one revision
-        return session
+        :class:`~agentlog.InMemoryStorage` hands this out, so that its
+        ``SessionStore`` and the face read and write the same sessions.
+        """
+        self = cls.__new__(cls)
+        self._attach(log, tenant, owns=False)
+        return self
+
+    def _attach(self, log: MemoryLog, tenant: str, *, owns: bool) -> None:
+        self._log = log
+        self._tenant = tenant
+        self._owns_log = owns
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose sessions this checkpointer reads and writes."""
+        return self._tenant
+
+    @property
+    def commits(self) -> CommitSignal:
+        """The signal every face of this log raises after each write (made on
+        first use): a follower on one wakes at once for a write through any."""
+        return self._log.commits
+
+    def notify_commit(self) -> None:
+        """Wake the followers of every face of this log, if any, after a write."""
+        self._log.notify()
 
     def _append(
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
-        with self._lock:
+        log = self._log
+        with log.lock:
             self._check_open()
-            session = self._sessions.get(session_id)
-            head = 0 if session is None else len(session.events)
+            session = log.get(self._tenant, session_id)
+            head = 0 if session is None else session.head
             if expected_head is not None and expected_head != head:
                 raise CheckpointConflictError(session_id, expected_head, head)
             if not batch:
                 return head
-            rows = [(ts, kind, data) for kind, data in batch]
+            rows: list[Entry] = [(ts, kind, data, None) for kind, data in batch]
             if session is None:
-                return len(self._add(session_id, _MemorySession(ts, rows)).events)
-            self._touch(session_id, ts).events.extend(rows)  # the whole batch, or none of it
-            return len(session.events)
+                return log.add(MemorySession(self._tenant, session_id, ts, rows)).head
+            log.touch(session, ts).journal.extend(rows)  # the whole batch, or none of it
+            return session.head
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
-        with self._lock:
+        with self._log.lock:
             self._check_open()
-            session = self._sessions.get(session_id)
+            session = self._log.get(self._tenant, session_id)
             if session is None:
                 return []
-            rows = session.events[since_seq : since_seq + limit]
+            # From the first retained event on: a page that starts past
+            # since_seq + 1 tells the caller that retention pruned the rest.
+            start = max(since_seq, session.dropped)
+            offset = start - session.dropped
+            rows = session.journal[offset : offset + limit]
         return [
             StoredEvent(seq, seq - 1, ts, kind, decode_payload(data))
-            for seq, (ts, kind, data) in enumerate(rows, since_seq + 1)
+            for seq, (ts, kind, data, _) in enumerate(rows, start + 1)
         ]
 
     def _head(self, session_id: str) -> int:
-        with self._lock:
-            session = self._sessions.get(session_id)
-            return 0 if session is None else len(session.events)
+        with self._log.lock:
+            session = self._log.get(self._tenant, session_id)
+            return 0 if session is None else session.head
+
+    def _first_retained(self, session_id: str) -> int:
+        with self._log.lock:
+            session = self._log.get(self._tenant, session_id)
+            return 1 if session is None else session.dropped + 1
 
     def _list(self) -> builtins.list[SessionInfo]:
-        with self._lock:
+        with self._log.lock:
             return [
-                SessionInfo(sid, session.mtime, len(session.events))
-                for sid, session in reversed(self._sessions.items())
+                SessionInfo(session.name, session.mtime, session.head)
+                for session in reversed(self._log.sessions(self._tenant))
             ]
 
     def _delete(self, session_id: str) -> None:
-        with self._lock:
+        with self._log.lock:
             self._check_open()
-            self._sessions.pop(session_id, None)
+            self._log.remove(self._tenant, session_id)
 
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
-        with self._lock:
+        log = self._log
+        with log.lock:
             self._check_open()
-            session = self._sessions.get(session_id)
+            session = log.get(self._tenant, session_id)
             if session is None:
                 return 0
-            if to_seq >= len(session.events):
-                return len(session.events)
-            del self._touch(session_id, ts).events[to_seq:]
+            if to_seq >= session.head:
+                return session.head
+            session.check_retained("truncate", to_seq)
+            if any(through > to_seq for through in session.snapshots):
+                # A snapshot of events that are gone would resurrect them on
+                # load. Dropped first: interrupted here, the events all stay.
+                session.snapshots = {t: s for t, s in session.snapshots.items() if t <= to_seq}
+            del log.touch(session, ts).journal[to_seq - session.dropped :]
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
-        with self._lock:
+        log = self._log
+        with log.lock:
             self._check_open()
-            source = self._sessions.get(session_id)
+            source = log.get(self._tenant, session_id)
             if source is None:
                 raise SessionNotFoundError(f"no session {session_id!r} to fork")
-            if at_seq > len(source.events):
+            if at_seq > source.head:
                 raise ValueError(
-                    f"cannot fork {session_id!r} at {at_seq}: its head is {len(source.events)}"
+                    f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}"
                 )
-            if new_session_id in self._sessions:
+            source.check_retained("fork", at_seq)
+            if log.get(self._tenant, new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            self._add(new_session_id, _MemorySession(ts, source.events[:at_seq]))
+            # The copy is pruned as its source is: the same retained events,
+            # the snapshots that cover them.
+            copy = MemorySession(
+                self._tenant, new_session_id, ts, source.journal[: at_seq - source.dropped]
+            )
+            copy.dropped = source.dropped
+            copy.snapshots = {t: s for t, s in source.snapshots.items() if t <= at_seq}
+            log.add(copy)
             return at_seq
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
-        with self._lock:
+        with self._log.lock:
             self._check_open()
-            session = self._sessions.get(session_id)
+            session = self._log.get(self._tenant, session_id)
             return (None, 0) if session is None else (session.meta, session.revision)
 
     def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
-        with self._lock:
+        log = self._log
+        with log.lock:
             self._check_open()
-            session = self._sessions.get(session_id)
+            session = log.get(self._tenant, session_id)
             revision = 0 if session is None else session.revision
             if revision != expected_revision:
                 raise metadata_conflict(session_id, expected_revision, revision)
-            session = self._touch(session_id, ts)
-            session.meta = data
+            if session is None:
+                log.add(MemorySession(self._tenant, session_id, ts, meta=data))
+                return 1
+            log.touch(session, ts).meta = data
             return session.revision
 
     def _close(self) -> None:
-        with self._lock:
-            self._sessions.clear()
+        if self._owns_log:
+            with self._log.lock:
+                self._log.clear()

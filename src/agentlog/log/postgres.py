@@ -10,16 +10,23 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from ..engine.postgres import DEFAULT_SCHEMA, Listener, PostgresDatabase
+from ..engine.postgres import (
+    DEFAULT_SCHEMA,
+    Listener,
+    PostgresDatabase,
+    notify_key,
+    operations,
+    oversized_batch,
+)
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import StorageDataError
 from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
-from ..integrity import DamagedEvent, Progress, describe_damage
+from ..integrity import DamagedEvent, Progress, describe_damage, session_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
 __all__ = ["PostgresCheckpointer"]
@@ -145,7 +152,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         ``schema``, ``schema_version``, ``server_version``.
         """
         self._check_open()
-        return self._db.stats()
+        return self._db.query_snapshot("reading the statistics", operations.stats, 10)
 
     def delete_idle(self, idle_for: float) -> builtins.list[str]:
         """Retention: delete this tenant's sessions not changed for ``idle_for``
@@ -160,7 +167,16 @@ class PostgresCheckpointer(BaseCheckpointer):
             raise TypeError("idle_for must be a number of seconds")
         if not idle_for >= 0:
             raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
-        deleted = self._db.delete_idle(self._tenant, time.time() - idle_for)
+        before, batch, db = time.time() - idle_for, 100, self._db
+        deleted: builtins.list[str] = []
+        while True:
+            names = db.write(
+                "deleting idle sessions",
+                operations.delete_idle_batch(db.q, self._tenant, before, batch, db.notify),
+            )
+            deleted.extend(names)
+            if len(names) < batch:
+                break
         if deleted:
             self.notify_commit()
         return deleted
@@ -171,7 +187,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         self._check_open()
         return [
             (tenant, SessionInfo(name, mtime, head))
-            for tenant, name, mtime, head in self._db.list_all_sessions()
+            for tenant, name, mtime, head in self._db.query("listing", operations.list_all_sessions)
         ]
 
     def check_integrity(
@@ -187,64 +203,106 @@ class PostgresCheckpointer(BaseCheckpointer):
         keeps its own pages sound (checksummed pages are a cluster setting).
         """
         self._check_open()
-        ok, detail = self._db.check_integrity()
-        if not deep:
-            return ok, detail
-        lines = [] if ok else [detail]
-        lines += describe_damage(self._db.damaged_events(progress))
+        problems = self._db.query_snapshot("checking the store", operations.damage_report, 20)
+        lines = list(problems)
+        if deep:
+            lines += describe_damage(self.damaged_events(progress))
         return (not lines, "\n".join(lines) or "ok")
 
     def damaged_events(self, progress: Progress | None = None) -> builtins.list[DamagedEvent]:
         """Every damaged event of the store (every tenant), in session order: its
         payload fails its checksum or does not decode, or its seq is missing."""
         self._check_open()
-        return self._db.damaged_events(progress)
+        sessions = self._db.query("checking", operations.all_sessions)
+        damaged: builtins.list[DamagedEvent] = []
+        for done, (tenant, name, head, covered) in enumerate(sessions, 1):
+            damaged += session_damage(tenant, name, head, covered, self._stored(tenant, name))
+            if progress is not None:
+                progress(done, len(sessions))
+        return damaged
+
+    def _stored(self, tenant: str, name: str) -> Iterator[tuple[int, bytes, int | None]]:
+        """Every stored ``(seq, payload, crc)`` of a session, a page (one read) at a time."""
+        after = 0
+        while True:
+            page = self._db.query("checking", operations.checked_rows, tenant, name, after)
+            yield from page
+            if len(page) < operations.CHECK_PAGE:
+                return
+            after = page[-1][0]
 
     # -- the primitives ------------------------------------------------------------------
 
     def _append(
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
-        return self._db.append(self._tenant, session_id, expected_head, ts, batch)
+        db = self._db
+        db.check_writable("appending")
+        if (oversized := oversized_batch(batch)) is not None:
+            raise oversized
+        request = (session_id, expected_head, batch)
+        append = operations.append(db.q, self._tenant, request, ts, db.notify)
+        return db.single("appending", append)
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
     ) -> builtins.list[int | Exception]:
+        db = self._db
+        db.check_writable("appending a group")
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
-        return self._db.append_many(self._tenant, requests, ts)
+        plan = operations.plan_group(requests, oversized_batch)
+        group = operations.append_group(db.q, self._tenant, requests, ts, db.notify, plan)
+        return db.write("appending a group", group, pipelined=plan.pipelined)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
-        return self._db.scan(self._tenant, session_id, since_seq, limit)
+        return self._db.query(
+            "reading", operations.scan, self._tenant, session_id, since_seq, limit
+        )
 
     def _head(self, session_id: str) -> int:
-        return self._db.head(self._tenant, session_id)
+        return self._db.query("reading the head", operations.head, self._tenant, session_id)
 
     def _first_retained(self, session_id: str) -> int:
-        return self._db.first_retained(self._tenant, session_id)
+        return self._db.query("reading", operations.first_retained, self._tenant, session_id)
 
     def _list(self) -> builtins.list[SessionInfo]:
-        return [SessionInfo(*row) for row in self._db.list_sessions(self._tenant)]
+        found = self._db.query("listing", operations.list_sessions, self._tenant)
+        return [SessionInfo(*row) for row in found]
 
     def _list_metadata(self) -> builtins.list[SessionListing]:
+        found = self._db.query("listing", operations.list_sessions_metadata, self._tenant)
         return [
             SessionListing(name, mtime, head, decode_metadata(meta), revision)
-            for name, mtime, head, meta, revision in self._db.list_sessions_metadata(self._tenant)
+            for name, mtime, head, meta, revision in found
         ]
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
-        return self._db.session_metadata(self._tenant, session_id)
+        return self._db.query(
+            "reading metadata", operations.session_metadata, self._tenant, session_id
+        )
 
     def _set_metadata(self, session_id: str, data: bytes, expected_revision: int, ts: float) -> int:
-        return self._db.set_session_metadata(self._tenant, session_id, data, expected_revision, ts)
+        db = self._db
+        change = operations.set_metadata(
+            db.q, self._tenant, session_id, data, expected_revision, ts
+        )
+        return db.write("setting metadata", change)
 
     def _delete(self, session_id: str) -> None:
-        self._db.delete(self._tenant, session_id)
+        db = self._db
+        db.write("deleting", operations.delete(db.q, self._tenant, session_id, db.notify))
 
     def _truncate(self, session_id: str, to_seq: int, ts: float) -> int:
-        return self._db.truncate(self._tenant, session_id, to_seq, ts)
+        db = self._db
+        cut = operations.truncate(db.q, self._tenant, session_id, to_seq, ts, db.notify)
+        return db.write("truncating", cut)[0]
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
-        return self._db.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
+        db = self._db
+        copy = operations.fork(
+            db.q, self._tenant, session_id, at_seq, new_session_id, ts, db.notify
+        )
+        return db.write("forking", copy)
 
     def _close(self) -> None:
         with self._watch_lock:
@@ -258,7 +316,7 @@ class PostgresCheckpointer(BaseCheckpointer):
     # -- following -------------------------------------------------------------------------
 
     def _key(self, session_id: str) -> str:
-        return self._db.notify_key(self._tenant, session_id)
+        return notify_key(self._tenant, session_id)
 
     def watch(self, session_id: str) -> None:
         """A follower of ``session_id`` starts: listen for notifications.
@@ -274,7 +332,9 @@ class PostgresCheckpointer(BaseCheckpointer):
         with self._watch_lock:
             self._watchers[key] = self._watchers.get(key, 0) + 1
             if self._listener is None:
-                self._listener = Listener(self._db, self._on_notify, self._on_listener_state)
+                self._listener = Listener(
+                    self._db.q, self._db.connect, self._on_notify, self._on_listener_state
+                )
 
     def unwatch(self, session_id: str) -> None:
         """A follower of ``session_id`` stops (see :meth:`watch`)."""
@@ -314,4 +374,7 @@ class PostgresCheckpointer(BaseCheckpointer):
                 if key in self._watchers:
                     return ("notified", listener.generation, self._notified.get(key, 0))
         # Nobody listening (not yet, or the connection dropped): poll.
-        return ("polled", *self._db.head_and_mtime(self._tenant, session_id))
+        polled = self._db.query(
+            "reading the head", operations.head_and_mtime, self._tenant, session_id
+        )
+        return ("polled", *polled)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,16 +13,15 @@ from ..engine import (
     DEFAULT_WAL_SIZE_LIMIT,
     AppendCompletions,
     Engine,
+    open_database,
     open_engine,
-    open_shared_engine,
     release_engine,
 )
+from ..engine.commits import engine_commits
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CorruptDatabaseError,
-    SchemaVersionError,
     StorageDataError,
-    StorageNotFoundError,
 )
 from ..events import (
     EncodedBatch,
@@ -39,7 +36,7 @@ from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
 from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, decode_metadata
 
-__all__ = ["SqliteCheckpointer", "notify_followers", "open_database"]
+__all__ = ["SqliteCheckpointer"]
 
 
 class SqliteCheckpointer(BaseCheckpointer):
@@ -119,7 +116,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             hash_chain=hash_chain and not read_only,
             holder=self,
         )
-        self._signal = _commit_signal_of(self._engine)
+        self._commits = engine_commits(self._engine)
         self.file = self._engine.path
         self._tenant = tenant
 
@@ -137,7 +134,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         self = cls.__new__(cls)
         self._keep = keep
         self._engine = engine
-        self._signal = _commit_signal_of(engine)
+        self._commits = engine_commits(engine)
         self.file = engine.path
         self._tenant = tenant
         self._owns_engine = False
@@ -147,9 +144,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     _keep: object = None
 
     def notify_commit(self) -> None:
-        signal = self._signal[0]
-        if signal is not None:
-            signal.notify()
+        self._commits.notify()
 
     @property
     def commits(self) -> CommitSignal:
@@ -157,14 +152,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         (made on first use): with the engine shared (one per file per
         process), a follower on any of them wakes at once for a write through
         any other."""
-        box = self._signal
-        signal = box[0]
-        if signal is None:
-            with _SIGNALS_LOCK:
-                signal = box[0]
-                if signal is None:
-                    signal = box[0] = CommitSignal()
-        return signal
+        return self._commits.get()
 
     @property
     def tenant(self) -> str:
@@ -414,94 +402,3 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _close(self) -> None:
         if self._owns_engine:
             release_engine(self._engine, self)
-
-
-# Per engine, the commit signal its checkpointers share (None until a
-# follower asks for it, so that a write costs nothing without followers).
-_SIGNALS: weakref.WeakKeyDictionary[Engine, list[CommitSignal | None]] = weakref.WeakKeyDictionary()
-_SIGNALS_LOCK = threading.Lock()
-
-
-def _commit_signal_of(engine: Engine) -> list[CommitSignal | None]:
-    with _SIGNALS_LOCK:
-        box = _SIGNALS.get(engine)
-        if box is None:
-            box = _SIGNALS[engine] = [None]
-        return box
-
-
-def notify_followers(engine: Engine) -> None:
-    """After a write to the log through ``engine`` other than a checkpointer's
-    (the ``SessionStore`` face): wake the followers of every checkpointer on it."""
-    box = _SIGNALS.get(engine)  # (no checkpointer on it yet: no follower either)
-    if box is not None and box[0] is not None:
-        box[0].notify()
-
-
-def _fresh_signals_lock_in_child() -> None:
-    global _SIGNALS_LOCK
-    _SIGNALS_LOCK = threading.Lock()  # a parent thread may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_signals_lock_in_child)
-
-
-def open_database(
-    file: str | os.PathLike[str],
-    *,
-    read_only: bool = False,
-    create: bool = True,
-    holder: object = None,
-    **options: Any,
-) -> Engine:
-    """The engine on the agentlog database ``file`` (``options`` as
-    :func:`~agentlog.engine.open_engine` takes them), for the checkpointer and
-    the storage alike.
-
-    With a ``holder``, this process's engine for the file and options, shared
-    (:func:`~agentlog.engine.open_shared_engine`; the holder gives it back
-    with :func:`~agentlog.engine.release_engine`, never ``close()``).
-
-    ``read_only=True`` or ``create=False`` open an existing agentlog database
-    only: a missing file raises :class:`StorageNotFoundError`, one that holds
-    no agentlog database :class:`SchemaVersionError`, and nothing is created
-    or changed before that is known.
-    """
-    if read_only or not create:
-        _refuse_missing(file)
-        if not read_only:
-            # Look without changing anything before opening to write.
-            engine = options.get("engine")
-            _require_agentlog(open_engine(file, engine=engine, read_only=True)).close()
-    if holder is not None and not options.get("integrity_check_on_open"):
-        # (A check on open asked for gets an engine of its own, which runs it.)
-        options.pop("integrity_check_on_open", None)
-        opened = open_shared_engine(file, holder, read_only=read_only, **options)
-        if read_only and opened.schema_version == 0:
-            release_engine(opened, holder)
-            raise _empty_file(opened)
-        return opened
-    opened = open_engine(file, read_only=read_only, **options)
-    return _require_agentlog(opened) if read_only else opened
-
-
-def _refuse_missing(file: str | os.PathLike[str]) -> None:
-    """Refuse to open what would have to be created."""
-    location = os.fspath(file) if isinstance(file, (str, os.PathLike)) else file
-    if location == ":memory:":
-        raise ValueError("':memory:' is always a new database: it cannot be opened read-only")
-    if isinstance(location, str) and not os.path.exists(location):
-        raise StorageNotFoundError(f"no such file: {location!r}")
-
-
-def _require_agentlog(engine: Engine) -> Engine:
-    """``engine``, unless its file holds no agentlog database (then it is closed)."""
-    if engine.schema_version == 0:
-        engine.close()
-        raise _empty_file(engine)
-    return engine
-
-
-def _empty_file(engine: Engine) -> SchemaVersionError:
-    return SchemaVersionError(f"{engine.path!r} is not an agentlog database (it is empty)")

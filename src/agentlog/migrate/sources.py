@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..engine import Connection, Engine
-from ..engine import schema as S
-from ..engine import sql as Q
+from ..engine import migration_rows as M
 from ..errors import CorruptDatabaseError
 from ..integrity import payload_problem, stored_bytes
 from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
@@ -181,15 +180,13 @@ class SqliteSource:
 
     def _read(self, db: Engine, name: str) -> tuple[str, Converted] | None:
         def work(conn: Connection) -> tuple[str, Converted] | None:
-            rows = conn.rows(Q.MIGRATE_SESSION, (self.tenant, name))
-            if not rows:
+            row = M.source_session(conn, self.tenant, name)
+            if row is None:
                 return None
-            sid, name_, head, revision, created, mtime, metadata = rows[0]
-            first, last = S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)
-            stored = conn.rows(Q.MIGRATE_EVENTS, (first, last))
+            sid, name_, head, revision, created, mtime, metadata = row
+            stored = M.source_events(conn, sid)
             snapshots = tuple(
-                (int(t), bytes(state), float(c))
-                for t, state, c in conn.rows(Q.MIGRATE_SNAPSHOTS, (sid,))
+                (int(t), bytes(state), float(c)) for t, state, c in M.source_snapshots(conn, sid)
             )
             digest = hashlib.sha256(repr((head, revision, created, mtime)).encode())
             digest.update(bytes(metadata or b""))
@@ -215,10 +212,7 @@ class SqliteSource:
 
     def units(self) -> Iterator[Unit]:
         db = self._open()
-        names = db.read(
-            "list source sessions",
-            lambda conn: [row[1] for row in conn.rows(Q.MIGRATE_SESSIONS, (self.tenant,))],
-        )
+        names = db.read("list source sessions", lambda conn: M.source_names(conn, self.tenant))
         if not names:
             others = sorted({row[0] for row in db.list_all_sessions()})
             if others:  # a typo'd --tenant is refused, never "0 sessions migrated"

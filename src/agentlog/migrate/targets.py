@@ -11,13 +11,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..engine import Connection, open_engine
-from ..engine import sql as Q
+from ..engine import migration_rows as M
 from ..errors import SchemaVersionError
 from ..files import remove_created
-from ..integrity import Progress, checksum
+from ..integrity import Progress
 from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession, open_read_only
 
@@ -77,10 +77,10 @@ class SqliteTarget:
                 return set(), {}
 
             def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
-                sessions = {row[0] for row in conn.rows(Q.SESSION_NAMES, (tenant,))}
+                sessions = M.session_names(conn, tenant)
                 ledger = {}
                 if version >= 6:
-                    ledger = dict(conn.rows(Q.LEDGER_SELECT, (source_id, tenant)))
+                    ledger = M.ledger(conn, source_id, tenant)
                 return sessions, ledger
 
             return db.read("read target", work, snapshot=True)
@@ -112,7 +112,7 @@ class SqliteTarget:
         def work(conn: Connection) -> None:
             for done, planned in enumerate(pending, 1):
                 unit = load(planned)
-                if conn.rows(Q.SELECT_SESSION, (tenant, planned.session_id)):
+                if M.session_exists(conn, tenant, planned.session_id):
                     raise MigrationError(f"session {planned.session_id!r} appeared in the target")
                 sid = db.create_session(
                     conn,
@@ -126,8 +126,8 @@ class SqliteTarget:
                 )
                 db.insert_events(conn, sid, unit.first_seq - 1, unit.events)
                 for through, state, taken in unit.snapshots:
-                    conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
-                conn.rows(Q.LEDGER_INSERT, ledger_row(planned, tenant, source_id, source_format))
+                    M.insert_snapshot(conn, sid, through, state, taken)
+                M.record_migration(conn, ledger_row(planned, tenant, source_id, source_format))
                 if progress:
                     progress(done, len(pending))
 
@@ -157,37 +157,13 @@ class PostgresTarget:
         self.url = url
         self.schema = postgres.check_schema_name(schema or postgres.DEFAULT_SCHEMA)
 
-    def _connect(self) -> Any:
-        import psycopg
-
-        return psycopg.connect(self.url, **self._pg.connect_options(10.0))
-
-    def _quoted(self) -> str:
-        from psycopg import sql
-
-        return sql.Identifier(self.schema).as_string()
-
     def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
-        s = self._quoted()
-        with self._pg.translate_errors("read the migration target"), self._connect() as conn:
-            version = self._pg.schema_version_of(conn, self.schema)
-            if version > self._pg.SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"schema {self.schema!r} was written by a newer agentlog (version {version})"
-                )
-            if version == 0:
-                return set(), {}
-            names = conn.execute(f"SELECT name FROM {s}.sessions WHERE tenant = %s", (tenant,))
-            sessions = {row[0] for row in names}
-            ledger: dict[str, str] = {}
-            if version >= 3:
-                rows = conn.execute(
-                    f"SELECT source_key, sha256 FROM {s}.migration_ledger"
-                    " WHERE source_id = %s AND tenant = %s",
-                    (source_id, tenant),
-                )
-                ledger = {key: sha for key, sha in rows}
-            return sessions, ledger
+        pg = self._pg
+        with pg.one_transaction(self.url, self.schema, "read the migration target") as rows:
+            state: tuple[set[str], dict[str, str]] = rows.run(
+                pg.migration.target_state, tenant, source_id
+            )
+            return state
 
     def backup(self, into: Path) -> None:
         """Nothing: a PostgreSQL database is backed up with ``pg_dump`` (see the README)."""
@@ -201,58 +177,34 @@ class PostgresTarget:
         source_format: str,
         progress: Progress | None,
     ) -> None:
-        s = self._quoted()
-        with (
-            self._pg.translate_errors("migrate into PostgreSQL"),
-            self._connect() as conn,
-            conn.transaction(),
-        ):
+        pg = self._pg
+        with pg.one_transaction(self.url, self.schema, "migrate into PostgreSQL") as rows:
             # The schema is created (or brought forward) in this transaction:
             # a failed migration leaves no empty store behind.
-            self._pg.migrate_schema(conn, self.schema)
-            with conn.cursor() as cur:
-                for done, planned in enumerate(pending, 1):
-                    unit = load(planned)
-                    cur.execute(
-                        f"INSERT INTO {s}.sessions"
-                        " (tenant, name, head, revision, created, mtime, metadata)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        (
-                            tenant,
-                            planned.session_id,
-                            unit.first_seq - 1 + len(unit.events),
-                            unit.revision,
-                            unit.created,
-                            unit.active,
-                            unit.metadata,
-                        ),
-                    )
-                    if cur.rowcount != 1:
-                        raise MigrationError(
-                            f"session {planned.session_id!r} appeared in the target"
-                        )
-                    with cur.copy(
-                        f"COPY {s}.events (tenant, session, seq, ts, type, payload, item_id, crc)"
-                        " FROM STDIN"
-                    ) as copy:
-                        for seq, (ts, type_, payload, item_id) in enumerate(
-                            unit.events, unit.first_seq
-                        ):
-                            row = (tenant, planned.session_id, seq, ts, type_, payload, item_id)
-                            copy.write_row((*row, checksum(payload)))
-                    cur.executemany(
-                        f"INSERT INTO {s}.snapshots (tenant, session, through_seq, state, created)"
-                        " VALUES (%s, %s, %s, %s, %s)",
-                        [(tenant, planned.session_id, *snap) for snap in unit.snapshots],
-                    )
-                    cur.execute(
-                        f"INSERT INTO {s}.migration_ledger (source_id, source_key, sha256,"
-                        " tenant, session_id, migrated, source_format)"
-                        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                        ledger_row(planned, tenant, source_id, source_format),
-                    )
-                    if progress:
-                        progress(done, len(pending))
+            rows.perform(pg.migrate(self.schema))
+            for done, planned in enumerate(pending, 1):
+                unit = load(planned)
+                session = (
+                    unit.first_seq - 1 + len(unit.events),
+                    unit.revision,
+                    unit.created,
+                    unit.active,
+                    unit.metadata,
+                )
+                imported = rows.run(
+                    pg.migration.import_session,
+                    tenant,
+                    planned.session_id,
+                    session,
+                    unit.first_seq,
+                    unit.events,
+                    unit.snapshots,
+                    ledger_row(planned, tenant, source_id, source_format),
+                )
+                if not imported:
+                    raise MigrationError(f"session {planned.session_id!r} appeared in the target")
+                if progress:
+                    progress(done, len(pending))
 
 
 def open_target(target: str | os.PathLike[str], engine: str | None, schema: str | None) -> Target:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .artifacts import ArtifactInfo, ArtifactStore, VerifyingReader
 from .checkpoints import RUN_STATUSES, SIDE_EFFECT_STATES, Checkpoint, CheckpointStore, SideEffect
 from .common import DEFAULT_TENANT, MAX_PAGE
-from .memory import MemoryRecord, MemoryStore
+from .memories import MemoryRecord, MemoryStore
 from .sessions import SessionLoad, SessionRecord, SessionStore, Snapshot
 from .storage import InMemoryStorage, SqliteStorage, Storage
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..engine import sql as Q
+from ..engine import store_rows as R
 from ..errors import StorageDataError
 from .common import (
     EngineTransactions,
@@ -342,20 +342,18 @@ class SqliteArtifactStore(EngineTransactions, ArtifactStore):
     """
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = ctx.rows(Q.ARTIFACT_GET, key)
-        return found[0] if found else None
+        return R.artifact(ctx, *key)
 
     def _put_row(self, ctx: Any, key: tuple[str, str], row: Row) -> None:
-        ctx.rows(Q.ARTIFACT_PUT, (*key, *row))
+        R.put_artifact(ctx, *key, row)
 
     def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
-        ctx.rows(Q.ARTIFACT_DELETE, key)
+        R.delete_artifact(ctx, *key)
 
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        rows = ctx.rows(Q.ARTIFACT_LIST, (tenant, "" if after is None else after, limit))
-        return [(row[0], row[1:]) for row in rows]
+        return [(row[0], row[1:]) for row in R.artifacts(ctx, tenant, after, limit)]
 
     def _store_blob(self, ctx: Any, chunks: Iterator[bytes]) -> tuple[str, int]:
         staging = f"staging:{uuid.uuid4().hex}"
@@ -363,22 +361,13 @@ class SqliteArtifactStore(EngineTransactions, ArtifactStore):
         for n, chunk in enumerate(chunks):
             digest.update(chunk)
             size += len(chunk)
-            ctx.rows(Q.CHUNK_INSERT, (staging, n, chunk))
+            R.stage_chunk(ctx, staging, n, chunk)
         sha = digest.hexdigest()
-        if ctx.rows(Q.BLOB_EXISTS, (sha,)):
-            ctx.rows(Q.CHUNKS_DELETE, (staging,))
-            ctx.rows(Q.BLOB_ACQUIRE, (sha,))
-        else:
-            ctx.rows(Q.CHUNKS_RENAME, (sha, staging))
-            ctx.rows(Q.BLOB_INSERT, (sha, size))
+        R.file_blob(ctx, staging, sha, size)
         return sha, size
 
     def _release_blob(self, ctx: Any, sha: str) -> None:
-        ctx.rows(Q.BLOB_RELEASE, (sha,))
-        if ctx.rows(Q.BLOB_REFCOUNT, (sha,))[0][0] <= 0:
-            ctx.rows(Q.CHUNKS_DELETE, (sha,))
-            ctx.rows(Q.BLOB_DELETE, (sha,))
+        R.release_blob(ctx, sha)
 
     def _get_chunk(self, ctx: Any, sha: str, n: int) -> bytes | None:
-        found = ctx.rows(Q.CHUNK_GET, (sha, n))
-        return found[0][0] if found else None
+        return R.blob_chunk(ctx, sha, n)

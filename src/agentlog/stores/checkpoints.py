@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine import sql as Q
+from ..engine import store_rows as R
 from ..errors import StorageDataError
 from ..events import decode_json
 from .common import (
@@ -423,18 +423,17 @@ class SqliteCheckpointStore(EngineTransactions, CheckpointStore):
     """
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
-        found = ctx.rows(Q.CHECKPOINT_GET, key)
-        return found[0] if found else None
+        return R.checkpoint(ctx, *key)
 
     def _put_row(self, ctx: Any, row: tuple[Any, ...]) -> None:
-        ctx.rows(Q.CHECKPOINT_PUT, row)
+        R.put_checkpoint(ctx, row)
 
     def _delete_row(self, ctx: Any, key: tuple[str, str]) -> None:
-        ctx.rows(Q.CHECKPOINT_DELETE, key)
+        R.delete_checkpoint(ctx, *key)
 
     def _select(
         self, tenant: str, filters: dict[str, str], after: str | None, limit: int
     ) -> builtins.list[tuple[Any, ...]]:
-        statement = Q.checkpoint_list(tuple(filters))
-        params = (tenant, *filters.values(), "" if after is None else after, limit)
-        return self._reading("checkpoint list", lambda conn: conn.rows(statement, params))
+        return self._reading(
+            "checkpoint list", lambda conn: R.checkpoints(conn, tenant, filters, after, limit)
+        )

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..engine import Engine
 from ..engine import schema as S
+from ..engine.interface import TransactionEngine
 from ..errors import (
     CheckpointerClosedError,
     StorageConflictError,
@@ -109,10 +109,11 @@ class Transactions:
 
 
 class LockedTransactions(Transactions):
-    """Transactions of an in-memory store: its work runs under one lock."""
+    """Transactions of an in-memory store: its work runs under one lock (its
+    own, or ``lock``: the one the data it works on is shared under)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = threading.RLock() if lock is None else lock
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         with self._lock:
@@ -142,7 +143,7 @@ class EngineTransactions(Transactions):
     engine may stay open for the process's other holders.
     """
 
-    def __init__(self, engine: Engine, hold: StorageHold | None = None) -> None:
+    def __init__(self, engine: TransactionEngine, hold: StorageHold | None = None) -> None:
         self._engine = engine
         self._hold = hold
 

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..engine import schema as S
-from ..engine import sql as Q
+from ..engine import store_rows as R
+from ..engine.commits import notify_commit
+from ..engine.memory import MemoryLog, MemorySession
 from ..errors import (
     EventsPrunedError,
     InvalidEventError,
@@ -37,7 +39,6 @@ from ..errors import (
 )
 from ..events import StoredEvent, check_flag, check_seq, decode_json, encode_events
 from ..integrity import verify_checksums
-from ..log.sqlite import notify_followers
 from .common import (
     EngineTransactions,
     LockedTransactions,
@@ -456,63 +457,57 @@ class SessionStore(Transactions):
         raise NotImplementedError
 
 
-class _Session:
-    """One session of the in-memory store: its row, journal and snapshots."""
-
-    __slots__ = ("created", "dropped", "journal", "meta", "revision", "snapshots", "updated")
-
-    def __init__(self, meta: bytes, now: float) -> None:
-        self.meta: bytes | None = meta
-        self.revision = 0
-        self.created = self.updated = now
-        # journal[i] is the item at sequence dropped + i + 1 (retention drops a prefix).
-        self.dropped = 0
-        self.journal: list[Entry] = []
-        self.snapshots: dict[int, tuple[bytes, float]] = {}
-
-    def row(self) -> Row:
-        through = max(self.snapshots) if self.snapshots else None
-        return (self, self.dropped + len(self.journal), self.revision, self.meta, self.created,
-                self.updated, through)  # fmt: skip
-
-
 class InMemorySessionStore(LockedTransactions, SessionStore):
-    """A :class:`SessionStore` in this process's memory (JSON kept encoded)."""
+    """A :class:`SessionStore` in this process's memory (JSON kept encoded): the
+    session face of a :class:`~agentlog.engine.memory.MemoryLog`, whose
+    Checkpointer face is a :class:`~agentlog.MemoryCheckpointer` on the same log.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._sessions: dict[tuple[str, str], _Session] = {}
+    The handle of a session is its :class:`~agentlog.engine.memory.MemorySession`.
+    """
+
+    def __init__(self, log: MemoryLog | None = None) -> None:
+        self._log = MemoryLog() if log is None else log
+        super().__init__(self._log.lock)
+
+    def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
+        result = super()._atomic(name, work)
+        self._log.notify()  # the followers of the log's Checkpointer faces
+        return result
+
+    @staticmethod
+    def _row(session: MemorySession) -> Row:
+        through = max(session.snapshots) if session.snapshots else None
+        return (session, session.head, session.revision, session.meta, session.created,
+                session.mtime, through)  # fmt: skip
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = self._sessions.get(key)
-        return None if found is None else found.row()
+        found = self._log.get(*key)
+        return None if found is None else self._row(found)
 
     def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
-        self._sessions[key] = _Session(meta, now)
+        self._log.add(MemorySession(*key, now, revision=0, meta=meta))
 
-    def _item_taken(self, ctx: Any, handle: _Session, item_id: str) -> bool:
+    def _item_taken(self, ctx: Any, handle: MemorySession, item_id: str) -> bool:
         return any(entry[3] == item_id for entry in handle.journal)
 
     def _add_items(
-        self, ctx: Any, handle: _Session, head: int, entries: builtins.list[Entry], now: float
+        self, ctx: Any, handle: MemorySession, head: int, entries: builtins.list[Entry], now: float
     ) -> None:
-        handle.journal.extend(entries)
-        handle.revision += 1
-        handle.updated = now
+        self._log.touch(handle, now).journal.extend(entries)
 
     def _add_snapshot(
-        self, ctx: Any, handle: _Session, through: int, state: bytes, now: float
+        self, ctx: Any, handle: MemorySession, through: int, state: bytes, now: float
     ) -> None:
-        handle.snapshots[through] = (state, now)
-        handle.revision += 1
-        handle.updated = now
+        self._log.touch(handle, now).snapshots[through] = (state, now)
 
-    def _get_snapshot(self, ctx: Any, handle: _Session, through: int) -> tuple[int, bytes, float]:
+    def _get_snapshot(
+        self, ctx: Any, handle: MemorySession, through: int
+    ) -> tuple[int, bytes, float]:
         state, created = handle.snapshots[through]
         return through, state, created
 
     def _get_items(
-        self, ctx: Any, handle: _Session, start: int, stop: int
+        self, ctx: Any, handle: MemorySession, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
         # Python objects, not stored bytes: nothing to checksum.
         low = max(start, handle.dropped)
@@ -524,16 +519,17 @@ class InMemorySessionStore(LockedTransactions, SessionStore):
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        names = sorted(s for t, s in self._sessions if t == tenant and (after is None or s > after))
-        return [(name, self._sessions[(tenant, name)].row()) for name in names[:limit]]
+        found = [s for s in self._log.sessions(tenant) if after is None or s.name > after]
+        found.sort(key=lambda session: session.name)
+        return [(session.name, self._row(session)) for session in found[:limit]]
 
-    def _remove(self, ctx: Any, key: tuple[str, str], handle: _Session) -> None:
-        del self._sessions[key]
+    def _remove(self, ctx: Any, key: tuple[str, str], handle: MemorySession) -> None:
+        self._log.remove(*key)
 
-    def _first_seq(self, ctx: Any, handle: _Session, head: int) -> int:
+    def _first_seq(self, ctx: Any, handle: MemorySession, head: int) -> int:
         return handle.dropped + 1
 
-    def _drop_items(self, ctx: Any, handle: _Session, cut: int) -> None:
+    def _drop_items(self, ctx: Any, handle: MemorySession, cut: int) -> None:
         del handle.journal[: cut - handle.dropped]
         handle.dropped = cut
         for through in [t for t in handle.snapshots if t < cut]:
@@ -545,53 +541,45 @@ class SqliteSessionStore(EngineTransactions, SessionStore):
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:
         result = super()._atomic(name, work)
-        notify_followers(self._engine)  # the log's followers, on any checkpointer of the engine
+        notify_commit(self._engine)  # the log's followers, on any checkpointer of the engine
         return result
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> Row | None:
-        found = ctx.rows(Q.SESSION_RECORD, key)
-        return found[0] if found else None
+        return R.session_record(ctx, *key)
 
     def _insert_session(self, ctx: Any, key: tuple[str, str], meta: bytes, now: float) -> None:
         self._engine.create_session(ctx, *key, head=0, ts=now, revision=0, metadata=meta)
 
     def _item_taken(self, ctx: Any, handle: int, item_id: str) -> bool:
-        return bool(ctx.rows(Q.ITEM_TAKEN, (handle, item_id)))
+        return R.item_taken(ctx, handle, item_id)
 
     def _add_items(
         self, ctx: Any, handle: int, head: int, entries: builtins.list[Entry], now: float
     ) -> None:
         self._engine.insert_events(ctx, handle, head, entries)
-        ctx.rows(Q.UPDATE_SESSION, (head + len(entries), now, handle))
+        R.set_head(ctx, handle, head + len(entries), now)
 
     def _add_snapshot(self, ctx: Any, handle: int, through: int, state: bytes, now: float) -> None:
-        ctx.rows(Q.INSERT_SNAPSHOT, (handle, through, state, now))
-        ctx.rows(Q.TOUCH_SESSION, (now, handle))
+        R.add_snapshot(ctx, handle, through, state, now)
 
     def _get_snapshot(self, ctx: Any, handle: int, through: int) -> tuple[int, bytes, float]:
-        through, state, created = ctx.rows(Q.SELECT_SNAPSHOT, (handle, through))[0]
-        return through, state, created
+        return R.snapshot(ctx, handle, through)
 
     def _get_items(
         self, ctx: Any, handle: int, start: int, stop: int
     ) -> builtins.list[tuple[Any, ...]]:
-        bounds = (S.event_key(handle, start), S.event_key(handle, stop))
-        rows: builtins.list[tuple[Any, ...]] = ctx.rows(Q.ITEMS_BETWEEN, bounds)
-        return rows
+        return R.items(ctx, handle, start, stop)
 
     def _select(
         self, ctx: Any, tenant: str, after: str | None, limit: int
     ) -> builtins.list[tuple[str, Row]]:
-        rows = ctx.rows(Q.SESSION_RECORDS, (tenant, "" if after is None else after, limit))
-        return [(row[0], (None, *row[1:])) for row in rows]
+        return [(row[0], (None, *row[1:])) for row in R.session_records(ctx, tenant, after, limit)]
 
     def _remove(self, ctx: Any, key: tuple[str, str], handle: int) -> None:
         self._engine.delete_session(ctx, handle)
 
     def _first_seq(self, ctx: Any, handle: int, head: int) -> int:
-        found = ctx.rows(Q.FIRST_EVENT, (S.event_key(handle, 0), S.event_key(handle, S.MAX_SEQ)))
-        return int(found[0][0]) if found else head + 1
+        return self._engine.first_seq(ctx, handle, head)
 
     def _drop_items(self, ctx: Any, handle: int, cut: int) -> None:
-        ctx.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(handle, 0), S.event_key(handle, cut)))
-        ctx.rows(Q.DELETE_SNAPSHOTS_BEFORE, (handle, cut))
+        R.drop_items(ctx, handle, cut)

@@ -3,6 +3,7 @@
 :class:`SqliteStorage` opens one database and hands out the four stores on
 its one engine — and, through :meth:`SqliteStorage.checkpointer`, the
 Checkpointer face of the same log, sharing the same writer connection.
+:class:`InMemoryStorage` does the same in memory, on one in-memory log.
 Callers depend only on the store they use (each has its own protocol).
 """
 
@@ -12,15 +13,16 @@ import os
 import weakref
 from typing import Protocol, runtime_checkable
 
-from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, release_engine
+from ..engine import DEFAULT_WAL_SIZE_LIMIT, Engine, open_database, release_engine
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import Closable
-from ..log.sqlite import SqliteCheckpointer, open_database
+from ..log.memory import MemoryCheckpointer, MemoryLog
+from ..log.sqlite import SqliteCheckpointer
 from .artifacts import ArtifactStore, InMemoryArtifactStore, SqliteArtifactStore
 from .checkpoints import CheckpointStore, InMemoryCheckpointStore, SqliteCheckpointStore
 from .common import DEFAULT_TENANT, StorageHold, check_name
-from .memory import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
+from .memories import InMemoryMemoryStore, MemoryStore, SqliteMemoryStore
 from .sessions import InMemorySessionStore, SessionStore, SqliteSessionStore
 
 __all__ = ["InMemoryStorage", "SqliteStorage", "Storage"]
@@ -41,14 +43,33 @@ class Storage(Protocol):
 
 
 class InMemoryStorage(Closable):
-    """The four stores in this process's memory: for tests and ephemeral runs."""
+    """The four stores in this process's memory: for tests and ephemeral runs.
+
+    As in :class:`SqliteStorage`, the session log is one: the ``SessionStore``
+    and the Checkpointer faces that :meth:`checkpointer` hands out read and
+    write the same sessions (one :class:`~agentlog.engine.memory.MemoryLog`).
+    """
 
     def __init__(self) -> None:
-        self.sessions = InMemorySessionStore()
+        self._log = MemoryLog()
+        self._faces: weakref.WeakSet[MemoryCheckpointer] = weakref.WeakSet()
+        self.sessions = InMemorySessionStore(self._log)
         self.checkpoints = InMemoryCheckpointStore()
         self.memory = InMemoryMemoryStore()
         self.artifacts = InMemoryArtifactStore()
         self._closed = False
+
+    def checkpointer(self, tenant: str = DEFAULT_TENANT) -> MemoryCheckpointer:
+        """The Checkpointer face of this storage's session log, for ``tenant``: the
+        snapshot-less face of the same sessions ``sessions`` holds for it.
+
+        It closes with the storage; closing the checkpointer alone releases nothing.
+        """
+        if self._closed:
+            raise CheckpointerClosedError("the storage is closed")
+        face = MemoryCheckpointer.on_log(self._log, check_name("tenant", tenant))
+        self._faces.add(face)
+        return face
 
     @property
     def closed(self) -> bool:
@@ -56,8 +77,12 @@ class InMemoryStorage(Closable):
         return self._closed
 
     def close(self) -> None:
-        """Nothing to release; marks the storage closed, like :class:`SqliteStorage`."""
+        """Nothing to release; marks the storage closed, like :class:`SqliteStorage`,
+        and closes the checkpointers handed out (later use of them raises
+        :class:`CheckpointerClosedError`)."""
         self._closed = True
+        for face in list(self._faces):
+            face.close()
 
 
 class SqliteStorage(Closable):

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import sql as Q
+from ..engine import store_rows as R
 from ..events import decode_json
 from .common import (
     EngineTransactions,
@@ -181,21 +181,17 @@ class SqliteMemoryStore(EngineTransactions, MemoryStore):
     """
 
     def _get_row(self, ctx: Any, ident: tuple[str, str, str]) -> tuple[Any, ...] | None:
-        found = ctx.rows(Q.MEMORY_GET, ident)
-        return found[0] if found else None
+        return R.memory(ctx, *ident)
 
     def _put_row(self, ctx: Any, ident: tuple[str, str, str], row: tuple[Any, ...]) -> None:
-        ctx.rows(Q.MEMORY_PUT, (*ident, *row))
+        R.put_memory(ctx, *ident, row)
 
     def _delete_row(self, ctx: Any, ident: tuple[str, str, str]) -> None:
-        ctx.rows(Q.MEMORY_DELETE, ident)
+        R.delete_memory(ctx, *ident)
 
     def _select(
         self, tenant: str, namespace: str, after: str | None, limit: int
     ) -> builtins.list[tuple[Any, ...]]:
         return self._reading(
-            "memory list",
-            lambda conn: conn.rows(
-                Q.MEMORY_LIST, (tenant, namespace, "" if after is None else after, limit)
-            ),
+            "memory list", lambda conn: R.memory_records(conn, tenant, namespace, after, limit)
         )

@@ -1,0 +1,97 @@
+"""How a store's connections are made, and what psycopg's errors become."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from ...errors import StorageDataError, StorageUnavailableError
+
+__all__ = [
+    "PoolOptions",
+    "connect_options",
+    "pool_arguments",
+    "pool_sizes",
+    "read_again",
+    "statement_timeout_sql",
+    "translate_errors",
+    "translated",
+]
+
+
+class PoolOptions(NamedTuple):
+    """A pool's bounds and timeouts, as the checkpointers take them."""
+
+    pool_min_size: int = 1
+    pool_max_size: int = 8
+    pool_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    statement_timeout_ms: int | None = 30_000
+
+
+def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
+    """Whether a read that failed with ``error`` on try ``attempt`` of ``attempts``
+    goes again, on the pool's next connection: when the server dropped the
+    one it had (a read changes nothing), never for a timeout."""
+    if isinstance(error, (PoolTimeout, psycopg.errors.QueryCanceled)):
+        return False
+    return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and (
+        attempt < attempts
+    )
+
+
+def translated(what: str, exc: psycopg.Error) -> Exception:
+    """agentlog's typed error for psycopg's ``exc`` (see :func:`translate_errors`)."""
+    if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return StorageUnavailableError(f"{what}: PostgreSQL is unavailable: {exc}")
+    if isinstance(exc, (psycopg.DataError, psycopg.IntegrityError)):
+        return StorageDataError(f"{what}: {exc}")
+    return StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Turn psycopg's errors into agentlog's typed ones.
+
+    Lost connections, a server that is gone or shutting down, pool timeouts,
+    statement timeouts, deadlocks and serialisation failures are
+    :class:`StorageUnavailableError` (retryable: nothing of a failed call is
+    half-written, but a write that failed may have committed — read the
+    head to know); bad data is :class:`StorageDataError`.
+    """
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translated(what, exc) from exc
+
+
+def connect_options(connect_timeout: float) -> dict[str, Any]:
+    """How every connection of a store is opened (the sync and async twins alike)."""
+    return {"autocommit": True, "connect_timeout": max(1, round(connect_timeout))}
+
+
+def pool_sizes(pool_min_size: int, pool_max_size: int, pool_timeout: float) -> dict[str, Any]:
+    """A store's pool bounds, as ``ConnectionPool`` and ``AsyncConnectionPool`` take them."""
+    return {
+        "min_size": pool_min_size,
+        "max_size": max(pool_min_size, pool_max_size),
+        "timeout": pool_timeout,
+    }
+
+
+def pool_arguments(
+    kwargs: dict[str, Any], options: PoolOptions, configure: Any, name: str
+) -> dict[str, Any]:
+    """What a store's ``ConnectionPool`` or ``AsyncConnectionPool`` is made with
+    (but the target and whether it opens at once)."""
+    sizes = pool_sizes(options.pool_min_size, options.pool_max_size, options.pool_timeout)
+    return {"kwargs": kwargs, "configure": configure, "name": name, **sizes}
+
+
+def statement_timeout_sql(ms: int) -> str:
+    """What a pool runs on each new connection to bound its statements."""
+    return f"SET statement_timeout = {int(ms)}"

@@ -1,0 +1,150 @@
+"""``LISTEN``: a store's notifications, for followers (a thread, or a task of a loop)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from .statements import Statements
+
+__all__ = ["Listener", "listen_async", "parse_note"]
+
+
+def _listen_statement(q: Statements) -> sql.Composed:
+    return q.listen.format(sql.Identifier(q.channel))
+
+
+def parse_note(payload: str) -> tuple[int, str] | None:
+    """``(head, session key)`` of a notification's payload; ``None`` for one of another kind."""
+    head, _, key = payload.partition(" ")
+    try:
+        return int(head), key
+    except ValueError:
+        return None
+
+
+class Listener:
+    """One ``LISTEN`` connection and the thread that waits on it.
+
+    ``on_notify(head, key_text)`` is called on the listener's thread for each
+    notification on the channel; ``on_state()`` whenever the connection is
+    (re)established or lost — notifications may have been missed then, so
+    the caller looks again. :attr:`generation` counts the connections made;
+    :attr:`connected` says whether one is listening now. :meth:`stop` ends
+    the thread at once (a self-pipe wakes its ``select``) and joins it.
+    ``connect()`` makes the connection (autocommit, not pooled).
+    """
+
+    def __init__(
+        self,
+        q: Statements,
+        connect: Callable[[], psycopg.Connection[Any]],
+        on_notify: Callable[[int, str], None],
+        on_state: Callable[[], None],
+        retry_interval: float = 0.2,
+    ) -> None:
+        self._q = q
+        self._connect = connect
+        self._on_notify = on_notify
+        self._on_state = on_state
+        self._retry = retry_interval
+        self.generation = 0
+        self.connected = False
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(
+            target=self._run, name=f"agentlog-listen-{q.schema_name}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                with contextlib.suppress(psycopg.Error, OSError):
+                    self._listen()
+                if self.connected:
+                    self.connected = False
+                    self._on_state()
+                if not self._stopping and self._wait_wake(self._retry):
+                    break
+        finally:
+            os.close(self._wake_r)
+
+    def _wait_wake(self, timeout: float) -> bool:
+        """Sleep ``timeout`` unless woken by stop (True then)."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            sel.select(timeout)
+        return self._stopping
+
+    def _listen(self) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(_listen_statement(self._q))
+            pgconn = conn.pgconn
+            self.generation += 1
+            self.connected = True
+            self._on_state()
+            with selectors.DefaultSelector() as sel:
+                sel.register(pgconn.socket, selectors.EVENT_READ)
+                sel.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stopping:
+                    sel.select(30.0)
+                    if self._stopping:
+                        return
+                    pgconn.consume_input()
+                    while (note := pgconn.notifies()) is not None:
+                        parsed = parse_note(note.extra.decode())
+                        if parsed is not None:
+                            self._on_notify(*parsed)
+                    if pgconn.status != psycopg.pq.ConnStatus.OK:
+                        return
+        finally:
+            conn.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread and join it."""
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        with contextlib.suppress(OSError):
+            os.close(self._wake_w)
+
+
+async def listen_async(
+    q: Statements,
+    conninfo: str,
+    kwargs: dict[str, Any],
+    on_connected: Callable[[], None],
+    on_notify: Callable[[int, str], None],
+    on_lost: Callable[[], None],
+) -> None:
+    """One listening connection's life on a loop: ``on_connected()`` once it
+    listens, ``on_notify(head, key)`` per notification, ``on_lost()`` as it
+    ends (before it is closed); returns (or raises :class:`psycopg.Error`,
+    :class:`OSError`) when it is lost."""
+    conn = await psycopg.AsyncConnection.connect(conninfo, **dict(kwargs, autocommit=True))
+    try:
+        await conn.execute(_listen_statement(q))
+        on_connected()
+        async for note in conn.notifies():
+            parsed = parse_note(note.payload)
+            if parsed is not None:
+                on_notify(*parsed)
+    finally:
+        on_lost()
+        await conn.close()

@@ -1,0 +1,348 @@
+"""The synchronous driver: operations (:mod:`.protocol`) run on psycopg's
+:class:`~psycopg.Connection`, and :class:`PostgresDatabase`, a store's pool."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from ...errors import CheckpointerClosedError, StorageUnavailableError
+from . import operations as ops
+from .connect import (
+    PoolOptions,
+    connect_options,
+    pool_arguments,
+    read_again,
+    statement_timeout_sql,
+    translate_errors,
+    translated,
+)
+from .journal import notify_key
+from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
+from .schema import DEFAULT_SCHEMA, check_schema_name, open_store, schema_version
+from .statements import Statements
+
+__all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _fetch(cur: psycopg.Cursor[Any], step: Execute) -> Any:
+    if step.fetch is ONE:
+        return cur.fetchone()
+    if step.fetch is ALL:
+        return [] if cur.description is None else cur.fetchall()
+    return cur.rowcount
+
+
+def _run(conn: psycopg.Connection[Any], step: Step, binary: bool) -> Any:
+    if isinstance(step, Execute):
+        cur = conn.execute(step.statement, step.params, binary=binary or step.binary)
+        return _fetch(cur, step)
+    if isinstance(step, Pipeline):
+        # Results are read inside the block: a fetch syncs the pipeline once.
+        with conn.pipeline():
+            sent = [(conn.execute(s.statement, s.params, binary=s.binary), s) for s in step.steps]
+            return [_fetch(cur, s) for cur, s in sent]
+    with conn.cursor() as cur, cur.copy(step.statement) as copy:
+        for row in step.rows:
+            copy.write_row(row)
+    return None
+
+
+def drive(conn: psycopg.Connection[Any], operation: Operation[_T], *, binary: bool = False) -> _T:
+    """Run ``operation`` on ``conn`` (in whatever transaction ``conn`` is in); its
+    result. ``binary``: every statement's results in binary."""
+    try:
+        step = next(operation)
+        while True:
+            step = operation.send(_run(conn, step, binary))
+    except StopIteration as done:
+        result: _T = done.value
+        return result
+    finally:
+        operation.close()
+
+
+class Rows:
+    """What a store's work runs its row operations on: a connection in its
+    transaction. ``writing`` says whether this is a write transaction (there
+    a record is read locked); ``notifying`` whether its writes notify followers."""
+
+    def __init__(
+        self, q: Statements, conn: psycopg.Connection[Any], writing: bool, notifying: bool
+    ) -> None:
+        self.q = q
+        self.conn = conn
+        self.writing = writing
+        self.notifying = notifying
+
+    def run(
+        self,
+        operation: Callable[Concatenate[Statements, _P], Operation[_T]],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """``operation(statements, *args, **kwargs)``, run in this transaction."""
+        # A read's results in binary: bytea then needs no hex decoding.
+        return self.perform(operation(self.q, *args, **kwargs))
+
+    def perform(self, operation: Operation[_T]) -> _T:
+        """``operation``, run in this transaction."""
+        return drive(self.conn, operation, binary=not self.writing)
+
+
+@contextlib.contextmanager
+def one_transaction(conninfo: str, schema: str, what: str) -> Iterator[Rows]:
+    """One write transaction on a connection of its own (not pooled): what a
+    migration runs its operations in. Errors are translated; any failure
+    rolls the whole transaction back."""
+    with (
+        translate_errors(what),
+        psycopg.connect(conninfo, **connect_options(10.0)) as conn,
+        conn.transaction(),
+    ):
+        yield Rows(Statements(schema), conn, True, False)
+
+
+class PostgresDatabase:
+    """One agentlog store in one PostgreSQL schema, over a connection pool.
+
+    ``target`` is a libpq connection string (the pool is made and owned here)
+    or a :class:`psycopg_pool.ConnectionPool` (used, never closed; its
+    connections must be in autocommit mode, which the pool made here sets).
+    Opening creates the schema, or migrates it forward, in one transaction,
+    and refuses a store of a newer version before changing anything.
+
+    ``create=False`` opens an existing store only (migrating it forward if it
+    is older); ``read_only=True`` opens an existing store as it is, changes
+    nothing, and refuses every write — here, before a statement is sent, and
+    on the server too (the pool's connections made here run with
+    ``default_transaction_read_only``). With either, a schema that holds no
+    store raises :class:`StorageNotFoundError` and nothing is created.
+    """
+
+    def __init__(
+        self,
+        target: str | ConnectionPool[Any],
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        pool_min_size: int = 1,
+        pool_max_size: int = 8,
+        pool_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        statement_timeout_ms: int | None = 30_000,
+        notify: bool = True,
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
+        self.schema = check_schema_name(schema)
+        self.create = create and not read_only
+        self.read_only = read_only
+        self.q = Statements(self.schema)
+        #: The NOTIFY channel of this store (one per schema).
+        self.channel = self.q.channel
+        self.notify = notify
+        self.connect_timeout = connect_timeout
+        self._closed = False
+        opening = open_store(self.schema, create=self.create, read_only=read_only)
+        if isinstance(target, ConnectionPool):
+            self._pool: ConnectionPool[Any] = target
+            self._owns_pool = False
+            # The pool may hold callables (psycopg_pool >= 3.3): the values now.
+            conninfo = target.conninfo
+            kwargs = target.kwargs
+            self.conninfo = conninfo() if callable(conninfo) else conninfo
+            self.connect_kwargs: dict[str, Any] = dict(
+                (kwargs() if callable(kwargs) else kwargs) or {}
+            )
+            with (
+                translate_errors("opening the store"),
+                self._pool.connection() as conn,
+                conn.transaction(),
+            ):
+                drive(conn, opening)
+            return
+        if not isinstance(target, str):
+            raise TypeError(
+                "target must be a connection string or a psycopg_pool.ConnectionPool,"
+                f" not {type(target).__name__}"
+            )
+        self.conninfo = target
+        self.connect_kwargs = connect_options(connect_timeout)
+        settings = []
+        if statement_timeout_ms is not None:
+            settings.append(statement_timeout_sql(statement_timeout_ms))
+        if read_only:
+            settings.append("SET default_transaction_read_only = on")
+        configure = None
+        if settings:
+
+            def configure(conn: psycopg.Connection[Any]) -> None:
+                for setting in settings:
+                    conn.execute(setting)
+
+        # The pool connects in the background while the store is opened on a
+        # connection of its own (a wrong address fails there at once, not
+        # after the pool's timeout): the first call finds a connection ready.
+        sizes = PoolOptions(pool_min_size, pool_max_size, pool_timeout)
+        made = pool_arguments(self.connect_kwargs, sizes, configure, f"agentlog-{self.schema}")
+        self._pool = ConnectionPool(target, open=True, **made)
+        self._owns_pool = True
+        try:
+            with (
+                translate_errors("opening the store"),
+                psycopg.connect(target, **self.connect_kwargs) as conn,
+                conn.transaction(),
+            ):
+                drive(conn, opening)
+        except BaseException:
+            self.close()
+            raise
+
+    def check_writable(self, what: str) -> None:
+        """Refuse a write to a store opened ``read_only``."""
+        if self.read_only:
+            raise StorageUnavailableError(f"{what}: the PostgreSQL store was opened read-only")
+
+    @property
+    def schema_version(self) -> int:
+        """The version of the store's schema as it is now."""
+        with self.connection("reading the schema version") as conn:
+            return drive(conn, schema_version(self.schema))
+
+    # -- connections -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (autocommit), with errors translated."""
+        if self._closed:
+            raise CheckpointerClosedError("the PostgreSQL store is closed")
+        with translate_errors(what), self._pool.connection() as conn:
+            yield conn
+
+    def read(self, what: str, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``work(connection)`` for a read, tried again once on a lost connection.
+
+        A read changes nothing, so a connection the server dropped while it
+        sat in the pool (a restart, an idle timeout, a terminated backend)
+        costs a retry on the next connection, not an error. Writes are never
+        retried: whether a write that lost its connection committed is
+        unknown, so it raises :class:`StorageUnavailableError`.
+        """
+        # Each dead connection fails at once and is discarded: after as many
+        # tries as the pool holds connections, the next one is a fresh one.
+        attempts = self._pool.max_size + 1
+        for attempt in range(1, attempts + 1):
+            if self._closed:
+                raise CheckpointerClosedError("the PostgreSQL store is closed")
+            with translate_errors(what):
+                try:
+                    with self._pool.connection() as conn:
+                        return work(conn)
+                except psycopg.Error as exc:
+                    if not read_again(exc, attempt, attempts):
+                        raise
+        raise AssertionError("unreachable")
+
+    def query(
+        self,
+        what: str,
+        operation: Callable[Concatenate[Statements, _P], Operation[_T]],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """A read: ``operation(statements, *args)`` in autocommit, tried again on
+        a lost connection (see :meth:`read`)."""
+        return self.read(what, lambda conn: drive(conn, operation(self.q, *args, **kwargs)))
+
+    def query_snapshot(
+        self,
+        what: str,
+        operation: Callable[Concatenate[Statements, _P], Operation[_T]],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
+        """A read in one transaction (the operation asks for its snapshot), tried
+        again on a lost connection."""
+
+        def work(conn: psycopg.Connection[Any]) -> _T:
+            with conn.transaction():
+                return drive(conn, operation(self.q, *args, **kwargs))
+
+        return self.read(what, work)
+
+    def single(self, what: str, operation: Operation[_T]) -> _T:
+        """A write of one statement (or a retry of it) in autocommit: never retried."""
+        self.check_writable(what)
+        if self._closed:
+            raise CheckpointerClosedError("the PostgreSQL store is closed")
+        # The hot path (every append): no context manager but the pool's.
+        try:
+            with self._pool.connection() as conn:
+                return drive(conn, operation)
+        except psycopg.Error as exc:
+            raise translated(what, exc) from exc
+
+    def write(self, what: str, operation: Operation[_T], *, pipelined: bool = False) -> _T:
+        """``operation`` in one (write) transaction; ``pipelined``: sent in pipeline
+        mode, ``BEGIN`` and ``COMMIT`` included."""
+        self.check_writable(what)
+        with self.connection(what) as conn:
+            pipe = conn.pipeline() if pipelined else contextlib.nullcontext()
+            with pipe, conn.transaction():
+                return drive(conn, operation)
+
+    def atomic(self, what: str, work: Callable[[Rows], _T]) -> _T:
+        """``work(rows)`` in one read-committed transaction: a store's write.
+
+        The store reads its record locked (its row operations do), so a
+        compare-and-set holds the row until commit.
+        """
+        self.check_writable(what)
+        with self.connection(what) as conn, conn.transaction():
+            return work(Rows(self.q, conn, True, self.notify))
+
+    def reading(self, what: str, work: Callable[[Rows], _T], *, snapshot: bool = False) -> _T:
+        """``work(rows)`` for a store's read: one snapshot if asked, else autocommit."""
+
+        def run(conn: psycopg.Connection[Any]) -> _T:
+            if not snapshot:
+                return work(Rows(self.q, conn, False, self.notify))
+            with conn.transaction():
+                drive(conn, ops.snapshot(self.q))
+                return work(Rows(self.q, conn, False, self.notify))
+
+        return self.read(what, run)
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool."""
+        return self._pool
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Close the pool if it was made here; idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_pool:
+                self._pool.close()
+
+    def notify_key(self, tenant: str, name: str) -> str:
+        """The text a notification carries after the head: the session's key."""
+        return notify_key(tenant, name)
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new connection of its own (not pooled), autocommit."""
+        kwargs = dict(self.connect_kwargs)
+        kwargs["autocommit"] = True
+        return psycopg.connect(self.conninfo, **kwargs)

@@ -1,0 +1,197 @@
+"""The asyncio saver, :class:`AsyncAgentlogSaver`, on :mod:`agentlog.aio`."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from agentlog import CheckpointConflictError, StorageUnavailableError
+from agentlog.aio import AsyncBaseCheckpointer, AsyncSqliteCheckpointer
+
+from .core import RETRIES, Core
+from .encoding import thread_of, tuple_config
+from .index import Plan
+from .maintenance import Maintenance, Op
+from .saver import DEFAULT_LANGGRAPH_TENANT, SaverBase
+
+__all__ = ["AsyncAgentlogSaver"]
+
+_T = TypeVar("_T")
+
+
+class AsyncAgentlogSaver(SaverBase):
+    """:class:`AgentlogSaver` for asyncio hosts, on :mod:`agentlog.aio`.
+
+    ``target`` is a path (an :class:`~agentlog.aio.AsyncSqliteCheckpointer`
+    is opened for ``tenant`` on ``engine`` and closed by :meth:`aclose`) or
+    an open :class:`~agentlog.aio.AsyncBaseCheckpointer` (not closed). Every
+    write goes to that checkpointer's writer thread (group-committed with
+    others); reads are short WAL reads on the loop, as in :mod:`agentlog.aio`.
+    The sync methods work from other threads (they run on the saver's loop);
+    called on the loop itself, the writing ones raise.
+    """
+
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | AsyncBaseCheckpointer,
+        *,
+        tenant: str = DEFAULT_LANGGRAPH_TENANT,
+        engine: str | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._owns = not isinstance(target, AsyncBaseCheckpointer)
+        if isinstance(target, AsyncBaseCheckpointer):
+            self.log = target
+        else:
+            self.log = AsyncSqliteCheckpointer(target, tenant=tenant, engine=engine)
+        self._core = Core(self.log.backend, self.serde)
+        self._maintenance = Maintenance(self._core)
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def aclose(self) -> None:
+        """Finish queued writes and close the log if the saver opened it."""
+        if self._owns:
+            await self.log.aclose()
+
+    async def __aenter__(self) -> AsyncAgentlogSaver:
+        self.loop = asyncio.get_running_loop()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- writes -----------------------------------------------------------------
+
+    async def _commit(self, make: Callable[[], Plan | None]) -> None:
+        self.loop = asyncio.get_running_loop()
+        core = self._core
+        for _ in range(RETRIES):
+            with core.lock:
+                plan = make()
+                if plan is None:
+                    return
+                events = core.stamp(plan)
+            try:
+                await self.log.append(plan.sess.sid, events, expected_head=plan.expected)
+            except CheckpointConflictError:
+                with core.lock:
+                    core.conflicted(plan)
+                continue
+            with core.lock:
+                core.committed(plan)
+            return
+        raise StorageUnavailableError(f"gave up after {RETRIES} conflicting writers")
+
+    async def _run(self, plan: Callable[[], builtins.list[Op]]) -> None:
+        self.loop = asyncio.get_running_loop()
+        core = self._core
+        with core.lock:
+            ops = plan()
+        try:
+            for op in ops:
+                if op[0] == "delete":
+                    await self.log.delete(op[1])
+                elif op[0] == "fork":
+                    await self.log.fork(op[1], op[2], op[3])
+                else:
+                    await self.log.append(op[1], op[2], expected_head=op[3])
+        finally:
+            with core.lock:
+                self._maintenance.done(ops)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`AgentlogSaver.put`, written by the writer thread."""
+        await self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
+        thread_id, ns = thread_of(config)
+        return tuple_config(thread_id, ns, checkpoint["id"])
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`AgentlogSaver.put_writes`, written by the writer thread."""
+        await self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`AgentlogSaver.delete_thread`, written by the writer thread."""
+        await self._run(lambda: self._maintenance.delete_thread(thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`AgentlogSaver.copy_thread`, written by the writer thread."""
+        await self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`AgentlogSaver.prune`, written by the writer thread."""
+        await self._run(lambda: self._maintenance.prune(thread_ids, strategy))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`AgentlogSaver.delete_for_runs`, written by the writer thread."""
+        await self._run(lambda: self._maintenance.delete_for_runs(run_ids))
+
+    # -- sync faces, from other threads ----------------------------------------
+
+    def _on_loop(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+        loop = self.loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            raise asyncio.InvalidStateError(
+                "AsyncAgentlogSaver writes are coroutines: await the a… method "
+                "(the sync ones are for other threads, once the saver has a loop)"
+            )
+        return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`aput` from another thread."""
+        return self._on_loop(lambda: self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`aput_writes` from another thread."""
+        self._on_loop(lambda: self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """:meth:`adelete_thread` from another thread."""
+        self._on_loop(lambda: self.adelete_thread(thread_id))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`acopy_thread` from another thread."""
+        self._on_loop(lambda: self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`aprune` from another thread."""
+        self._on_loop(lambda: self.aprune(thread_ids, strategy=strategy))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`adelete_for_runs` from another thread."""
+        self._on_loop(lambda: self.adelete_for_runs(run_ids))

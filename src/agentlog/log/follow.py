@@ -1,0 +1,194 @@
+"""The follow loop, written once: a state machine without I/O, and its two drivers.
+
+Every ``follow()`` — on a thread or an event loop, on any backend — is one
+loop: look (take the commit mark, then the change token, then the page
+after the cursor); hand a page on and look again; or wait until a commit
+or the poll interval, then look again if a commit came or the token moved;
+a closed checkpointer ends it; a session behind the cursor (truncated,
+deleted) ends it with :class:`SessionTruncatedError`.
+
+:func:`follow_steps` is that loop as a generator of steps, doing no I/O: a
+driver performs each step and sends back its result (as psycopg 3 writes
+its protocol once for its sync and async connections). :func:`follow_pages`
+drives it on a :class:`FollowPort` of blocking calls (``BaseCheckpointer.follow``),
+:func:`follow_pages_async` on an :class:`AsyncFollowPort` of coroutines
+(``AsyncBaseCheckpointer.follow``). A backend's port says how it looks and
+waits; :func:`has_new_events` is the check of the cursor against the head
+that every look makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Hashable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, NoReturn
+
+from ..errors import SessionTruncatedError
+from ..events import StoredEvent
+
+__all__ = [
+    "TOKEN",
+    "AsyncFollowPort",
+    "Deliver",
+    "FollowPort",
+    "FollowStep",
+    "Look",
+    "Token",
+    "Wait",
+    "follow_pages",
+    "follow_pages_async",
+    "follow_steps",
+    "has_new_events",
+]
+
+#: What a look sends back: the change token, and the page after the cursor
+#: (empty: nothing new).
+Looked = tuple[Hashable, builtins.list[StoredEvent]]
+
+
+def has_new_events(session_id: str, after_seq: int, head: int) -> bool:
+    """Whether a follower at ``after_seq`` has events to read, the session's head
+    being ``head``; :class:`SessionTruncatedError` when the head is below it
+    (the session was truncated or deleted under the follower)."""
+    if head < after_seq:
+        raise SessionTruncatedError(session_id, after_seq, head)
+    return head > after_seq
+
+
+class Look(NamedTuple):
+    """Step: read the change token, then the page of events after ``after_seq``
+    (checked with :func:`has_new_events`); send back ``(token, page)``."""
+
+    after_seq: int
+
+    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+        """The port's call that performs the step (awaitable on an async port)."""
+        return port.look(self.after_seq)
+
+
+class Wait(NamedTuple):
+    """Step: wait until a commit moves the commit count past ``mark`` or the poll
+    interval passes; send back whether the count moved."""
+
+    mark: int
+
+    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+        """The port's call that performs the step (awaitable on an async port)."""
+        return port.wait(self.mark)
+
+
+class Token:
+    """Step: read the change token again; send it back."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "TOKEN"
+
+    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+        """The port's call that performs the step (awaitable on an async port)."""
+        return port.token()
+
+
+#: The one :class:`Token` step.
+TOKEN = Token()
+
+
+class Deliver(NamedTuple):
+    """Step: hand ``events`` (a page, in seq order) to the consumer; send back None."""
+
+    events: builtins.list[StoredEvent]
+
+
+#: What :func:`follow_steps` asks of its driver: a call on its port, or a page to hand on.
+FollowStep = Look | Wait | Token | Deliver
+
+
+def follow_steps(
+    since_seq: int, mark: Callable[[], int], check_open: Callable[[], None]
+) -> Generator[FollowStep, Any, NoReturn]:
+    """The follow loop from ``since_seq``, as the steps a driver performs.
+
+    ``mark()`` is the commit count of this process's writes, read without
+    waiting; ``check_open()`` raises once the checkpointer is closed. The
+    cursor is the seq of the last event delivered. The mark is taken before
+    the look and a wait ends as soon as it moves, so a commit between the
+    look and the wait is never missed; another process's commit is seen by
+    the change token, compared after each wait the poll interval ended.
+    """
+    last = since_seq
+    while True:
+        check_open()
+        seen = mark()
+        token, page = yield Look(last)
+        if page:
+            last = page[-1].seq
+            yield Deliver(page)
+            continue
+        while True:
+            moved = yield Wait(seen)
+            check_open()  # closing wakes the waiters: it ends them here
+            if moved or (yield TOKEN) != token:
+                break
+
+
+@dataclass(frozen=True, slots=True)
+class FollowPort:
+    """How a follower looks and waits, with blocking calls (see :func:`follow_pages`)."""
+
+    #: Raise once the checkpointer is closed.
+    check_open: Callable[[], None]
+    #: The commit count of this process's writes.
+    mark: Callable[[], int]
+    #: ``look(after_seq)``: ``(change token, page after after_seq)``.
+    look: Callable[[int], Looked]
+    #: The change token now.
+    token: Callable[[], Hashable]
+    #: ``wait(mark)``: block until the count moves past ``mark`` (True) or the poll interval ends.
+    wait: Callable[[int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncFollowPort:
+    """How a follower looks and waits, awaited (see :func:`follow_pages_async`)."""
+
+    #: Raise once the checkpointer is closed.
+    check_open: Callable[[], None]
+    #: The commit count of this process's writes.
+    mark: Callable[[], int]
+    #: ``await look(after_seq)``: ``(change token, page after after_seq)``.
+    look: Callable[[int], Awaitable[Looked]]
+    #: ``await token()``: the change token now.
+    token: Callable[[], Awaitable[Hashable]]
+    #: ``await wait(mark)``: until the count moves past ``mark`` (True) or the poll interval ends.
+    wait: Callable[[int], Awaitable[bool]]
+
+
+def follow_pages(port: FollowPort, since_seq: int) -> Generator[builtins.list[StoredEvent], None]:
+    """The pages of events after ``since_seq`` as they are committed, forever:
+    :func:`follow_steps` driven with ``port``'s blocking calls."""
+    steps = follow_steps(since_seq, port.mark, port.check_open)
+    step = next(steps)
+    while True:
+        if isinstance(step, Deliver):
+            yield step.events
+            step = steps.send(None)
+        else:
+            step = steps.send(step.call(port))
+
+
+async def follow_pages_async(
+    port: AsyncFollowPort, since_seq: int
+) -> AsyncGenerator[builtins.list[StoredEvent], None]:
+    """:func:`follow_pages`, awaited: other tasks run between two pages."""
+    steps = follow_steps(since_seq, port.mark, port.check_open)
+    step = next(steps)
+    while True:
+        if isinstance(step, Deliver):
+            yield step.events
+            await asyncio.sleep(0)
+            step = steps.send(None)
+        else:
+            step = steps.send(await step.call(port))

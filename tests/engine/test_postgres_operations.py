@@ -1,0 +1,83 @@
+"""PostgreSQL's operations without a server: each is a generator of statements
+(sans-I/O), so what it sends and what it makes of each answer is checked by
+playing the server's part here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("psycopg")
+
+from agentlog.engine.postgres import Statements, oversized_batch
+from agentlog.engine.postgres import operations as ops
+from agentlog.engine.postgres.protocol import Execute, Operation, Pipeline
+from agentlog.errors import CheckpointConflictError, EventsPrunedError
+
+Q = Statements("agentlog")
+BATCH = [("user", b'{"type":"user","content":"hi"}')]
+
+
+def play(operation: Operation[Any], answers: Sequence[Any]) -> tuple[list[Any], Any]:
+    """Run ``operation`` sending it ``answers`` in turn: (the steps it yielded, its result)."""
+    steps = [next(operation)]
+    for answer in answers:
+        try:
+            steps.append(operation.send(answer))
+        except StopIteration as done:
+            return steps, done.value
+    raise AssertionError(f"still running after {len(answers)} answers: {steps[-1]!r}")
+
+
+def test_an_append_is_one_statement_and_its_row_is_the_new_head() -> None:
+    steps, head = play(ops.append(Q, "t", ("s", 2, BATCH), 1.0, True), [(3, "")])
+    assert len(steps) == 1 and isinstance(steps[0], Execute)
+    assert steps[0].statement == Q.append[False, True]
+    assert steps[0].params["exp"] == 2 and steps[0].params["payloads"] == [BATCH[0][1]]
+    assert head == 3
+
+
+def test_a_refused_append_reads_the_head_for_its_conflict() -> None:
+    with pytest.raises(CheckpointConflictError) as caught:
+        play(ops.append(Q, "t", ("s", 2, BATCH), 1.0, False), [None, (5,)])
+    assert (caught.value.expected, caught.value.actual) == (2, 5)
+
+
+def test_an_append_whose_head_moved_to_the_expected_one_is_sent_again() -> None:
+    steps, head = play(ops.append(Q, "t", ("s", 2, BATCH), 1.0, False), [None, (2,), (3,)])
+    cas = Q.append[False, False]
+    assert [step.statement for step in steps] == [cas, Q.head, cas]
+    assert head == 3
+
+
+def test_a_group_of_distinct_sessions_is_one_pipeline_in_id_order() -> None:
+    requests = [("b", None, BATCH), ("a", 1, BATCH)]
+    plan = ops.plan_group(requests, oversized_batch)
+    assert plan.pipelined and plan.order == [1, 0]
+    steps, results = play(ops.append_group(Q, "t", requests, 1.0, False, plan), [[(2,), (1,)]])
+    assert isinstance(steps[0], Pipeline)
+    assert [step.params["name"] for step in steps[0].steps] == ["a", "b"]
+    assert results == [1, 2]
+
+
+def test_a_group_refuses_a_conflict_alone() -> None:
+    requests = [("a", 1, BATCH), ("b", 4, BATCH)]
+    plan = ops.plan_group(requests, oversized_batch)
+    # b's CAS refused in the pipeline, and again alone; its head is 7.
+    answers = [[(2,), None], None, (7,)]
+    _, results = play(ops.append_group(Q, "t", requests, 1.0, False, plan), answers)
+    assert results[0] == 2 and isinstance(results[1], CheckpointConflictError)
+
+
+def test_a_truncate_of_an_unknown_session_stops_at_its_first_statement() -> None:
+    steps, result = play(ops.truncate(Q, "t", "s", 3, 1.0, True), [None])
+    assert [step.statement for step in steps] == [Q.head_for_update]
+    assert result == (0, False)
+
+
+def test_an_empty_page_after_pruned_events_is_refused() -> None:
+    # No events after 0 here, and the session's first stored one is 11.
+    with pytest.raises(EventsPrunedError):
+        play(ops.checked_page(Q, "t", "s", 0, 100), [[], (20, 11)])
