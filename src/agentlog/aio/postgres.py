@@ -42,7 +42,6 @@ from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
-    SessionTruncatedError,
     StorageDataError,
 )
 from ..events import (
@@ -61,7 +60,15 @@ from ..events import (
     encode_metadata,
 )
 from ..lifecycle import AsyncClosable
-from ..log import DEFAULT_POLL_INTERVAL, check_fork, check_revision, decode_metadata
+from ..log import (
+    DEFAULT_POLL_INTERVAL,
+    AsyncFollowPort,
+    check_fork,
+    check_revision,
+    decode_metadata,
+    follow_pages_async,
+    has_new_events,
+)
 from ..log.postgres import PostgresCheckpointer
 from ..stores.postgres import PostgresStorage
 from .handle import AsyncSession
@@ -486,28 +493,30 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         last = check_seq("since_seq", since_seq)
         poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
+
+        async def look(after: int) -> tuple[Hashable, builtins.list[StoredEvent]]:
+            token = await self._change_token(session_id, key)
+            if not has_new_events(session_id, after, await self.head(session_id)):
+                return token, []
+            return token, await self._checked_scan(session_id, after, _PAGE)
+
+        async def wait(mark: int) -> bool:
+            await self._wait(mark, poll_interval)
+            return self._commits != mark
+
+        port = AsyncFollowPort(
+            check_open=self._check_open,
+            mark=lambda: self._commits,
+            look=look,
+            token=lambda: self._change_token(session_id, key),
+            wait=wait,
+        )
         self._watch(key)
         try:
-            while True:
-                self._check_open()
-                mark = self._commits
-                token = await self._change_token(session_id, key)
-                head = await self.head(session_id)
-                if head < last:
-                    raise SessionTruncatedError(session_id, last, head)
-                if head > last:
-                    for event in await self._checked_scan(session_id, last, _PAGE):
-                        last = event.seq
+            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+                async for page in pages:
+                    for event in page:
                         yield event
-                    await asyncio.sleep(0)
-                    continue
-                while True:
-                    await self._wait(mark, poll_interval)
-                    self._check_open()
-                    if self._commits != mark:
-                        break
-                    if await self._change_token(session_id, key) != token:
-                        break
         finally:
             await self._unwatch(key)
 
