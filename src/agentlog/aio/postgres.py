@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     PoolOptions,
+    WatchedKeys,
     check_schema_name,
     listen_async,
     notify_key,
@@ -144,8 +145,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         # session key the followers and the notifications seen.
         self._commits = 0
         self._waiting: set[asyncio.Future[None]] = set()
-        self._watchers: dict[str, int] = {}
-        self._notified: dict[str, int] = {}
+        self._watched = WatchedKeys()
         self._listener: asyncio.Task[None] | None = None
         self._generation = 0
         self._listening = False
@@ -461,8 +461,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             self._waiting.discard(future)
 
     async def _change_token(self, session_id: str, key: str) -> Hashable:
-        if self._listening and key in self._watchers:
-            return ("notified", self._generation, self._notified.get(key, 0))
+        if self._listening and key in self._watched:
+            return ("notified", self._generation, self._watched.notes(key))
 
         async with self._call():
             polled = await self._db.query(
@@ -521,18 +521,12 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             await self._unwatch(key)
 
     def _watch(self, key: str) -> None:
-        self._watchers[key] = self._watchers.get(key, 0) + 1
+        self._watched.add(key)
         if self._notify and self._listener is None:
             self._listener = asyncio.ensure_future(self._listen())
 
     async def _unwatch(self, key: str) -> None:
-        count = self._watchers.get(key, 0) - 1
-        if count > 0:
-            self._watchers[key] = count
-        else:
-            self._watchers.pop(key, None)
-            self._notified.pop(key, None)
-        if not self._watchers:
+        if self._watched.remove(key):
             await self._stop_listening()
 
     async def _stop_listening(self) -> None:
@@ -567,8 +561,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._listening = False
 
     def _on_note(self, head: int, key: str) -> None:
-        if key in self._watchers:
-            self._notified[key] = self._notified.get(key, 0) + 1
+        if self._watched.note(key):
             self._commit()
 
     # -- closing -------------------------------------------------------------------------
