@@ -235,38 +235,31 @@ agentlog_fault_unfetch(sqlite3_file *f, sqlite3_int64 offset, void *page)
     return AGENTLOG_REAL(f)->pMethods->xUnfetch(AGENTLOG_REAL(f), offset, page);
 }
 
+/* The version-1 methods, the same in both tables below. */
+#define AGENTLOG_FAULT_IO_V1_METHODS \
+    agentlog_fault_close,            \
+    agentlog_fault_read,             \
+    agentlog_fault_write,            \
+    agentlog_fault_truncate,         \
+    agentlog_fault_sync,             \
+    agentlog_fault_file_size,        \
+    agentlog_fault_lock,             \
+    agentlog_fault_unlock,           \
+    agentlog_fault_check_lock,       \
+    agentlog_fault_file_control,     \
+    agentlog_fault_sector_size,      \
+    agentlog_fault_device
+
 /* Version 1 (no shared memory, no mmap) for a file whose real methods lack them. */
 static const sqlite3_io_methods agentlog_fault_io_v1 = {
     1,
-    agentlog_fault_close,
-    agentlog_fault_read,
-    agentlog_fault_write,
-    agentlog_fault_truncate,
-    agentlog_fault_sync,
-    agentlog_fault_file_size,
-    agentlog_fault_lock,
-    agentlog_fault_unlock,
-    agentlog_fault_check_lock,
-    agentlog_fault_file_control,
-    agentlog_fault_sector_size,
-    agentlog_fault_device,
+    AGENTLOG_FAULT_IO_V1_METHODS,
     NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 static const sqlite3_io_methods agentlog_fault_io_v3 = {
     3,
-    agentlog_fault_close,
-    agentlog_fault_read,
-    agentlog_fault_write,
-    agentlog_fault_truncate,
-    agentlog_fault_sync,
-    agentlog_fault_file_size,
-    agentlog_fault_lock,
-    agentlog_fault_unlock,
-    agentlog_fault_check_lock,
-    agentlog_fault_file_control,
-    agentlog_fault_sector_size,
-    agentlog_fault_device,
+    AGENTLOG_FAULT_IO_V1_METHODS,
     agentlog_fault_shm_map,
     agentlog_fault_shm_lock,
     agentlog_fault_shm_barrier,

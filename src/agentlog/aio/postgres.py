@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     PoolOptions,
+    WatchedKeys,
     check_schema_name,
     listen_async,
     notify_key,
@@ -42,7 +43,6 @@ from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
-    SessionTruncatedError,
     StorageDataError,
 )
 from ..events import (
@@ -61,7 +61,15 @@ from ..events import (
     encode_metadata,
 )
 from ..lifecycle import AsyncClosable
-from ..log import DEFAULT_POLL_INTERVAL, check_fork, check_revision, decode_metadata
+from ..log import (
+    DEFAULT_POLL_INTERVAL,
+    AsyncFollowPort,
+    check_fork,
+    check_revision,
+    decode_metadata,
+    follow_pages_async,
+    has_new_events,
+)
 from ..log.postgres import PostgresCheckpointer
 from ..stores.postgres import PostgresStorage
 from .handle import AsyncSession
@@ -137,8 +145,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         # session key the followers and the notifications seen.
         self._commits = 0
         self._waiting: set[asyncio.Future[None]] = set()
-        self._watchers: dict[str, int] = {}
-        self._notified: dict[str, int] = {}
+        self._watched = WatchedKeys()
         self._listener: asyncio.Task[None] | None = None
         self._generation = 0
         self._listening = False
@@ -454,8 +461,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             self._waiting.discard(future)
 
     async def _change_token(self, session_id: str, key: str) -> Hashable:
-        if self._listening and key in self._watchers:
-            return ("notified", self._generation, self._notified.get(key, 0))
+        if self._listening and key in self._watched:
+            return ("notified", self._generation, self._watched.notes(key))
 
         async with self._call():
             polled = await self._db.query(
@@ -486,44 +493,40 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         last = check_seq("since_seq", since_seq)
         poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
+
+        async def look(after: int) -> tuple[Hashable, builtins.list[StoredEvent]]:
+            token = await self._change_token(session_id, key)
+            if not has_new_events(session_id, after, await self.head(session_id)):
+                return token, []
+            return token, await self._checked_scan(session_id, after, _PAGE)
+
+        async def wait(mark: int) -> bool:
+            await self._wait(mark, poll_interval)
+            return self._commits != mark
+
+        port = AsyncFollowPort(
+            check_open=self._check_open,
+            mark=lambda: self._commits,
+            look=look,
+            token=lambda: self._change_token(session_id, key),
+            wait=wait,
+        )
         self._watch(key)
         try:
-            while True:
-                self._check_open()
-                mark = self._commits
-                token = await self._change_token(session_id, key)
-                head = await self.head(session_id)
-                if head < last:
-                    raise SessionTruncatedError(session_id, last, head)
-                if head > last:
-                    for event in await self._checked_scan(session_id, last, _PAGE):
-                        last = event.seq
+            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+                async for page in pages:
+                    for event in page:
                         yield event
-                    await asyncio.sleep(0)
-                    continue
-                while True:
-                    await self._wait(mark, poll_interval)
-                    self._check_open()
-                    if self._commits != mark:
-                        break
-                    if await self._change_token(session_id, key) != token:
-                        break
         finally:
             await self._unwatch(key)
 
     def _watch(self, key: str) -> None:
-        self._watchers[key] = self._watchers.get(key, 0) + 1
+        self._watched.add(key)
         if self._notify and self._listener is None:
             self._listener = asyncio.ensure_future(self._listen())
 
     async def _unwatch(self, key: str) -> None:
-        count = self._watchers.get(key, 0) - 1
-        if count > 0:
-            self._watchers[key] = count
-        else:
-            self._watchers.pop(key, None)
-            self._notified.pop(key, None)
-        if not self._watchers:
+        if self._watched.remove(key):
             await self._stop_listening()
 
     async def _stop_listening(self) -> None:
@@ -558,8 +561,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._listening = False
 
     def _on_note(self, head: int, key: str) -> None:
-        if key in self._watchers:
-            self._notified[key] = self._notified.get(key, 0) + 1
+        if self._watched.note(key):
             self._commit()
 
     # -- closing -------------------------------------------------------------------------

@@ -33,6 +33,18 @@ SEQ_BITS = 32
 MAX_SEQ = (1 << SEQ_BITS) - 1
 MAX_SID = (1 << 31) - 1
 
+# The migration ledger's columns and key: what step 6 creates and step 7
+# rebuilds a version-6 ledger into (one definition, so the two cannot drift).
+_LEDGER_TABLE = """(
+            source_id TEXT NOT NULL,
+            source_key TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            migrated REAL NOT NULL,
+            PRIMARY KEY (source_id, tenant, source_key)
+        ) WITHOUT ROWID"""
+
 # The statements that take a file from version N - 1 to N; a file is brought
 # forward through every step it lacks in one transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -136,29 +148,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # source is a no-op, and a changed one is caught. (Version 6 as first
         # released keyed it by (source_id, source_key) alone; step 7 rebuilds
         # such a table. A file brought through this step gets this form at once.)
-        """CREATE TABLE migration_ledger (
-            source_id TEXT NOT NULL,
-            source_key TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            tenant TEXT NOT NULL,
-            session_id TEXT NOT NULL,
-            migrated REAL NOT NULL,
-            PRIMARY KEY (source_id, tenant, source_key)
-        ) WITHOUT ROWID""",
+        "CREATE TABLE migration_ledger " + _LEDGER_TABLE,
     ),
     7: (
         # The ledger is kept per tenant: one source migrated into two tenants
         # is two migrations. A version-6 ledger is rebuilt with that key; its
         # rows are carried over as they are.
-        """CREATE TABLE migration_ledger_7 (
-            source_id TEXT NOT NULL,
-            source_key TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            tenant TEXT NOT NULL,
-            session_id TEXT NOT NULL,
-            migrated REAL NOT NULL,
-            PRIMARY KEY (source_id, tenant, source_key)
-        ) WITHOUT ROWID""",
+        "CREATE TABLE migration_ledger_7 " + _LEDGER_TABLE,
         "INSERT INTO migration_ledger_7 (source_id, source_key, sha256, tenant, session_id,"
         " migrated) SELECT source_id, source_key, sha256, tenant, session_id, migrated"
         " FROM migration_ledger",

@@ -19,6 +19,7 @@ from ..engine.postgres import (
     DEFAULT_SCHEMA,
     Listener,
     PostgresDatabase,
+    WatchedKeys,
     notify_key,
     operations,
     oversized_batch,
@@ -118,9 +119,7 @@ class PostgresCheckpointer(BaseCheckpointer):
 
     def _init_following(self) -> None:
         self._watch_lock = threading.Lock()
-        # (session key) -> followers; and -> notifications seen.
-        self._watchers: dict[str, int] = {}
-        self._notified: dict[str, int] = {}
+        self._watched = WatchedKeys()
         self._listener: Listener | None = None
 
     @property
@@ -307,7 +306,7 @@ class PostgresCheckpointer(BaseCheckpointer):
     def _close(self) -> None:
         with self._watch_lock:
             listener, self._listener = self._listener, None
-            self._watchers.clear()
+            self._watched.clear()
         if listener is not None:
             listener.stop()
         if self._owns_db:
@@ -330,7 +329,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             return
         key = self._key(session_id)
         with self._watch_lock:
-            self._watchers[key] = self._watchers.get(key, 0) + 1
+            self._watched.add(key)
             if self._listener is None:
                 self._listener = Listener(
                     self._db.q, self._db.connect, self._on_notify, self._on_listener_state
@@ -343,13 +342,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         key = self._key(session_id)
         listener = None
         with self._watch_lock:
-            count = self._watchers.get(key, 0) - 1
-            if count > 0:
-                self._watchers[key] = count
-            else:
-                self._watchers.pop(key, None)
-                self._notified.pop(key, None)
-            if not self._watchers:
+            if self._watched.remove(key):
                 listener, self._listener = self._listener, None
         if listener is not None:
             listener.stop()
@@ -357,9 +350,8 @@ class PostgresCheckpointer(BaseCheckpointer):
     def _on_notify(self, head: int, key: str) -> None:
         # On the listener's thread.
         with self._watch_lock:
-            if key not in self._watchers:
+            if not self._watched.note(key):
                 return
-            self._notified[key] = self._notified.get(key, 0) + 1
         self.commits.notify()
 
     def _on_listener_state(self) -> None:
@@ -371,8 +363,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         if listener is not None and listener.connected:
             key = self._key(session_id)
             with self._watch_lock:
-                if key in self._watchers:
-                    return ("notified", listener.generation, self._notified.get(key, 0))
+                if key in self._watched:
+                    return ("notified", listener.generation, self._watched.notes(key))
         # Nobody listening (not yet, or the connection dropped): poll.
         polled = self._db.query(
             "reading the head", operations.head_and_mtime, self._tenant, session_id

@@ -37,7 +37,7 @@ from .connect import (
     translate_errors,
 )
 from .journal import notify_key, payload_of
-from .listener import Listener, listen_async
+from .listener import Listener, WatchedKeys, listen_async
 from .operations import MAX_SEQ, AppendRequest, retained_start
 from .schema import (
     CHECKSUM_VERSION,
@@ -62,6 +62,7 @@ __all__ = [
     "PostgresDatabase",
     "Rows",
     "Statements",
+    "WatchedKeys",
     "check_schema_name",
     "connect_options",
     "drive",

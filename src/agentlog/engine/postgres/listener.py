@@ -14,7 +14,7 @@ from psycopg import sql
 
 from .statements import Statements
 
-__all__ = ["Listener", "listen_async", "parse_note"]
+__all__ = ["Listener", "WatchedKeys", "listen_async", "parse_note"]
 
 
 def _listen_statement(q: Statements) -> sql.Composed:
@@ -28,6 +28,52 @@ def parse_note(payload: str) -> tuple[int, str] | None:
         return int(head), key
     except ValueError:
         return None
+
+
+class WatchedKeys:
+    """The session keys followers watch, each with its count of followers and
+    of the notifications seen for it: what a change token is made of while a
+    listener runs. Unlocked: the sync checkpointer holds its lock around it,
+    the async one uses it on its loop only."""
+
+    def __init__(self) -> None:
+        self._followers: dict[str, int] = {}
+        self._notes: dict[str, int] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._followers
+
+    def add(self, key: str) -> None:
+        """One more follower of ``key``."""
+        self._followers[key] = self._followers.get(key, 0) + 1
+
+    def remove(self, key: str) -> bool:
+        """One follower of ``key`` fewer (its notes go with the last); whether
+        no key is watched any more (the listener can stop)."""
+        count = self._followers.get(key, 0) - 1
+        if count > 0:
+            self._followers[key] = count
+        else:
+            self._followers.pop(key, None)
+            self._notes.pop(key, None)
+        return not self._followers
+
+    def note(self, key: str) -> bool:
+        """Count a notification for ``key``; whether anyone watches it (if not,
+        it is not counted)."""
+        if key not in self._followers:
+            return False
+        self._notes[key] = self._notes.get(key, 0) + 1
+        return True
+
+    def notes(self, key: str) -> int:
+        """How many notifications for ``key`` its followers have seen."""
+        return self._notes.get(key, 0)
+
+    def clear(self) -> None:
+        """Forget every key (the checkpointer closes)."""
+        self._followers.clear()
+        self._notes.clear()
 
 
 class Listener:

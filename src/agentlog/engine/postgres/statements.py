@@ -16,6 +16,17 @@ __all__ = ["JOURNAL_COLUMNS", "Statements"]
 JOURNAL_COLUMNS = "tenant, session, seq, ts, type, payload, item_id, crc"
 
 
+def _upsert(table: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str:
+    """Write one record of ``table`` whole: insert it, or replace every column
+    but its key ``keys`` (the stores' ``put``, after their compare-and-set)."""
+    placeholders = ", ".join(["%s"] * (len(keys) + len(values)))
+    replace = ", ".join(f"{column} = EXCLUDED.{column}" for column in values)
+    return (
+        f"INSERT INTO {table} ({', '.join(keys + values)}) VALUES ({placeholders})"
+        f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {replace}"
+    )
+
+
 class Statements:
     """Every statement of one store, with the schema's name quoted into it."""
 
@@ -281,11 +292,10 @@ class Statements:
             f"INSERT INTO {s}.memory VALUES (%s, %s, %s, '', -1, 0, 0)"
             " ON CONFLICT DO NOTHING RETURNING 1"
         )
-        self.memory_put = (
-            f"INSERT INTO {s}.memory (tenant, namespace, key, value, revision, created, updated)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, namespace, key) DO UPDATE"
-            " SET value = EXCLUDED.value, revision = EXCLUDED.revision,"
-            " created = EXCLUDED.created, updated = EXCLUDED.updated"
+        self.memory_put = _upsert(
+            f"{s}.memory",
+            ("tenant", "namespace", "key"),
+            ("value", "revision", "created", "updated"),
         )
         self.memory_delete = (
             f"DELETE FROM {s}.memory WHERE tenant = %s AND namespace = %s AND key = %s"
@@ -305,13 +315,8 @@ class Statements:
             f"INSERT INTO {s}.checkpoints VALUES (%s, %s, NULL, NULL, '', '', -1, 0, 0)"
             " ON CONFLICT DO NOTHING RETURNING 1"
         )
-        self.checkpoint_put = (
-            f"INSERT INTO {s}.checkpoints ({columns}) VALUES ({', '.join(['%s'] * 9)})"
-            " ON CONFLICT (tenant, run_id) DO UPDATE SET session_id = EXCLUDED.session_id,"
-            " parent_run_id = EXCLUDED.parent_run_id, status = EXCLUDED.status,"
-            " data = EXCLUDED.data, revision = EXCLUDED.revision,"
-            " created = EXCLUDED.created, updated = EXCLUDED.updated"
-        )
+        keys, values = ("tenant", "run_id"), tuple(columns.split(", ")[2:])
+        self.checkpoint_put = _upsert(f"{s}.checkpoints", keys, values)
         self.checkpoint_delete = f"DELETE FROM {s}.checkpoints WHERE tenant = %s AND run_id = %s"
         self.checkpoints_from = f"SELECT {columns} FROM {s}.checkpoints WHERE tenant = %s"
         # artifacts
@@ -324,13 +329,8 @@ class Statements:
             f"INSERT INTO {s}.artifacts VALUES (%s, %s, '', 0, '', '', -1, 0, 0)"
             " ON CONFLICT DO NOTHING RETURNING 1"
         )
-        self.artifact_put = (
-            f"INSERT INTO {s}.artifacts (tenant, artifact_id, {artifact})"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (tenant, artifact_id) DO UPDATE SET sha256 = EXCLUDED.sha256,"
-            " size = EXCLUDED.size, media_type = EXCLUDED.media_type,"
-            " metadata = EXCLUDED.metadata, revision = EXCLUDED.revision,"
-            " created = EXCLUDED.created, updated = EXCLUDED.updated"
+        self.artifact_put = _upsert(
+            f"{s}.artifacts", ("tenant", "artifact_id"), tuple(artifact.split(", "))
         )
         self.artifact_delete = f"DELETE FROM {s}.artifacts WHERE tenant = %s AND artifact_id = %s"
         self.artifacts_after = (
