@@ -245,13 +245,13 @@ class CEngine(EngineBase):
         super().abandon_after_fork()
         self._closing = threading.Lock()  # a parent thread may have held it at the fork
 
-    def _connect(self, query_only):
+    def _connect(self, query_only, shims=True):
         conn = CConnection()
         uri = None
         if self._immutable:
             uri = f"file:{_quote(self.path)}?mode=ro&immutable=1"
         conn.open(self.path, not self.read_only, query_only, self._busy_timeout_ms, uri,
-                  self._read_only_shims)
+                  self._read_only_shims if shims else ())
         return conn
 
     def _append_batch(self, str tenant, str name, expected_head, double ts, list batch):

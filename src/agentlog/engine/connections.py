@@ -357,11 +357,13 @@ class EngineCore(Generic[ConnectionT]):
         """The lock that every write on the writer connection holds."""
         return threading.Lock()
 
-    def _connect(self, query_only: bool) -> ConnectionT:
+    def _connect(self, query_only: bool, shims: bool = True) -> ConnectionT:
         """A new connection to ``self.path`` with the busy timeout set.
 
         ``query_only`` connections never write; an engine opened ``read_only``
-        also never creates the file.
+        also never creates the file. ``shims=False`` leaves out a read-only
+        open's TEMP stand-ins for an older file's schema (for a connection
+        that copies the file as it is).
         """
         raise NotImplementedError
 

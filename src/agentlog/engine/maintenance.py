@@ -135,7 +135,9 @@ class Maintenance(LogOperations[ConnectionT]):
             else:
                 self._check_open()
                 with self._translating("backup"):
-                    conn = self._connect(query_only=False)
+                    # Without a read-only open's TEMP views: VACUUM INTO copies
+                    # the file as it is, and refuses views that shadow its tables.
+                    conn = self._connect(query_only=False, shims=False)
                     try:
                         # The copy keeps a page map (vacuum() works on it), whatever
                         # the source does: a copy is how an older file converts. (On

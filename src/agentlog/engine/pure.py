@@ -112,7 +112,7 @@ class PyEngine(EngineBase[PyConnection]):
     name = "python"
     sqlite_info = staticmethod(sqlite_info)
 
-    def _connect(self, query_only: bool) -> PyConnection:
+    def _connect(self, query_only: bool, shims: bool = True) -> PyConnection:
         target, uri = self.path, False
         if self.read_only and not self._memory:
             target, uri = f"file:{quote(self.path)}?mode=ro", True
@@ -129,7 +129,7 @@ class PyEngine(EngineBase[PyConnection]):
             )
             try:
                 db.execute(Q.busy_timeout(self._busy_timeout_ms))
-                for statement in self._read_only_shims:
+                for statement in self._read_only_shims if shims else ():
                     db.execute(statement)
                 if query_only:
                     db.execute(Q.QUERY_ONLY)
