@@ -102,7 +102,7 @@ def test_an_older_file_backs_up_read_only_as_it_is(tmp_path: Path, version: int)
 
 def test_the_postgres_numbers_are_the_code_s() -> None:
     pytest.importorskip("psycopg")
-    from agentlog.engine import postgres
+    from agentlog.engine.postgres import schema as postgres
 
     v = postgres.SCHEMA_VERSION
     row = glance("PostgreSQL schema")
@@ -215,7 +215,7 @@ def test_the_changelog_lists_every_schema_version() -> None:
     listed = [int(n) for n in re.findall(r"^\| (\d+) \|", sqlite_part, re.M)]
     assert listed == sorted(schema.MIGRATIONS)
     pytest.importorskip("psycopg")
-    from agentlog.engine import postgres
+    from agentlog.engine.postgres import schema as postgres
 
     listed = [int(n) for n in re.findall(r"^\| (\d+) \|", postgres_part, re.M)]
     assert listed == sorted(postgres.MIGRATIONS)
