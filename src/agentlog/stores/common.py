@@ -20,7 +20,7 @@ from ..errors import (
     StorageDataError,
     StorageNotFoundError,
 )
-from ..events import check_identifier, check_seq, decode_json, encode_json
+from ..events import check_identifier, check_seq, decode_json, encode_storable
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
@@ -68,10 +68,7 @@ def must_exist(resource: str, row: _Row | None) -> _Row:
 
 def encode_value(value: object) -> bytes:
     """A JSON value as bytes, or StorageDataError for what JSON cannot hold."""
-    try:
-        return encode_json(value)
-    except (TypeError, ValueError) as exc:
-        raise StorageDataError(f"value {exc}") from None
+    return encode_storable(value, "value")
 
 
 def decode_value(data: bytes, resource: str) -> Any:
