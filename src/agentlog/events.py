@@ -358,12 +358,18 @@ def decode_payload(payload: bytes | str) -> dict[str, Any]:
     return value
 
 
-def encode_metadata(value: object) -> bytes:
-    """A metadata value as JSON bytes; :class:`StorageDataError` when JSON cannot hold it."""
+def encode_storable(value: object, what: str) -> bytes:
+    """A stored JSON value as bytes; :class:`StorageDataError` naming ``what``
+    (``"metadata"``, ``"value"``) when JSON cannot hold it."""
     try:
         return encode_json(value)
     except (TypeError, ValueError) as exc:
-        raise StorageDataError(f"metadata {exc}") from None
+        raise StorageDataError(f"{what} {exc}") from None
+
+
+def encode_metadata(value: object) -> bytes:
+    """A metadata value as JSON bytes; :class:`StorageDataError` when JSON cannot hold it."""
+    return encode_storable(value, "metadata")
 
 
 #: The largest seq, head or revision any backend can hold (a signed 64-bit

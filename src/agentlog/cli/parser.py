@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from .. import __version__
 from ..events import MAX_POSITION
@@ -18,6 +18,8 @@ from .sessions import cmd_fork, cmd_list, cmd_show, cmd_tail, cmd_truncate
 
 __all__ = ["DESCRIPTION", "build_parser"]
 
+_N = TypeVar("_N", int, float)
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, with every mistake reported as one line."""
@@ -28,11 +30,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see: {self.prog} --help)", self.prog)
 
 
-def _count(text: str) -> int:
+def _number(convert: Callable[[str], _N], text: str, kind: str) -> _N:
+    """``convert(text)``, or the usage error "must be ``kind``, not ``text``"."""
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {kind}, not {text!r}") from None
+
+
+def _count(text: str) -> int:
+    value = _number(int, text, "a whole number")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
     if value > MAX_POSITION:
@@ -41,20 +48,14 @@ def _count(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    value = _number(float, text, "a number of seconds")
     if not 0 < value < float("inf"):  # inf: another process's writes never shown
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text}")
     return value
 
 
 def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of days, not {text!r}") from None
+    value = _number(float, text, "a number of days")
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number of days >= 0, not {text}")
     return value
@@ -124,20 +125,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--json", action="store_true", help="one JSON object per session")
 
-    show = command("show", "show a session as a folded transcript", cmd_show)
-    store(show)
-    session(show)
-    tenant(show)
-    show.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
+    def reader(name: str, summary: str, func: Callable[[argparse.Namespace], None]) -> Any:
+        # What both commands that print one session's events take.
+        found = command(name, summary, func)
+        store(found)
+        session(found)
+        tenant(found)
+        found.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
+        return found
+
+    show = reader("show", "show a session as a folded transcript", cmd_show)
     form = show.add_mutually_exclusive_group()
     form.add_argument("--raw", action="store_true", help="print the events, not the transcript")
     form.add_argument("--json", action="store_true", help="print the events as JSON lines")
 
-    tail = command("tail", "print a session's events as they are appended", cmd_tail)
-    store(tail)
-    session(tail)
-    tenant(tail)
-    tail.add_argument("--since", type=_count, default=0, metavar="N", help="start after seq N")
+    tail = reader("tail", "print a session's events as they are appended", cmd_tail)
     tail.add_argument(
         "--interval",
         type=_seconds,

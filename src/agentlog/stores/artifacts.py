@@ -32,7 +32,6 @@ from .common import (
     Transactions,
     advance,
     check_name,
-    check_page,
     check_revision,
     decode_value,
     encode_value,
@@ -238,23 +237,24 @@ class ArtifactStore(Transactions):
         self, tenant_id: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[ArtifactInfo]:
         """Metadata of the tenant's artifacts in id order, ids strictly after ``after``."""
-        tenant = check_name("tenant_id", tenant_id)
-        start, count = check_page(after, limit)
-        rows = self._reading("artifact list", lambda ctx: self._select(ctx, tenant, start, count))
-        return [_info((tenant, artifact_id), row) for artifact_id, row in rows]
+        return self._page("artifact list", tenant_id, after, limit, self._select, _info)
 
     def delete(self, tenant_id: str, artifact_id: str, expected_revision: int) -> None:
         """Remove the artifact if it is at ``expected_revision``; shared bytes stay."""
         key = self._key(tenant_id, artifact_id)
-        expected = check_revision(expected_revision)
 
-        def work(ctx: Any) -> None:
-            current = must_exist(_resource(*key), self._get_row(ctx, key))
-            advance(_resource(*key), expected, current[4])
+        def remove(ctx: Any, row: Row) -> None:
             self._delete_row(ctx, key)
-            self._release_blob(ctx, current[0])
+            self._release_blob(ctx, row[0])
 
-        self._atomic("artifact delete", work)
+        self._checked_delete(
+            "artifact delete",
+            _resource(*key),
+            expected_revision,
+            lambda ctx: self._get_row(ctx, key),
+            lambda row: row[4],
+            remove,
+        )
 
     # -- what an implementation supplies ------------------------------------------------
 

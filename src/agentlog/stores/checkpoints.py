@@ -357,14 +357,14 @@ class CheckpointStore(Transactions):
     def delete(self, tenant_id: str, run_id: str, expected_revision: int) -> None:
         """Remove the checkpoint if it is at ``expected_revision``."""
         key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
-        expected = check_revision(expected_revision)
-
-        def work(ctx: Any) -> None:
-            row = must_exist(_resource(*key), self._get_row(ctx, key))
-            advance(_resource(*key), expected, row[6])
-            self._delete_row(ctx, key)
-
-        self._atomic("checkpoint delete", work)
+        self._checked_delete(
+            "checkpoint delete",
+            _resource(*key),
+            expected_revision,
+            lambda ctx: self._get_row(ctx, key),
+            lambda row: row[6],
+            lambda ctx, row: self._delete_row(ctx, key),
+        )
 
     # -- what an implementation supplies: rows of the checkpoints table ----------------
     # A row is (tenant, run_id, session_id, parent_run_id, status, data, revision,

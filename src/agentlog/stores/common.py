@@ -9,7 +9,7 @@ and written in. Revisions follow one rule, :func:`advance`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..engine import schema as S
@@ -20,7 +20,7 @@ from ..errors import (
     StorageDataError,
     StorageNotFoundError,
 )
-from ..events import check_identifier, check_seq, decode_json, encode_json
+from ..events import check_identifier, check_seq, decode_json, encode_storable
 
 #: The tenant used when a host has no tenants of its own (an explicit name, never "").
 DEFAULT_TENANT = S.DEFAULT_TENANT
@@ -68,10 +68,7 @@ def must_exist(resource: str, row: _Row | None) -> _Row:
 
 def encode_value(value: object) -> bytes:
     """A JSON value as bytes, or StorageDataError for what JSON cannot hold."""
-    try:
-        return encode_json(value)
-    except (TypeError, ValueError) as exc:
-        raise StorageDataError(f"value {exc}") from None
+    return encode_storable(value, "value")
 
 
 def decode_value(data: bytes, resource: str) -> Any:
@@ -106,6 +103,42 @@ class Transactions:
 
     def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
         raise NotImplementedError
+
+    def _page(
+        self,
+        name: str,
+        tenant_id: object,
+        after: object,
+        limit: object,
+        select: Callable[[Any, str, str | None, int], Iterable[tuple[str, _Row]]],
+        make: Callable[[tuple[str, str], _Row], _T],
+    ) -> list[_T]:
+        """One page of a tenant's records: ``make`` of each ``(id, row)`` that
+        ``select`` reads, ids strictly after ``after``, at most ``limit``."""
+        tenant = check_name("tenant_id", tenant_id)
+        start, count = check_page(after, limit)
+        rows = self._reading(name, lambda ctx: select(ctx, tenant, start, count))
+        return [make((tenant, ident), row) for ident, row in rows]
+
+    def _checked_delete(
+        self,
+        name: str,
+        resource: str,
+        expected_revision: object,
+        get_row: Callable[[Any], _Row | None],
+        revision: Callable[[_Row], int],
+        remove: Callable[[Any, _Row], object],
+    ) -> None:
+        """Atomically ``remove`` the row ``get_row`` finds, if it exists and its
+        ``revision`` is ``expected_revision`` (the one rule, :func:`advance`)."""
+        expected = check_revision(expected_revision)
+
+        def work(ctx: Any) -> None:
+            row = must_exist(resource, get_row(ctx))
+            advance(resource, expected, revision(row))
+            remove(ctx, row)
+
+        self._atomic(name, work)
 
 
 class LockedTransactions(Transactions):

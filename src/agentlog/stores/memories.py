@@ -117,14 +117,14 @@ class MemoryStore(Transactions):
     def delete(self, tenant_id: str, namespace: str, key: str, expected_revision: int) -> None:
         """Remove the record if it is at ``expected_revision``."""
         ident = self._keys(tenant_id, namespace, key)
-        expected = check_revision(expected_revision)
-
-        def work(ctx: Any) -> None:
-            current = must_exist(_resource(*ident), self._get_row(ctx, ident))
-            advance(_resource(*ident), expected, current[1])
-            self._delete_row(ctx, ident)
-
-        self._atomic("memory delete", work)
+        self._checked_delete(
+            "memory delete",
+            _resource(*ident),
+            expected_revision,
+            lambda ctx: self._get_row(ctx, ident),
+            lambda row: row[1],
+            lambda ctx, row: self._delete_row(ctx, ident),
+        )
 
     # -- what an implementation supplies ------------------------------------------------
 

@@ -45,7 +45,6 @@ from .common import (
     Transactions,
     advance,
     check_name,
-    check_page,
     check_revision,
     decode_value,
     encode_value,
@@ -313,22 +312,19 @@ class SessionStore(Transactions):
         self, tenant_id: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[SessionRecord]:
         """The tenant's sessions in id order, ids strictly after ``after``."""
-        tenant = check_name("tenant_id", tenant_id)
-        start, count = check_page(after, limit)
-        rows = self._reading("session list", lambda ctx: self._select(ctx, tenant, start, count))
-        return [_record((tenant, name), row) for name, row in rows]
+        return self._page("session list", tenant_id, after, limit, self._select, _record)
 
     def delete(self, tenant_id: str, session_id: str, expected_revision: int) -> None:
         """Remove the session, its items and snapshots, if it is at ``expected_revision``."""
         key = self._key(tenant_id, session_id)
-        expected = check_revision(expected_revision)
-
-        def work(ctx: Any) -> None:
-            row = must_exist(_resource(*key), self._get_row(ctx, key))
-            advance(_resource(*key), expected, row[2])
-            self._remove(ctx, key, row[0])
-
-        self._atomic("session delete", work)
+        self._checked_delete(
+            "session delete",
+            _resource(*key),
+            expected_revision,
+            lambda ctx: self._get_row(ctx, key),
+            lambda row: row[2],
+            lambda ctx, row: self._remove(ctx, key, row[0]),
+        )
 
     def prune(self, tenant_id: str, session_id: str, keep: int = 0) -> int:
         """Retention: delete the items the newest snapshot made redundant; their number.

@@ -16,7 +16,7 @@ import threading
 import weakref
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -315,6 +315,19 @@ class FileCheckpointer(BaseCheckpointer):
             self._sessions.pop(session_id, None)
         self._all_loaded = False
 
+    @contextlib.contextmanager
+    def _rewriting(self, session_id: str, what: str) -> Iterator[None]:
+        """Around a rewrite of ``session_id``'s files: if it fails or is
+        interrupted, what this object knows of the session is read again from
+        disk, and an ``OSError`` is reported as ``"{what} failed: …"``."""
+        try:
+            yield
+        except BaseException as exc:
+            self._forget(session_id)  # read it again as it is on disk
+            if not isinstance(exc, OSError):
+                raise
+            raise StorageUnavailableError(f"{what} failed: {exc}") from exc
+
     def _touch(self, session: _Session, mtime: float | None = None) -> None:
         """Record a change to ``session``: its file's mtime and the order of changes."""
         session.mtime = session.path.stat().st_mtime if mtime is None else mtime
@@ -374,7 +387,7 @@ class FileCheckpointer(BaseCheckpointer):
                 revision = session.base + session.head
             if revision != expected_revision:
                 raise metadata_conflict(session_id, expected_revision, revision)
-            try:
+            with self._rewriting(session_id, f"setting the metadata of {session_id!r}"):
                 if session is None:
                     path = self.directory / session_file_name(session_id)
                     self._forget_meta(path)
@@ -384,13 +397,6 @@ class FileCheckpointer(BaseCheckpointer):
                     assert session is not None
                 self._write_meta(session, data, revision + 1 - session.head)
                 self._touch(session, ts)
-            except BaseException as exc:
-                self._forget(session_id)  # read it again as it is on disk
-                if not isinstance(exc, OSError):
-                    raise
-                raise StorageUnavailableError(
-                    f"setting the metadata of {session_id!r} failed: {exc}"
-                ) from exc
             return revision + 1
 
     def _append(
@@ -502,7 +508,7 @@ class FileCheckpointer(BaseCheckpointer):
                 return 0
             if to_seq >= session.head:
                 return session.head
-            try:
+            with self._rewriting(session_id, f"truncate of {session_id!r} to {to_seq}"):
                 # The revision (base + head) must rise though the head falls:
                 # the new base is written first, so a crash can only leave it higher.
                 self._load_meta(session)
@@ -529,13 +535,6 @@ class FileCheckpointer(BaseCheckpointer):
                     assert session is not None
                     session.meta, session.base, session.meta_loaded = meta, base, True
                 self._touch(session)
-            except BaseException as exc:
-                self._forget(session_id)  # read it again as it is on disk
-                if not isinstance(exc, OSError):
-                    raise
-                raise StorageUnavailableError(
-                    f"truncate of {session_id!r} to {to_seq} failed: {exc}"
-                ) from exc
             return to_seq
 
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
@@ -551,7 +550,9 @@ class FileCheckpointer(BaseCheckpointer):
                 )
             if self._session(new_session_id) is not None:
                 raise SessionExistsError(f"session {new_session_id!r} already exists")
-            try:
+            with self._rewriting(
+                new_session_id, f"fork of {session_id!r} at {at_seq} into {new_session_id!r}"
+            ):
                 data, _ = read_regular(source.path, 0, source.offsets[at_seq])
                 body, _ = self._events_through(source, at_seq, data)
                 path = self.directory / session_file_name(new_session_id)
@@ -561,13 +562,6 @@ class FileCheckpointer(BaseCheckpointer):
                 forked = self._session(new_session_id)
                 assert forked is not None
                 self._touch(forked)
-            except BaseException as exc:
-                self._forget(new_session_id)  # read it again as it is on disk
-                if not isinstance(exc, OSError):
-                    raise
-                raise StorageUnavailableError(
-                    f"fork of {session_id!r} at {at_seq} into {new_session_id!r} failed: {exc}"
-                ) from exc
             return at_seq
 
     def _delete(self, session_id: str) -> None:
