@@ -199,7 +199,6 @@ def test_a_writer_failure_reaches_every_caller_and_later_ones(tmp_path: Path) ->
     async def main() -> None:
         cp = AsyncSqliteCheckpointer(tmp_path / "f.db", engine="python")
         await cp.append("s", [EVENT])
-        backend = cp.backend
 
         class Crash(BaseException):
             """Not an error a write reports: the writer thread itself dies."""
@@ -207,9 +206,10 @@ def test_a_writer_failure_reaches_every_caller_and_later_ones(tmp_path: Path) ->
         def broken(*args: Any, **kwargs: Any) -> Any:
             raise Crash("injected")
 
-        backend.append_prepared = broken  # type: ignore[method-assign]
+        port = cp._port  # the backend's writer, as the async layer reaches it
+        port.append_prepared = broken  # type: ignore[method-assign]
         # As if another process held the lock: the appends go to the writer thread.
-        backend.try_append_prepared = lambda appends: None  # type: ignore[method-assign]
+        port.try_append_prepared = lambda appends: None  # type: ignore[method-assign]
         outcomes = await asyncio.wait_for(
             asyncio.gather(*(cp.append("s", [EVENT]) for _ in range(5)), return_exceptions=True),
             timeout=10,
@@ -445,7 +445,8 @@ def test_an_interrupt_between_queueing_and_waiting_strands_no_other_caller(
     require_engine("c")
     loop = asyncio.new_event_loop()
     cp = AsyncSqliteCheckpointer(tmp_path / "i.db", engine="c")
-    real = cp.backend.queue_prepared
+    port = cp._port  # the backend's writer, as the async layer reaches it
+    real = port.queue_prepared
     calls = 0
 
     def interrupted(prepared: Any, completions: Any) -> object:
@@ -456,7 +457,7 @@ def test_an_interrupt_between_queueing_and_waiting_strands_no_other_caller(
             raise KeyboardInterrupt
         return queued
 
-    cp.backend.queue_prepared = interrupted  # type: ignore[method-assign]
+    port.queue_prepared = interrupted  # type: ignore[method-assign]
     try:
         tasks = [loop.create_task(cp.append(f"s{n}", [EVENT])) for n in range(16)]
         with pytest.raises(KeyboardInterrupt):

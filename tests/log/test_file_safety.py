@@ -214,17 +214,18 @@ def test_a_failing_append_in_a_group_refuses_only_itself(tmp_path: Path) -> None
     log = FileCheckpointer(store)
     log.append("bad", EVENTS[:1])
     os.link(store / session_file_name("bad"), tmp_path / "outside-link")
+    port = log.writer_port()
     good, bad, after = (
-        log.prepare_append("good", EVENTS[1:2], 0),
-        log.prepare_append("bad", EVENTS[2:3]),
-        log.prepare_append("after", EVENTS[3:4], 0),
+        port.prepare_append("good", EVENTS[1:2], 0),
+        port.prepare_append("bad", EVENTS[2:3]),
+        port.prepare_append("after", EVENTS[3:4], 0),
     )
-    results = log.append_prepared([good, bad, after])
+    results = port.append_prepared([good, bad, after])
     assert results[0] == 1 and results[2] == 1
     assert isinstance(results[1], CorruptDatabaseError)
     # The first append failing: nothing of the group is written, and it raises.
     with pytest.raises(CorruptDatabaseError):
-        log.append_prepared([bad, log.prepare_append("never", EVENTS[4:5])])
+        port.append_prepared([bad, port.prepare_append("never", EVENTS[4:5])])
     log.close()
     (tmp_path / "outside-link").unlink()
     with FileCheckpointer(store) as reopened:

@@ -91,9 +91,10 @@ def test_a_changed_payload_that_stays_valid_json_is_caught(
         # Past the damaged event, the log reads on.
         assert [e.seq for e in cp.read("s", since_seq=bad)][:2] == [bad + 1, bad + 2]
         # A follower gets the events before it, then the error.
-        assert [e.seq for e in cp.follow_page("s", bad - 2)] == [bad - 1]
+        port = cp.writer_port()
+        assert [e.seq for e in port.follow_page("s", bad - 2)] == [bad - 1]
         with pytest.raises(CorruptDatabaseError):
-            cp.follow_page("s", bad - 1)
+            port.follow_page("s", bad - 1)
 
 
 @pytest.mark.parametrize("keep_crc", [True, False], ids=["checksummed", "old-row"])
@@ -231,9 +232,10 @@ def test_the_hash_chain_links_every_event(tmp_path: Path, engine: str) -> None:
         assert cp.hash_chain
         cp.append("s", events(3))
         cp.append("s", events(2, 4))
-        group = [cp.prepare_append("s", events(1, 6), 5), cp.prepare_append("t", events(2))]
-        assert cp.append_prepared(group) == [6, 2]
-        assert cp.try_append_prepared([cp.prepare_append("t", events(1, 3))]) == [3]
+        port = cp.writer_port()
+        group = [port.prepare_append("s", events(1, 6), 5), port.prepare_append("t", events(2))]
+        assert port.append_prepared(group) == [6, 2]
+        assert port.try_append_prepared([port.prepare_append("t", events(1, 3))]) == [3]
         assert cp.verify("t").problem is None
         report = cp.verify("s")
     previous = GENESIS

@@ -163,8 +163,9 @@ def test_a_batch_larger_than_one_statement_takes_is_refused_alone(
         log.append("s", [EVENT])
         with pytest.raises(InvalidEventError, match="event 2: with it the batch is over 200"):
             log.append("s", large)
-        appends = [log.prepare_append("s", large[:1]), log.prepare_append("t", large)]
-        head, refused = log.append_prepared(appends)
+        port = log.writer_port()
+        appends = [port.prepare_append("s", large[:1]), port.prepare_append("t", large)]
+        head, refused = port.append_prepared(appends)
         assert head == 2 and isinstance(refused, InvalidEventError)
         assert (log.head("s"), log.head("t")) == (2, 0)
 
@@ -304,11 +305,12 @@ def test_a_backend_killed_mid_append_is_a_typed_error_and_the_batch_is_absent(
             def append(group: bool = group, outcome: list[Any] = outcome) -> None:
                 try:
                     if group:  # "other" first, then "s": one transaction for both
+                        port = log.writer_port()
                         prepared = [
-                            log.prepare_append("other", [EVENT] * 3),
-                            log.prepare_append("s", [EVENT] * 50),
+                            port.prepare_append("other", [EVENT] * 3),
+                            port.prepare_append("s", [EVENT] * 50),
                         ]
-                        outcome.append(log.append_prepared(prepared))
+                        outcome.append(port.append_prepared(prepared))
                     else:
                         outcome.append(log.append("s", [EVENT] * 50))
                 except BaseException as exc:
@@ -435,20 +437,21 @@ def test_a_group_of_one_append_per_session_is_pipelined_and_refuses_alone(
 
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         log.append("b", [EVENT, EVENT])
+        port = log.writer_port()
         group = [
-            log.prepare_append("c", [EVENT] * 3),
-            log.prepare_append("b", [EVENT], expected_head=1),  # stale: the head is 2
-            log.prepare_append("a", [EVENT], expected_head=0),
-            log.prepare_append("d", [EVENT], expected_head=0),
+            port.prepare_append("c", [EVENT] * 3),
+            port.prepare_append("b", [EVENT], expected_head=1),  # stale: the head is 2
+            port.prepare_append("a", [EVENT], expected_head=0),
+            port.prepare_append("d", [EVENT], expected_head=0),
         ]
-        results = log.append_prepared(group)
+        results = port.append_prepared(group)
         assert results[0] == 3 and results[2] == 1 and results[3] == 1
         conflict = results[1]
         assert isinstance(conflict, CheckpointConflictError)
         assert (conflict.session_id, conflict.expected, conflict.actual) == ("b", 1, 2)
         assert [log.head(name) for name in "abcd"] == [1, 2, 3, 1]
         # The same group again: every compare-and-set is stale now but "c"'s.
-        results = log.append_prepared(group)
+        results = port.append_prepared(group)
         assert results[0] == 6
         assert [type(r).__name__ for r in results[1:]] == ["CheckpointConflictError"] * 3
 

@@ -62,9 +62,10 @@ class TestOpening(OnPostgres):
         with _open(tmp_path, read_only=True) as log:
             assert log.read_only
             assert [event.event for event in log.read("s")] == [EVENT]
+            port = log.writer_port()
             writes = [
                 lambda: log.append("s", [EVENT]),
-                lambda: log.append_prepared([log.prepare_append("s", [EVENT])]),
+                lambda: port.append_prepared([port.prepare_append("s", [EVENT])]),
                 lambda: log.truncate("s", 0),
                 lambda: log.fork("s", 1, "t"),
                 lambda: log.delete("s"),

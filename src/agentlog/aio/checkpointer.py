@@ -49,6 +49,7 @@ from ..log import (
     PreparedAppend,
     SqliteCheckpointer,
     WouldWait,
+    WriterPort,
     follow_pages_async,
 )
 from .handle import AsyncSession
@@ -88,9 +89,9 @@ def _take(
 
 
 def _follow_step(
-    backend: BaseCheckpointer, session_id: str, last: int
+    port: WriterPort, session_id: str, last: int
 ) -> tuple[Any, builtins.list[StoredEvent]]:
-    return backend.change_token(session_id), backend.follow_page(session_id, last)
+    return port.change_token(session_id), port.follow_page(session_id, last)
 
 
 class _LoopWaker:
@@ -434,9 +435,9 @@ class AsyncBaseCheckpointer(AsyncClosable):
             check_open=self._check_open,
             mark=lambda: signal.count,
             look=lambda after: self._read(
-                functools.partial(_follow_step, backend, session_id, after)
+                functools.partial(_follow_step, self._port, session_id, after)
             ),
-            token=lambda: self._read(functools.partial(backend.change_token, session_id)),
+            token=lambda: self._read(functools.partial(self._port.change_token, session_id)),
             wait=lambda mark: waker.wait(mark, poll_interval),
         )
         try:

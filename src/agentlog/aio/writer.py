@@ -3,7 +3,7 @@
 Coroutines queue the writes that would have to wait (see
 :class:`~agentlog.aio.AsyncBaseCheckpointer`); the writer thread drains the
 queue and runs every queued append in one call to the backend's
-:meth:`~agentlog.log.BaseCheckpointer.append_prepared` — one transaction on
+:meth:`~agentlog.log.WriterPort.append_prepared` — one transaction on
 SQLite — so each caller completes after the commit that holds its events, and
 a conflict refuses only its own append. Other writes (delete, truncate, fork)
 run in queue order between the groups. Completions go back to each caller's
@@ -313,7 +313,7 @@ class LoopChannel:
     """One event loop's appends queued to the backend's own writer thread.
 
     Where the backend has one (SQLite on the C engine:
-    :meth:`~agentlog.log.BaseCheckpointer.append_completions`), the loop
+    :meth:`~agentlog.log.WriterPort.append_completions`), the loop
     queues each append to it as a thread's append is queued, and the writer
     thread writes the loop's appends and the threads' together, one group per
     transaction, without the GIL. It then makes this loop's channel readable

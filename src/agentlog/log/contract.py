@@ -7,6 +7,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -205,7 +206,7 @@ class MetadataCheckpointer(Checkpointer, Protocol):
 
 
 class PreparedAppend(NamedTuple):
-    """An append checked and encoded by :meth:`BaseCheckpointer.prepare_append`."""
+    """An append checked and encoded by :meth:`WriterPort.prepare_append`."""
 
     session_id: str
     batch: EncodedBatch
@@ -216,7 +217,7 @@ _T = TypeVar("_T")
 
 
 class WouldWait:
-    """What :meth:`BaseCheckpointer.try_read` returns for a read it did not run:
+    """What :meth:`WriterPort.try_read` returns for a read it did not run:
     it would have waited for a write under way."""
 
     __slots__ = ()
@@ -278,6 +279,36 @@ class WriterPort(Protocol):
     def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
         """One step of a follower: up to a page of events after ``after_seq``."""
         ...
+
+
+class _PrepareAppend(Protocol):
+    """The type of :meth:`WriterPort.prepare_append` (its default argument kept)."""
+
+    def __call__(
+        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+    ) -> PreparedAppend: ...
+
+
+class _TryRead(Protocol):
+    """The type of :meth:`WriterPort.try_read` (generic in what it reads)."""
+
+    def __call__(self, read: Callable[[], _T]) -> _T | WouldWait: ...
+
+
+@dataclass(slots=True)
+class _WriterPort:
+    """A :class:`BaseCheckpointer`'s :class:`WriterPort`: its underscored
+    methods, bound (a plain holder, so that a test may replace one)."""
+
+    prepare_append: _PrepareAppend
+    append_prepared: Callable[[Sequence[PreparedAppend]], builtins.list[int | Exception]]
+    try_append_prepared: Callable[[Sequence[PreparedAppend]], builtins.list[int | Exception] | None]
+    append_completions: Callable[[], AppendCompletions | None]
+    queue_prepared: Callable[[PreparedAppend, AppendCompletions], object]
+    notify_commit: Callable[[], None]
+    try_read: _TryRead
+    change_token: Callable[[str], Hashable]
+    follow_page: Callable[[str, int], builtins.list[StoredEvent]]
 
 
 class BaseCheckpointer(Closable, ABC):
@@ -383,13 +414,13 @@ class BaseCheckpointer(Closable, ABC):
         """
         session_id, batch, expected_head = self._checked(session_id, events, expected_head)
         head = self._append(session_id, batch, expected_head, time.time())
-        self.notify_commit()
+        self._notify_commit()
         return head
 
-    def prepare_append(
+    def _prepare_append(
         self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
     ) -> PreparedAppend:
-        """Check and encode an append without writing it (see :meth:`append_prepared`).
+        """Check and encode an append without writing it (see :meth:`_append_prepared`).
 
         Raises what :meth:`append` raises for bad input; writes nothing.
         """
@@ -405,7 +436,7 @@ class BaseCheckpointer(Closable, ABC):
             expected_head = check_seq("expected_head", expected_head)
         return session_id, encode_events(events), expected_head
 
-    def append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
+    def _append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
         """Write prepared appends, each atomically and on its own terms.
 
         The result holds, in order, each append's new head, or the
@@ -419,13 +450,13 @@ class BaseCheckpointer(Closable, ABC):
         """
         self._check_open()
         results = self._append_many(appends, time.time())
-        self.notify_commit()
+        self._notify_commit()
         return results
 
-    def try_append_prepared(
+    def _try_append_prepared(
         self, appends: Sequence[PreparedAppend]
     ) -> builtins.list[int | Exception] | None:
-        """:meth:`append_prepared`, only if it can be written without waiting.
+        """:meth:`_append_prepared`, only if it can be written without waiting.
 
         None, and nothing written, when it would have to wait — for a lock
         another writer holds, or for the disk. For a caller that must not
@@ -435,34 +466,44 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         results = self._try_append_many(appends, time.time())
         if results is not None:
-            self.notify_commit()
+            self._notify_commit()
         return results
 
     def writer_port(self) -> WriterPort:
         """The async layer's way to this checkpointer's writer (see :class:`WriterPort`).
 
-        Every built-in backend is its own port for now: PostgreSQL's
-        backend, moving under the engine in its own change, still writes
-        through these methods of its checkpointer.
+        A port of its own, kept off the checkpointer's face: its methods are
+        this class's underscored ones (``_prepare_append``,
+        ``_append_prepared`` …), bound now, which a backend may override.
         """
-        return self
+        return _WriterPort(
+            prepare_append=self._prepare_append,
+            append_prepared=self._append_prepared,
+            try_append_prepared=self._try_append_prepared,
+            append_completions=self._append_completions,
+            queue_prepared=self._queue_prepared,
+            notify_commit=self._notify_commit,
+            try_read=self._try_read,
+            change_token=self._checked_change_token,
+            follow_page=self._follow_page,
+        )
 
-    def append_completions(self) -> AppendCompletions | None:
+    def _append_completions(self) -> AppendCompletions | None:
         """A channel for an event loop's appends to this backend's writer
-        thread (see :meth:`queue_prepared`), or None where it has none (then
+        thread (see :meth:`_queue_prepared`), or None where it has none (then
         the loop hands its appends to a thread of its own)."""
         self._check_open()
         return None
 
-    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
+    def _queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
         """Queue a prepared, non-empty append for the writer thread and return
         its handle at once. Once it is written or refused,
         ``completions.finished()`` hands back ``(handle, outcome)``; then call
-        :meth:`notify_commit` for the followers. Only where
-        :meth:`append_completions` gave the channel."""
+        :meth:`_notify_commit` for the followers. Only where
+        :meth:`_append_completions` gave the channel."""
         raise NotImplementedError
 
-    def notify_commit(self) -> None:
+    def _notify_commit(self) -> None:
         """Wake this process's followers, if any, after a write."""
         if self._commit_signal is not None:
             self._commit_signal.notify()
@@ -472,7 +513,7 @@ class BaseCheckpointer(Closable, ABC):
     ) -> builtins.list[int | Exception] | None:
         return None
 
-    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+    def _try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
         """``read()`` (calls of this checkpointer's reads), unless it would wait
         for a write under way: then a :class:`WouldWait`, and it has not run.
 
@@ -599,7 +640,7 @@ class BaseCheckpointer(Closable, ABC):
         expected = check_revision(expected_revision)
         data = encode_metadata(value)
         revision = self._set_metadata(session_id, data, expected, time.time())
-        self.notify_commit()
+        self._notify_commit()
         return revision
 
     def session(self, session_id: str, *, shape: str = "anthropic") -> Session:
@@ -613,7 +654,7 @@ class BaseCheckpointer(Closable, ABC):
         """Remove every event and the session itself; deleting twice is fine."""
         self._check_open()
         self._delete(check_session_id(session_id))
-        self.notify_commit()
+        self._notify_commit()
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove every event with seq > ``to_seq``; return the new head.
@@ -625,7 +666,7 @@ class BaseCheckpointer(Closable, ABC):
         session_id = check_session_id(session_id)
         to_seq = check_seq("to_seq", to_seq)
         head = self._truncate(session_id, to_seq, time.time())
-        self.notify_commit()
+        self._notify_commit()
         return head
 
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
@@ -639,7 +680,7 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
         head = self._fork(session_id, at_seq, new_session_id, time.time())
-        self.notify_commit()
+        self._notify_commit()
         return head
 
     # -- following --------------------------------------------------------------
@@ -655,7 +696,7 @@ class BaseCheckpointer(Closable, ABC):
                     signal = self._commit_signal = CommitSignal()
         return signal
 
-    def change_token(self, session_id: str) -> Hashable:
+    def _checked_change_token(self, session_id: str) -> Hashable:
         """A cheap token that changes when another process writes ``session_id``.
 
         SQLite: ``PRAGMA data_version`` (any commit to the file changes it);
@@ -665,7 +706,7 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         return self._change_token(check_session_id(session_id))
 
-    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
+    def _follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
         """One step of a follower: up to a page of events after ``after_seq``.
 
         An empty list means nothing new. Raises
@@ -708,7 +749,7 @@ class BaseCheckpointer(Closable, ABC):
         Writes through this checkpointer wake the follower at once; other
         processes' writes (and other objects' on the same file) are noticed
         by a cheap look every ``poll_interval`` seconds (see
-        :meth:`change_token`). Closing the checkpointer ends a waiting
+        :meth:`WriterPort.change_token`). Closing the checkpointer ends a waiting
         follower with :class:`CheckpointerClosedError`. A ``since_seq`` past
         the head raises :class:`SessionTruncatedError` at once (the session
         is behind that position: truncated, deleted, or never that long), so
@@ -743,8 +784,11 @@ class BaseCheckpointer(Closable, ABC):
         port = FollowPort(
             check_open=self._check_open,
             mark=lambda: signal.count,
-            look=lambda after: (self.change_token(session_id), self.follow_page(session_id, after)),
-            token=lambda: self.change_token(session_id),
+            look=lambda after: (
+                self._checked_change_token(session_id),
+                self._follow_page(session_id, after),
+            ),
+            token=lambda: self._checked_change_token(session_id),
             wait=lambda mark: signal.wait(mark, poll_interval),
         )
         self.watch(session_id)
@@ -766,4 +810,4 @@ class BaseCheckpointer(Closable, ABC):
             try:
                 self._close()
             finally:
-                self.notify_commit()  # a waiting follower sees the close
+                self._notify_commit()  # a waiting follower sees the close

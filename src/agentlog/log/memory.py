@@ -62,7 +62,7 @@ class MemoryCheckpointer(BaseCheckpointer):
         first use): a follower on one wakes at once for a write through any."""
         return self._log.commits
 
-    def notify_commit(self) -> None:
+    def _notify_commit(self) -> None:
         """Wake the followers of every face of this log, if any, after a write."""
         self._log.notify()
 

@@ -51,7 +51,7 @@ class PostgresCheckpointer(BaseCheckpointer):
       moves the session's head with a compare-and-set and inserts the batch;
       writers of one session are serialised by that session's row lock
       alone, and a stale ``expected_head`` is a clean
-      :class:`CheckpointConflictError`. A group (:meth:`append_prepared`)
+      :class:`CheckpointConflictError`. A group (:meth:`WriterPort.append_prepared`)
       is one transaction.
     * Lost connections, a server that is gone, pool and statement timeouts
       (``statement_timeout_ms``) raise :class:`StorageUnavailableError`:
@@ -177,7 +177,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             if len(names) < batch:
                 break
         if deleted:
-            self.notify_commit()
+            self._notify_commit()
         return deleted
 
     def list_all_tenants(self) -> builtins.list[tuple[str, SessionInfo]]:

@@ -143,7 +143,7 @@ class SqliteCheckpointer(BaseCheckpointer):
     _owns_engine = True
     _keep: object = None
 
-    def notify_commit(self) -> None:
+    def _notify_commit(self) -> None:
         self._commits.notify()
 
     @property
@@ -311,7 +311,7 @@ class SqliteCheckpointer(BaseCheckpointer):
             raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
         deleted = self._engine.delete_idle(self._tenant, time.time() - idle_for)
         if deleted:
-            self.notify_commit()
+            self._notify_commit()
         return deleted
 
     @property
@@ -336,15 +336,15 @@ class SqliteCheckpointer(BaseCheckpointer):
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         return self._engine.try_append_many(self._tenant, requests, ts)
 
-    def append_completions(self) -> AppendCompletions | None:
+    def _append_completions(self) -> AppendCompletions | None:
         """The engine's channel for an event loop's appends to its writer thread
-        (the C engine has one; see :meth:`BaseCheckpointer.queue_prepared`)."""
+        (the C engine has one; see :meth:`WriterPort.queue_prepared`)."""
         self._check_open()
         return self._engine.append_completions()
 
-    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
+    def _queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
         """Queue a prepared, non-empty append for the engine's writer thread
-        (see :meth:`BaseCheckpointer.queue_prepared`)."""
+        (see :meth:`WriterPort.queue_prepared`)."""
         self._check_open()
         session_id, batch, expected = prepared
         return self._engine.queue_append(

@@ -630,9 +630,9 @@ class FileCheckpointer(BaseCheckpointer):
         except OSError as exc:
             raise StorageUnavailableError(f"cannot look at {session_id!r}: {exc}") from exc
 
-    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
+    def _try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
         """``read()``, unless a write under way holds this store (see
-        :meth:`BaseCheckpointer.try_read`)."""
+        :meth:`WriterPort.try_read`)."""
         if not self._lock.acquire(blocking=False):
             return WOULD_WAIT
         try:
