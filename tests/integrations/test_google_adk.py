@@ -583,3 +583,33 @@ def test_the_benchmark_runs(tmp_path: Path) -> None:
     scenarios = {row["scenario"] for row in rows}
     assert scenarios == {"append 1 session", "append 64 sessions", "get_session", "list_sessions"}
     assert all(row["value"] > 0 for row in rows)
+
+
+def test_a_log_cut_short_reads_as_its_events(open_log: Opener) -> None:
+    """A log truncated under the service (time travel with agentlog's tools) reads
+    as the events left: state folded from the initial state, not the metadata."""
+
+    async def body(service: AgentlogSessionService) -> None:
+        session = await service.create_session(app_name=APP, user_id="u", state={"n": 0})
+        for i in range(1, 4):
+            await service.append_event(
+                session, Event(author="user", timestamp=i, actions=delta(n=i))
+            )
+        key = service.session_key(APP, "u", session.id)
+        await service.checkpointer.truncate(key, 1)
+        got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+        assert got is not None and len(got.events) == 1 and got.state == {"n": 1}
+        listed = (await service.list_sessions(app_name=APP)).sessions
+        assert listed[0].state == {"n": 1} and listed[0].last_update_time == 1
+        await service.append_event(got, Event(author="user", actions=delta(n=7)))
+        await service.append_event(got, Event(author="user", actions=delta(m=8)))
+        again = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+        assert again is not None and len(again.events) == 3
+        assert again.state == {"n": 7, "m": 8}  # not the cut events' n=3
+        recent = await service.get_session(
+            app_name=APP, user_id="u", session_id=session.id,
+            config=GetSessionConfig(num_recent_events=1),
+        )  # fmt: skip
+        assert recent is not None and recent.state == {"n": 7, "m": 8}
+
+    on_service(open_log, body)

@@ -336,12 +336,7 @@ class AgentlogSessionService(BaseSessionService):
         # A session whose last write stopped before its metadata: fold the events after it.
         listed = []
         for row in rows:
-            meta = row.metadata
-            tail = (
-                await self._read(row.id, meta["through"], row.head)
-                if row.head > meta["through"]
-                else []
-            )
+            meta, tail = await self._from(row.id, row.metadata, row.head)
             own, updated = _fold(meta, tail)
             listed.append(((updated, meta["user_id"], meta["id"]), own))
         listed.sort(key=lambda item: item[0])
@@ -405,9 +400,10 @@ class AgentlogSessionService(BaseSessionService):
             head = await self._log.append(key, [record], expected_head=expected)
         except CheckpointConflictError:
             raise StaleSessionError(STALE_SESSION_MESSAGE) from None
-        await self._merge_shared(
-            session.app_name, session.user_id, _json_safe(app), _json_safe(user)
-        )
+        if app or user:
+            await self._merge_shared(
+                session.app_name, session.user_id, _json_safe(app), _json_safe(user)
+            )
         await self._settle(key, head)
         _set_marker(session, head)
         session.last_update_time = event.timestamp
@@ -468,15 +464,24 @@ class AgentlogSessionService(BaseSessionService):
 
     async def _current(self, key: str) -> tuple[int, dict[str, Any], list[StoredEvent]] | None:
         """``(head, metadata, events after the metadata's seq)``, or None for no session."""
-        while True:
+        for _ in range(_CAS_ROUNDS):
             head = await self._log.head(key)
             meta = (await self._log.metadata(key)).value
             if not _ours(meta):
                 return None
-            through = meta["through"]
-            if through <= head:  # else a write landed between the two reads: read again
-                tail = await self._read(key, through, head) if head > through else []
-                return head, meta, tail
+            if meta["through"] <= head:  # else a write landed between the two reads
+                return head, *(await self._from(key, meta, head))
+        # The log was cut below the metadata's seq (a truncate): fold it from the start.
+        return head, *(await self._from(key, meta, head))
+
+    async def _from(
+        self, key: str, meta: dict[str, Any], head: int
+    ) -> tuple[dict[str, Any], list[StoredEvent]]:
+        """The metadata to fold from and the events after it, up to ``head``."""
+        through = meta["through"]
+        if through > head:  # cut below it: from the initial state and the first event
+            meta, through = {**meta, "state": meta["initial"], "through": 0}, 0
+        return meta, (await self._read(key, through, head) if head > through else [])
 
     async def _read(self, key: str, since: int, until: int) -> list[StoredEvent]:
         return [stored async for stored in self._log.read(key, since, until - since)]
@@ -531,10 +536,15 @@ class AgentlogSessionService(BaseSessionService):
         for _ in range(_CAS_ROUNDS):
             current = await self._log.metadata(key)
             meta = current.value
-            if not _ours(meta) or meta["through"] >= head:
-                return  # deleted meanwhile, or a later writer folded it already
-            tail = await self._read(key, meta["through"], head)
-            own, updated = _fold(meta, tail)
+            if not _ours(meta):
+                return  # deleted meanwhile
+            if meta["through"] >= head:
+                now = await self._log.head(key)
+                if meta["through"] <= now:
+                    return  # a later writer folded it already
+                head = now  # the log was cut below the metadata's seq: fold it afresh
+            start, tail = await self._from(key, meta, head)
+            own, updated = _fold(start, tail)
             settled = {**meta, "state": own, "through": head, "updated": updated}
             try:
                 await self._log.set_metadata(key, settled, current.revision)
