@@ -21,23 +21,19 @@ process; the table shows medians of the rounds:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Any
 
 from benchmarks.run import available_engines
-from benchmarks.systems import installed
+from benchmarks.systems import adapter_main, installed
 from benchmarks.workload import WORDS
 
 #: agentlog's service on each engine, then ADK's own.
@@ -260,21 +256,21 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: What the command says when the framework's own store is not installed.
+MISSING = "google-adk[db] is not installed: pip install -e '.[bench]'"
+
+
 def main(argv: list[str] | None = None) -> None:
     """The command line: run :func:`rows` and print the table (and JSON)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.google_adk", description=__doc__.splitlines()[0]
+    adapter_main(
+        argv,
+        prog="python -m benchmarks.google_adk",
+        description=__doc__.splitlines()[0],
+        quick_help="small sizes, one round",
+        missing=None if "adk-database" in _systems() else MISSING,
+        rows=rows,
+        table=table,
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes, one round")
-    parser.add_argument("--rounds", type=int, help="rounds per measurement (median)")
-    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    if "adk-database" not in _systems():
-        print("google-adk[db] is not installed: pip install -e '.[bench]'", file=sys.stderr)
-    results = rows(args.quick, args.rounds)
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

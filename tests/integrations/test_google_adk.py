@@ -16,24 +16,18 @@ import json
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from ..benchmark_run import run_benchmark
 from ..conftest import PYTHON, child_env, extensions_required, postgres_schema, require_engine
 
-try:
+if extensions_required():  # CI installs the extra: a missing ADK fails the run
     import google.adk  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    if extensions_required():
-        pytest.fail(
-            f"google-adk is not installed ({exc}); AGENTLOG_REQUIRE_EXTENSIONS is set",
-            pytrace=False,
-        )
-    pytest.skip(
-        f"google-adk is not installed ({exc}): pip install -e '.[google-adk]'",
-        allow_module_level=True,
+else:
+    pytest.importorskip(
+        "google.adk", reason="google-adk is not installed: pip install -e '.[google-adk]'"
     )
 
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -55,7 +49,6 @@ from agentlog.integrations.google_adk import (
 from . import google_adk_child as child
 
 CHILD = str(Path(child.__file__).resolve())
-T = TypeVar("T")
 APP = "my_app"
 
 BACKENDS = ("sqlite-c", "sqlite-python", "memory", "postgres")
@@ -81,13 +74,6 @@ def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     return lambda: memory
 
 
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    async def wrapped() -> T:
-        return await main()
-
-    return asyncio.run(wrapped())
-
-
 def on_service(open_log: Opener, body: Callable[[AgentlogSessionService], Awaitable[None]]) -> None:
     async def main() -> None:
         log = open_log()
@@ -96,7 +82,7 @@ def on_service(open_log: Opener, body: Callable[[AgentlogSessionService], Awaita
         finally:
             await log.aclose()
 
-    run(main)
+    asyncio.run(main())
 
 
 def delta(**state: Any) -> EventActions:
@@ -285,7 +271,7 @@ def test_get_session_reads_only_the_recent_events(tmp_path: Path, engine: str) -
             assert got is not None and len(got.events) == 10
             assert sum(limit or 0 for _, limit in reads) < 300
 
-    run(main)
+    asyncio.run(main())
 
 
 def test_last_update_time_follows_the_events(open_log: Opener) -> None:
@@ -395,7 +381,7 @@ def test_two_service_instances_on_one_file(tmp_path: Path, engine: str) -> None:
         await one.close()
         await two.close()
 
-    run(main)
+    asyncio.run(main())
 
 
 def test_two_processes_one_wins(tmp_path: Path, engine: str) -> None:
@@ -406,7 +392,7 @@ def test_two_processes_one_wins(tmp_path: Path, engine: str) -> None:
         async with AgentlogSessionService(path, engine=engine) as service:
             await service.create_session(app_name=APP, user_id="u", session_id="s")
 
-    run(create)
+    asyncio.run(create())
     go = tmp_path / "go"
     children = [
         subprocess.Popen(
@@ -434,7 +420,7 @@ def test_two_processes_one_wins(tmp_path: Path, engine: str) -> None:
             assert final is not None and len(final.events) == 1
             assert len(final.state) == 1
 
-    run(check)
+    asyncio.run(check())
 
 
 # -- past ADK ---------------------------------------------------------------------------
@@ -551,7 +537,7 @@ def test_the_log_folds_as_a_conversation(tmp_path: Path) -> None:
                 {"role": "assistant", "content": "hello"},
             ]
 
-    run(main)
+    asyncio.run(main())
 
 
 def test_ids_that_cannot_be_keys_are_refused(tmp_path: Path) -> None:
@@ -566,7 +552,7 @@ def test_ids_that_cannot_be_keys_are_refused(tmp_path: Path) -> None:
             with pytest.raises(TypeError):
                 AgentlogSessionService(42)  # type: ignore[arg-type]
 
-    run(main)
+    asyncio.run(main())
 
 
 def test_the_benchmark_runs(tmp_path: Path) -> None:

@@ -38,7 +38,6 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -63,6 +62,8 @@ from agentlog import (
     StoredEvent,
 )
 from agentlog.aio import AsyncMetadataCheckpointer, AsyncSqliteCheckpointer
+from agentlog.integrations import open_or_use
+from agentlog.lifecycle import AsyncClosable
 
 try:  # ADK 2.8 and later name the stale-writer error; it is a ValueError before.
     from google.adk.errors import StaleSessionError
@@ -168,6 +169,22 @@ def _record_of(event: Event) -> dict[str, Any]:
     return {"type": "context_view", EVENT_FIELD: data}
 
 
+def _session(
+    meta: dict[str, Any], state: dict[str, Any], events: list[Event], updated: float, head: int
+) -> Session:
+    """The ADK session a session's metadata names, read at ``head``."""
+    session = Session(
+        id=meta["id"],
+        app_name=meta["app_name"],
+        user_id=meta["user_id"],
+        state=state,
+        events=events,
+        last_update_time=updated,
+    )
+    _set_marker(session, head)
+    return session
+
+
 def _set_marker(session: Session, head: int) -> None:
     # ADK's own stale-writer protocol: its stores keep the version a session
     # was read at in this private attribute of ADK's Session, which copies keep.
@@ -185,7 +202,7 @@ class AgentlogListSessionsResponse(ListSessionsResponse):
     next_page_token: str | None = None
 
 
-class AgentlogSessionService(BaseSessionService):
+class AgentlogSessionService(AsyncClosable, BaseSessionService):
     """Google ADK's ``BaseSessionService`` on an agentlog async checkpointer.
 
     ``store`` is a path — the service opens an
@@ -200,20 +217,10 @@ class AgentlogSessionService(BaseSessionService):
     def __init__(
         self, store: str | os.PathLike[str] | AsyncMetadataCheckpointer, **options: Any
     ) -> None:
-        if isinstance(store, (str, os.PathLike)):
-            owned = AsyncSqliteCheckpointer(store, **options)
-            self._log: AsyncMetadataCheckpointer = owned
-            self._owned: AsyncSqliteCheckpointer | None = owned
-        elif isinstance(store, AsyncMetadataCheckpointer):
-            if options:
-                raise TypeError("options are for a path; an open checkpointer takes none")
-            self._log = store
-            self._owned = None
-        else:
-            raise TypeError(
-                "store must be a path or an agentlog AsyncMetadataCheckpointer, "
-                f"not {type(store).__name__}"
-            )
+        self._log: AsyncMetadataCheckpointer
+        self._owned: AsyncSqliteCheckpointer | None
+        self._log, self._owned = open_or_use(store, options, AsyncMetadataCheckpointer)
+        self._closed = False
 
     @property
     def checkpointer(self) -> AsyncMetadataCheckpointer:
@@ -258,15 +265,7 @@ class AgentlogSessionService(BaseSessionService):
         except StorageConflictError:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
         app_state, user_state = await self._merge_shared(app_name, user_id, app, user)
-        session = Session(
-            id=session_id,
-            app_name=app_name,
-            user_id=user_id,
-            state=_merged(own, app_state, user_state),
-            last_update_time=now,
-        )
-        _set_marker(session, 0)
-        return session
+        return _session(meta, _merged(own, app_state, user_state), [], now, 0)
 
     async def get_session(
         self,
@@ -289,16 +288,7 @@ class AgentlogSessionService(BaseSessionService):
         events = await self._events_for(key, head, config, tail)
         app_state = await self._shared(_app_key(app_name))
         user_state = await self._shared(_user_key(app_name, user_id))
-        session = Session(
-            id=session_id,
-            app_name=app_name,
-            user_id=user_id,
-            state=_merged(own, app_state, user_state),
-            events=events,
-            last_update_time=updated,
-        )
-        _set_marker(session, head)
-        return session
+        return _session(meta, _merged(own, app_state, user_state), events, updated, head)
 
     async def list_sessions(
         self,
@@ -588,21 +578,20 @@ class AgentlogSessionService(BaseSessionService):
 
     # -- closing -------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Close the checkpointer if this service opened it (else nothing)."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Close the checkpointer if this service opened it (else nothing); idempotent."""
+        self._closed = True
         if self._owned is not None:
             await self._owned.aclose()
 
-    async def __aenter__(self) -> AgentlogSessionService:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    async def close(self) -> None:
+        """:meth:`aclose`, under the name ADK's ``DatabaseSessionService`` gives it."""
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"AgentlogSessionService({type(self._log).__name__})"
