@@ -14,22 +14,19 @@ the same figures to a caller.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Any
 
 from benchmarks.run import available_engines
-from benchmarks.systems import installed
+from benchmarks.systems import adapter_main, installed
 from benchmarks.worker import db_bytes, peak_rss_kb
 from benchmarks.workload import WORDS
 
@@ -209,21 +206,21 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: What the command says when the framework's own store is not installed.
+MISSING = "the OpenAI Agents SDK is not installed: pip install -e '.[bench]'"
+
+
 def main(argv: list[str] | None = None) -> None:
     """The command line: run :func:`rows` and print the table (and JSON)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.openai_agents", description=__doc__.splitlines()[0]
+    adapter_main(
+        argv,
+        prog="python -m benchmarks.openai_agents",
+        description=__doc__.splitlines()[0],
+        quick_help="200 and 1,000 steps, one round",
+        missing=None if "openai-agents" in _systems() else MISSING,
+        rows=rows,
+        table=table,
     )
-    parser.add_argument("--quick", action="store_true", help="200 and 1,000 steps, one round")
-    parser.add_argument("--rounds", type=int, help="rounds per measurement (median)")
-    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    if "openai-agents" not in _systems():
-        print("the OpenAI Agents SDK is not installed: pip install -e '.[bench]'", file=sys.stderr)
-    results = rows(args.quick, args.rounds)
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

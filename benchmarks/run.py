@@ -396,7 +396,8 @@ def main(argv: list[str] | None = None) -> None:
         "--adapters",
         action="store_true",
         help="also the framework adapters beside the frameworks' own stores "
-        "(benchmarks.openai_agents, benchmarks.langgraph; needs the bench extra)",
+        "(benchmarks.openai_agents, benchmarks.langgraph, benchmarks.google_adk; "
+        "needs the bench extra)",
     )
     args = parser.parse_args(argv)
     rounds = 1 if args.quick and args.rounds == 3 else max(1, args.rounds)
@@ -442,11 +443,12 @@ def main(argv: list[str] | None = None) -> None:
     print(table(results, s1_raw))
     adapters: dict[str, list[dict[str, Any]]] = {}
     if args.adapters:
-        from benchmarks import langgraph, openai_agents
+        from benchmarks import google_adk, langgraph, openai_agents
 
         for name, module, peer in (
             ("openai-agents", openai_agents, "agents"),
             ("langgraph", langgraph, "langgraph"),
+            ("google-adk", google_adk, "google.adk"),
         ):
             if not systems.installed(peer):
                 print(f'\n{name}: not installed (pip install -e ".[bench]")')

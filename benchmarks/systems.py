@@ -9,11 +9,15 @@ timed process's peak RSS is its own.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import struct
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +329,31 @@ def sessionstore_run(
         "compact_ms": compact * 1000,
         "load_after_snapshot": (count - through) / load_after,
     }
+
+
+def adapter_main(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    description: str,
+    quick_help: str,
+    missing: str | None,
+    rows: Callable[[bool, int | None], list[dict[str, Any]]],
+    table: Callable[[list[dict[str, Any]]], str],
+) -> None:
+    """An adapter benchmark's command line: ``--quick``, ``--rounds N``, ``--json FILE``.
+
+    ``missing`` (when the framework's own store is not installed) is said on
+    stderr; the rows are printed as ``table`` and, with ``--json``, written.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--rounds", type=int, help="rounds per measurement (median)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+    results = rows(args.quick, args.rounds)
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))

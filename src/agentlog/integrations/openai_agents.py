@@ -41,6 +41,7 @@ from agents.memory.session_settings import coerce_session_settings, resolve_sess
 
 from agentlog import CheckpointConflictError, UnserializableEventError, check_session_id
 from agentlog.aio import AsyncCheckpointer, AsyncSqliteCheckpointer
+from agentlog.integrations import open_or_use
 
 __all__ = ["ITEM_FIELD", "AgentlogSession", "event_of_item", "item_of_event"]
 
@@ -176,19 +177,9 @@ class AgentlogSession:
             if session_settings is not None
             else SessionSettings()
         )
-        if isinstance(store, (str, os.PathLike)):
-            owned = AsyncSqliteCheckpointer(store, **options)
-            self._log: AsyncCheckpointer = owned
-            self._owned: AsyncSqliteCheckpointer | None = owned
-        elif isinstance(store, AsyncCheckpointer):
-            if options:
-                raise TypeError("options are for a path; an open checkpointer takes none")
-            self._log = store
-            self._owned = None
-        else:
-            raise TypeError(
-                f"store must be a path or an agentlog AsyncCheckpointer, not {type(store).__name__}"
-            )
+        self._log: AsyncCheckpointer
+        self._owned: AsyncSqliteCheckpointer | None
+        self._log, self._owned = open_or_use(store, options, AsyncCheckpointer)
         self._head: int | None = None  # the head this object last saw (None: not yet read)
         self.conflicts = 0
 
