@@ -168,6 +168,7 @@ class Checkpointer(Protocol):
         ...
 
 
+# list()'s overloads are the public signature: mypy needs them here and on each implementation.
 @runtime_checkable
 class MetadataCheckpointer(Checkpointer, Protocol):
     """A :class:`Checkpointer` that also keeps session metadata, as every
