@@ -5,11 +5,14 @@ The layout mirrors ``src/agentlog``: ``engine/`` (the SQLite engines),
 ``testing/`` (the shipped suites themselves), and the top-level modules'
 tests here.
 
-Engines: a test on one SQLite engine takes the :func:`engine` fixture (or,
-for a class bound to one engine, derives from :class:`OnEngine`). Every
+Engines: one matrix. A test on a SQLite engine takes the :func:`engine`
+fixture; a class whose every test does (a conformance suite on SQLite)
+derives from :class:`OnEngine`, which takes it for each of its tests. Every
 engine agentlog has is a case; one that is not built here is skipped with
 the reason it is missing — or, under ``AGENTLOG_REQUIRE_EXTENSIONS=1``,
-fails in setup (see :func:`require_engine`).
+fails in setup (see :func:`require_engine`). The fixture also names its
+engine in ``AGENTLOG_TEST_ENGINE``, so that a child process the test starts
+(a suite's spawned racer) opens the same one (:func:`current_engine`).
 
 PostgreSQL: a test that needs a server derives from :class:`OnPostgres` (or
 takes the :func:`postgres_server` fixture). One throwaway cluster is started
@@ -28,7 +31,6 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -91,23 +93,42 @@ def require_engine(name: str) -> None:
     pytest.skip(reason)
 
 
+#: Where the :func:`engine` fixture names its engine for child processes.
+ENGINE_ENV = "AGENTLOG_TEST_ENGINE"
+
+
 @pytest.fixture(params=ENGINES)
-def engine(request: pytest.FixtureRequest) -> str:
-    """Each SQLite engine in turn (see require_engine for one that is not built)."""
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each SQLite engine in turn (see require_engine for one that is not built),
+    named in ``AGENTLOG_TEST_ENGINE`` for the children the test starts."""
     name = str(request.param)
     require_engine(name)
+    monkeypatch.setenv(ENGINE_ENV, name)
+    return name
+
+
+def current_engine() -> str:
+    """The engine of the running test's :func:`engine` fixture — in the test,
+    or in a child process it started."""
+    name = os.environ.get(ENGINE_ENV)
+    if name is None:
+        raise RuntimeError(f"{ENGINE_ENV} is not set: the test does not take the engine fixture")
     return name
 
 
 class OnEngine:
-    """A test class bound to one SQLite engine: set ``engine``. Its tests
-    follow :func:`require_engine`'s rule before any fixture opens a store."""
-
-    engine: ClassVar[str]
+    """A test class each of whose tests runs on each SQLite engine (it takes the
+    :func:`engine` fixture before any other fixture opens a store); ``engine``
+    is the test's engine, also in a child process the test started."""
 
     @pytest.fixture(autouse=True)
-    def _engine_is_built(self) -> None:
-        require_engine(self.engine)
+    def _on_each_engine(self, engine: str) -> None:
+        return None
+
+    @property
+    def engine(self) -> str:
+        """The test's SQLite engine (``"c"`` or ``"python"``)."""
+        return current_engine()
 
 
 # -- PostgreSQL ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage
 from agentlog.cli import main
 from agentlog.log.file import session_file_name
 
-from .conftest import AVAILABLE, ENGINES, PYTHON, child_env, require_engine
+from .conftest import AVAILABLE, PYTHON, child_env
 
 EVENTS = [
     {"type": "user", "content": "hi"},
@@ -72,21 +72,19 @@ def _tree(directory: Path) -> dict[str, bytes]:
     return found
 
 
-@pytest.fixture(autouse=True, params=ENGINES)
-def cli_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each SQLite engine in turn for the commands: a child started with
-    :func:`child_env` (this process's environment) gets the pure one from
-    ``AGENTLOG_NO_EXTENSIONS=1`` (an engine not built here: see require_engine)."""
-    name = str(request.param)
-    require_engine(name)
-    if name == "python":
+@pytest.fixture(autouse=True)
+def cli_engine(engine: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each SQLite engine in turn for the commands (the engine fixture): a child
+    started with :func:`child_env` (this process's environment) gets the pure
+    one from ``AGENTLOG_NO_EXTENSIONS=1``."""
+    if engine == "python":
         monkeypatch.setenv("AGENTLOG_NO_EXTENSIONS", "1")
-    return name
+    return engine
 
 
 #: For a test that runs main() in this process (on the engine it imported) or
 #: chooses the child's engine itself: once, on this process's default engine.
-ONE_ENGINE = pytest.mark.parametrize("cli_engine", [AVAILABLE[0]], indirect=True)
+ONE_ENGINE = pytest.mark.parametrize("engine", [AVAILABLE[0]], indirect=True)
 
 
 @pytest.fixture(params=["sqlite", "file"])

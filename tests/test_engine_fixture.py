@@ -28,9 +28,8 @@ def test_the_fixture_gives_only_built_engines(engine: str) -> None:
     assert engine in engines.AVAILABLE_ENGINES
 
 
+@pytest.mark.parametrize("engine", ["c"], indirect=True)
 class TestOnEngineC(OnEngine):
-    engine = "c"
-
     def test_runs_only_where_the_engine_is_built(self) -> None:
         assert "c" in engines.AVAILABLE_ENGINES
 
@@ -96,7 +95,7 @@ def test_without_the_c_engine_its_cases_fail_when_extensions_are_required() -> N
     # (Whether pytest adds " - reason" to the line depends on the terminal's width.)
     assert [line.split(" - ")[0].split("::")[-1] for line in errors] == [
         "test_the_fixture_gives_only_built_engines[c]",
-        "test_runs_only_where_the_engine_is_built",
+        "test_runs_only_where_the_engine_is_built[c]",
     ], run.stdout
     why = "the c engine is not available: disabled by AGENTLOG_NO_EXTENSIONS"
     # Each error's own report starts with the reason, once per test.

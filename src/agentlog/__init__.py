@@ -10,7 +10,7 @@ it needs ``agentlog[postgres]``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .engine import engine_info
 from .errors import (
@@ -46,6 +46,7 @@ from .events import (
     store_events,
 )
 from .fold import Folder, fold_events
+from .lazy import lazy_names
 from .log import (
     BaseCheckpointer,
     Checkpointer,
@@ -139,14 +140,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The PostgreSQL backend needs psycopg: it is imported when first named.
-    if name == "PostgresCheckpointer":
-        from .log.postgres import PostgresCheckpointer
-
-        return PostgresCheckpointer
-    if name == "PostgresStorage":
-        from .stores.postgres import PostgresStorage
-
-        return PostgresStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The PostgreSQL classes need psycopg: each is imported when first named.
+__getattr__ = lazy_names(
+    __name__,
+    {"PostgresCheckpointer": ".log.postgres", "PostgresStorage": ".stores.postgres"},
+)

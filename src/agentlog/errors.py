@@ -35,6 +35,15 @@ __all__ = [
 class AgentlogError(Exception):
     """Base class of every error raised by agentlog."""
 
+    # An error made from fields sets them here, so that it pickles (to
+    # another process) as it was made; one made from a message needs nothing.
+    _made_from: tuple[Any, ...] | None = None
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if self._made_from is None:
+            return super().__reduce__()
+        return (type(self), self._made_from)
+
 
 class CheckpointConflictError(AgentlogError):
     """An append or write found a head other than the one the caller expected.
@@ -50,9 +59,7 @@ class CheckpointConflictError(AgentlogError):
         self.session_id = session_id
         self.expected = expected
         self.actual = actual
-
-    def __reduce__(self) -> tuple[type[CheckpointConflictError], tuple[str, int, int]]:
-        return (type(self), (self.session_id, self.expected, self.actual))
+        self._made_from = (session_id, expected, actual)
 
 
 class InvalidSessionIdError(AgentlogError, ValueError):
@@ -101,9 +108,7 @@ class SessionTruncatedError(AgentlogError):
         self.session_id = session_id
         self.seq = seq
         self.head = head
-
-    def __reduce__(self) -> tuple[type[SessionTruncatedError], tuple[str, int, int]]:
-        return (type(self), (self.session_id, self.seq, self.head))
+        self._made_from = (session_id, seq, head)
 
 
 class EventsPrunedError(AgentlogError, LookupError):
@@ -127,9 +132,7 @@ class EventsPrunedError(AgentlogError, LookupError):
         self.seq = seq
         self.first_retained = first_retained
         self.detail = detail
-
-    def __reduce__(self) -> tuple[type[EventsPrunedError], tuple[str, int, int, str]]:
-        return (type(self), (self.session_id, self.seq, self.first_retained, self.detail))
+        self._made_from = (session_id, seq, first_retained, detail)
 
 
 class CheckpointerClosedError(AgentlogError, RuntimeError):
@@ -203,11 +206,7 @@ class StorageConflictError(AgentlogError):
         self.resource = resource
         self.expected_revision = expected_revision
         self.actual_revision = actual_revision
-
-    def __reduce__(
-        self,
-    ) -> tuple[type[StorageConflictError], tuple[str, int | None, int | None]]:
-        return (type(self), (self.resource, self.expected_revision, self.actual_revision))
+        self._made_from = (resource, expected_revision, actual_revision)
 
 
 class StorageNotFoundError(AgentlogError, LookupError):

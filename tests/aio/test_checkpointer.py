@@ -61,20 +61,13 @@ class TestAsyncFileCheckpointer(AsyncCheckpointerConformance):
         return AsyncFileCheckpointer(location / "sessions")
 
 
-class AsyncSqliteConformance(OnEngine, AsyncCheckpointerConformance):
+# At module level, so the two-process tests' spawned children can import it;
+# it runs on each engine (OnEngine).
+class TestAsyncSqliteCheckpointer(OnEngine, AsyncCheckpointerConformance):
     multiprocess = True
 
     def open_async_checkpointer(self, location: Path) -> AsyncCheckpointer:
         return AsyncSqliteCheckpointer(location / "agentlog.db", engine=self.engine)
-
-
-# At module level, so the two-process tests' spawned children can import them.
-class TestAsyncSqliteCheckpointerC(AsyncSqliteConformance):
-    engine = "c"
-
-
-class TestAsyncSqliteCheckpointerPython(AsyncSqliteConformance):
-    engine = "python"
 
 
 def test_concurrent_appends_share_transactions_and_wake_ups(

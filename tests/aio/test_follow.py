@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import pytest
 
-from agentlog import CheckpointerClosedError, FileCheckpointer, SessionTruncatedError, StoredEvent
+from agentlog import CheckpointerClosedError, SessionTruncatedError, StoredEvent
 from agentlog.aio import (
     AsyncBaseCheckpointer,
     AsyncFileCheckpointer,
@@ -24,7 +24,7 @@ from agentlog.aio import (
 )
 
 from ..conftest import postgres_conninfo, postgres_schema, require_engine
-from ..log.test_follow import EVENT, KINDS, PATIENCE, start_appender
+from ..log.test_follow import EVENT, KINDS, PATIENCE, appender_store, start_appender
 from ..log.test_follow import kind as kind  # the backends' fixture, for pytest to find here
 from .wake_ups import WakeUpCounter
 
@@ -206,19 +206,7 @@ def test_follow_checks_its_arguments(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"], indirect=True)
 def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
-    location: Path | str
-    if kind == "file":
-        location = tmp_path / "sessions"
-        FileCheckpointer(location).close()  # the store exists; the child owns it
-    elif kind == "postgres":
-        location = postgres_schema(tmp_path)
-        from agentlog import PostgresCheckpointer
-
-        # The store exists before the child opens it.
-        PostgresCheckpointer(postgres_conninfo(), schema=location).close()
-    else:
-        require_engine(kind.removeprefix("sqlite-"))
-        location = tmp_path / "agentlog.db"
+    location = appender_store(kind, tmp_path)
     child = start_appender(kind, location)
 
     async def main() -> list[tuple[int, str]]:

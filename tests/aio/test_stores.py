@@ -77,10 +77,9 @@ class AsyncPostgresOpener(OnPostgres, AsyncStorageSuite):
 
 
 ASYNC_STORAGES: tuple[Backend, ...] = (
-    ("AsyncInMemory", AsyncInMemoryOpener, None),
-    ("AsyncSqlite", AsyncSqliteOpener, "c"),
-    ("AsyncSqlite", AsyncSqliteOpener, "python"),
-    ("AsyncPostgres", AsyncPostgresOpener, None),
+    ("AsyncInMemory", AsyncInMemoryOpener),
+    ("AsyncSqlite", AsyncSqliteOpener),
+    ("AsyncPostgres", AsyncPostgresOpener),
 )
 
 for _suite, _stem in (

@@ -7,69 +7,23 @@ from __future__ import annotations
 
 import gc
 import io
-import json
 import os
-import signal
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog import CheckpointerClosedError, SqliteCheckpointer, SqliteStorage
+from agentlog import SqliteCheckpointer, SqliteStorage
 
 from ..conftest import require_engine
+from ..forking import in_child, refusals
 from .test_group_commit import busy_appends
 
 EVENT = {"type": "user", "content": "hello"}
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork() here")
-
-
-def in_child(work: Callable[[], list[Any]]) -> list[Any]:
-    """Run ``work`` in a forked child (killed by SIGALRM after 10 s, so a
-    deadlock fails instead of hanging); its JSON result, read by the parent."""
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # forking with threads
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        status = 1
-        try:
-            os.close(read_end)
-            signal.alarm(10)
-            payload = json.dumps(work()).encode()
-            os.write(write_end, payload)
-            status = 0
-        except BaseException as exc:
-            os.write(write_end, json.dumps(["child failed", repr(exc)]).encode())
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    chunks = []
-    while chunk := os.read(read_end, 65536):
-        chunks.append(chunk)
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
-    assert not os.WIFSIGNALED(status), f"the child died of signal {os.WTERMSIG(status)}"
-    result: list[Any] = json.loads(b"".join(chunks) or b'["no output"]')
-    return result
-
-
-def refusals(calls: dict[str, Callable[[], object]]) -> list[Any]:
-    found: list[Any] = []
-    for name, call in calls.items():
-        try:
-            call()
-        except CheckpointerClosedError as exc:
-            found.append([name, "fork" in str(exc) and "refused"])
-        except BaseException as exc:
-            found.append([name, repr(exc)])
-        else:
-            found.append([name, "allowed"])
-    return found
 
 
 def test_the_child_refuses_the_parents_checkpointer(tmp_path: Path, engine: str) -> None:

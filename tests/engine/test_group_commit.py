@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteCheckpointer
+from agentlog.testing.races import run_in_threads
 
 from ..conftest import require_engine
 from ..waiting import wait_until
@@ -25,31 +26,22 @@ EVENT = {"type": "user", "content": "hello"}
 def test_group_commit_shares_transactions_and_keeps_results_exact(tmp_path: Path) -> None:
     require_engine("c")  # group commit is the C engine's
     threads, calls = 8, 150
-    errors: list[BaseException] = []
     results: dict[int, list[int]] = {}
     with SqliteCheckpointer(tmp_path / "group.db", engine="c") as cp:
         barrier = threading.Barrier(threads)
 
         def writer(slot: int) -> None:
-            try:
-                barrier.wait()
-                heads = []
-                for n in range(calls):
-                    heads.append(cp.append(f"s{slot}", [dict(EVENT, n=n)], expected_head=n))
-                    # A stale write in the same groups: refused alone.
-                    with contextlib.suppress(CheckpointConflictError):
-                        cp.append(f"s{slot}", [EVENT], expected_head=0)
-                        raise AssertionError("a stale append was accepted")
-                results[slot] = heads
-            except BaseException as exc:
-                errors.append(exc)
+            barrier.wait()
+            heads = []
+            for n in range(calls):
+                heads.append(cp.append(f"s{slot}", [dict(EVENT, n=n)], expected_head=n))
+                # A stale write in the same groups: refused alone.
+                with contextlib.suppress(CheckpointConflictError):
+                    cp.append(f"s{slot}", [EVENT], expected_head=0)
+                    raise AssertionError("a stale append was accepted")
+            results[slot] = heads
 
-        workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        assert not errors, errors
+        run_in_threads(writer, threads)
         assert all(heads == list(range(1, calls + 1)) for heads in results.values())
         for slot in range(threads):
             assert [e.event["n"] for e in cp.read(f"s{slot}")] == list(range(calls))

@@ -128,6 +128,22 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
     return asyncio.run(wrapped())
 
 
+def run_on_log(
+    open_log: Callable[[], AsyncCheckpointer],
+    main: Callable[[AsyncCheckpointer], Awaitable[None]],
+) -> None:
+    """Run ``main`` on a log just opened, in an event loop of its own; close the log after."""
+
+    async def on_log() -> None:
+        log = open_log()
+        try:
+            await main(log)
+        finally:
+            await log.aclose()
+
+    asyncio.run(on_log())
+
+
 async def events_of(log: AsyncCheckpointer, session_id: str) -> list[StoredEvent]:
     return [event async for event in log.read(session_id)]
 
@@ -136,21 +152,18 @@ async def events_of(log: AsyncCheckpointer, session_id: str) -> list[StoredEvent
 
 
 def test_it_is_an_sdk_session(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         assert isinstance(session, Session)
         assert session.session_id == "s"
         assert session.session_settings == SessionSettings()
         assert await session.get_items() == []
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_items_come_back_equal_in_order(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         await session.add_items(copy.deepcopy(ITEMS[:5]))
         await session.add_items([])
@@ -160,14 +173,12 @@ def test_items_come_back_equal_in_order(open_log: Callable[[], AsyncCheckpointer
         # Byte for byte: the same JSON, key order included.
         assert json.dumps(got) == json.dumps(ITEMS)
         assert await log.head("s") == len(ITEMS)  # one event per item
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_events_map_onto_agentlog_types_and_fold(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         await AgentlogSession("s", log).add_items(copy.deepcopy(ITEMS))
         stored = await events_of(log, "s")
         assert [e.type for e in stored] == [
@@ -222,16 +233,14 @@ def test_events_map_onto_agentlog_types_and_fold(open_log: Callable[[], AsyncChe
                 "content": [{"type": "tool_result", "tool_use_id": "c_3", "content": "ok"}],
             },
         ]
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_limit_follows_the_sdk(open_log: Callable[[], AsyncCheckpointer]) -> None:
     items = [{"role": "user", "content": f"m{n}"} for n in range(7)]
 
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         await session.add_items(items)
         assert await session.get_items() == items
@@ -250,9 +259,8 @@ def test_limit_follows_the_sdk(open_log: Callable[[], AsyncCheckpointer]) -> Non
         assert (
             await AgentlogSession("s", log, session_settings={"limit": 5}).get_items() == items[-5:]
         )
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_limit_matches_sqlite_session(tmp_path: Path) -> None:
@@ -337,8 +345,7 @@ def test_a_limit_reads_only_the_tail() -> None:
 
 
 def test_pop_item(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         assert await session.pop_item() is None
         await session.add_items(copy.deepcopy(ITEMS[:4]))
@@ -350,14 +357,12 @@ def test_pop_item(open_log: Callable[[], AsyncCheckpointer]) -> None:
             assert await session.pop_item() == expected
         assert await session.pop_item() is None
         assert await session.get_items() == []
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_pop_drops_events_that_hold_no_item(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         await session.add_items([ITEMS[1]])
         await log.append("s", [{"type": "tool_started", "tool_use_id": "x"}])
@@ -369,14 +374,12 @@ def test_pop_drops_events_that_hold_no_item(open_log: Callable[[], AsyncCheckpoi
         assert await session.pop_item() == {"role": "assistant", "content": "written by agentlog"}
         assert await session.pop_item() == ITEMS[1]
         assert await log.head("s") == 0
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_clear_session_leaves_the_others(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         sessions = [AgentlogSession(f"chat-{n}", log) for n in range(20)]
         for n, session in enumerate(sessions):
             await session.add_items(
@@ -393,9 +396,8 @@ def test_clear_session_leaves_the_others(open_log: Callable[[], AsyncCheckpointe
         await sessions[7].clear_session()  # idempotent
         await sessions[7].add_items([ITEMS[1]])  # and usable again
         assert await sessions[7].get_items() == [ITEMS[1]]
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 @pytest.mark.parametrize(
@@ -412,8 +414,7 @@ def test_clear_session_leaves_the_others(open_log: Callable[[], AsyncCheckpointe
 def test_a_failed_add_writes_nothing(
     open_log: Callable[[], AsyncCheckpointer], bad: Any, error: type[AgentlogError]
 ) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         await session.add_items([ITEMS[1]])
         with pytest.raises(error) as raised:
@@ -424,14 +425,12 @@ def test_a_failed_add_writes_nothing(
         assert await log.head("s") == 1
         await session.add_items([ITEMS[2]])  # the session goes on
         assert await session.get_items() == [ITEMS[1], ITEMS[2]]
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_items_are_copies(open_log: Callable[[], AsyncCheckpointer]) -> None:
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s", log)
         mine = copy.deepcopy(ITEMS[:8])
         await session.add_items(mine)
@@ -449,9 +448,8 @@ def test_items_are_copies(open_log: Callable[[], AsyncCheckpointer]) -> None:
         assert popped is not None
         popped["content"] = "changed"
         assert await session.get_items() == ITEMS[:7]
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_unicode_and_large_items(open_log: Callable[[], AsyncCheckpointer]) -> None:
@@ -461,16 +459,14 @@ def test_unicode_and_large_items(open_log: Callable[[], AsyncCheckpointer]) -> N
         {"call_id": f"c{n}", "output": text[n:], "type": "function_call_output"} for n in range(200)
     ]
 
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         session = AgentlogSession("s ünïcödé 🦜", log)
         await session.add_items([{"role": "user", "content": text}, big, *many])
         got = await session.get_items()
         assert got == [{"role": "user", "content": text}, big, *many]
         assert await session.get_items(1) == many[-1:]
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_session_ids_are_checked(tmp_path: Path) -> None:
@@ -650,8 +646,7 @@ def test_concurrent_coroutines_never_interleave_or_lose(
 ) -> None:
     workers, batches, size = 8, 15, 5
 
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         # One session object per worker: each last saw a stale head.
         sessions = [AgentlogSession("shared", log) for _ in range(workers)]
         await sessions[0].add_items([])
@@ -666,9 +661,8 @@ def test_concurrent_coroutines_never_interleave_or_lose(
         await asyncio.gather(*(worker(w) for w in range(workers)))
         _check_batches(await sessions[0].get_items(), workers, batches, size)
         assert sum(s.conflicts for s in sessions) > 0  # the retry path ran
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_pops_and_adds_in_one_process_take_turns(
@@ -679,8 +673,7 @@ def test_pops_and_adds_in_one_process_take_turns(
         f"w{w} b{b} i{i}" for w in range(workers) for b in range(batches) for i in range(size)
     )
 
-    async def main() -> None:
-        log = open_log()
+    async def main(log: AsyncCheckpointer) -> None:
         adders = [AgentlogSession("shared", log) for _ in range(workers)]
         popper = AgentlogSession("shared", log)
         popped: list[str] = []
@@ -703,9 +696,8 @@ def test_pops_and_adds_in_one_process_take_turns(
         kept = [str(item["content"]) for item in await popper.get_items()]
         assert popped  # the race ran
         assert sorted(kept + popped) == added  # each item either kept or popped, once
-        await log.aclose()
 
-    run(main)
+    run_on_log(open_log, main)
 
 
 def test_two_processes_never_interleave_or_lose(tmp_path: Path, engine: str) -> None:

@@ -5,18 +5,16 @@ checkpointer dropped without ``close()`` gives the directory up."""
 from __future__ import annotations
 
 import gc
-import json
 import os
-import signal
 import threading
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentlog import CheckpointerClosedError, FileCheckpointer
+from agentlog import FileCheckpointer
+
+from ..forking import in_child, refusals
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -45,17 +43,10 @@ def test_a_fork_child_refuses_its_parents_file_checkpointer(tmp_path: Path) -> N
     holder = threading.Thread(target=hold_the_lock)
     holder.start()
     assert held.wait(10)
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        status = 1
-        try:
-            os.close(read_end)
-            signal.alarm(10)
-            found: list[Any] = []
-            calls: dict[str, Callable[[], object]] = {
+
+    def in_the_child() -> list[Any]:
+        found = refusals(
+            {
                 "append": lambda: cp.append("s", [EVENT]),
                 "head": lambda: cp.head("s"),
                 "read": lambda: list(cp.read("s")),
@@ -63,31 +54,14 @@ def test_a_fork_child_refuses_its_parents_file_checkpointer(tmp_path: Path) -> N
                 "truncate": lambda: cp.truncate("s", 0),
                 "delete": lambda: cp.delete("s"),
             }
-            for name, call in calls.items():
-                try:
-                    call()
-                except CheckpointerClosedError as exc:
-                    found.append([name, "fork" in str(exc)])
-                except BaseException as exc:
-                    found.append([name, repr(exc)])
-                else:
-                    found.append([name, "allowed"])
-            cp.close()
-            os.write(write_end, json.dumps(found).encode())
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 65536):
-        data += chunk
-    os.close(read_end)
-    _, status = os.waitpid(pid, 0)
+        )
+        cp.close()
+        return found
+
+    found = in_child(in_the_child)
     release.set()
     holder.join(10)
-    assert not os.WIFSIGNALED(status), f"the child died of signal {os.WTERMSIG(status)}"
-    found = json.loads(data)
-    assert found == [[name, True] for name, _ in found] and len(found) == 6, found
+    assert found == [[name, "refused"] for name, _ in found] and len(found) == 6, found
     # The parent still owns the directory and its session.
     assert cp.append("s", [EVENT], expected_head=1) == 2
     cp.close()

@@ -19,7 +19,7 @@ from agentlog import (
 )
 from agentlog.log.file import session_file_name
 
-EVENTS = [{"type": "user", "content": f"m{i}"} for i in range(6)]
+from .test_file import EVENTS
 
 
 def test_append_does_not_create_the_target_of_a_dangling_symlink(tmp_path: Path) -> None:

@@ -345,19 +345,32 @@ def start_appender(kind: str, location: Path | str) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"], indirect=True)
-def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
-    location: Path | str
+def appender_store(kind: str, tmp_path: Path) -> Path | str:
+    """Where :func:`start_appender`'s child writes a ``kind`` store: made
+    first where the child expects one to exist (a file store, a schema)."""
     if kind == "file":
         location = tmp_path / "sessions"
         FileCheckpointer(location).close()  # the store exists; the child owns it
-        log: BaseCheckpointer = FileCheckpointer(location, read_only=True)
+        return location
+    if kind == "postgres":
+        from agentlog import PostgresCheckpointer
+
+        schema = postgres_schema(tmp_path)
+        PostgresCheckpointer(postgres_conninfo(), schema=schema).close()
+        return schema
+    require_engine(kind.removeprefix("sqlite-"))
+    return tmp_path / "agentlog.db"
+
+
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind != "memory"], indirect=True)
+def test_follow_sees_another_process_append(kind: str, tmp_path: Path) -> None:
+    location = appender_store(kind, tmp_path)
+    log: BaseCheckpointer
+    if kind == "file":
+        log = FileCheckpointer(location, read_only=True)
     elif kind == "postgres":
         log = open_log(kind, tmp_path)
-        location = postgres_schema(tmp_path)
     else:
-        require_engine(kind.removeprefix("sqlite-"))
-        location = tmp_path / "agentlog.db"
         log = SqliteCheckpointer(location, engine=kind.removeprefix("sqlite-"))
     child = start_appender(kind, location)
     try:

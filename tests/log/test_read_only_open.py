@@ -25,7 +25,7 @@ from agentlog import (
 from agentlog.log import METADATA_SUFFIX, is_file_store
 from agentlog.log.file import session_file_name
 
-EVENTS = [{"type": "user", "content": f"m{i}"} for i in range(6)]
+from .test_file import EVENTS
 
 
 def _digest(path: Path) -> str:

@@ -22,36 +22,20 @@ from agentlog.testing import CheckpointerConformance, checkpointer_conformance
 from ..conftest import PYTHON, OnEngine, digest
 
 
-class SqliteConformance(OnEngine, CheckpointerConformance):
+# At module level, so that the two-process tests' children (started with
+# spawn) can import them; each runs on each engine (OnEngine).
+class TestSqliteCheckpointer(OnEngine, CheckpointerConformance):
     multiprocess = True
 
     def open_checkpointer(self, location: Path) -> Checkpointer:
         return SqliteCheckpointer(location / "agentlog.db", engine=self.engine)
 
 
-class SqliteInMemoryConformance(OnEngine, CheckpointerConformance):
+class TestSqliteInMemory(OnEngine, CheckpointerConformance):
     durable = False
 
     def open_checkpointer(self, location: Path) -> Checkpointer:
         return SqliteCheckpointer(":memory:", engine=self.engine)
-
-
-# One class per engine, at module level so that the two-process tests'
-# children (started with spawn) can import it.
-class TestSqliteCheckpointerC(SqliteConformance):
-    engine = "c"
-
-
-class TestSqliteCheckpointerPython(SqliteConformance):
-    engine = "python"
-
-
-class TestSqliteInMemoryC(SqliteInMemoryConformance):
-    engine = "c"
-
-
-class TestSqliteInMemoryPython(SqliteInMemoryConformance):
-    engine = "python"
 
 
 def open_sqlite_full(location: Path) -> Checkpointer:

@@ -1,4 +1,4 @@
-"""How the store suites open each implementation: in memory, SQLite on one engine,
+"""How the store suites open each implementation: in memory, SQLite on each engine,
 or PostgreSQL (a schema of the test server's per test); and the test classes that
 run one suite on each of them."""
 
@@ -69,32 +69,27 @@ class PostgresStorageOpener(OnPostgres):
         return True
 
 
-#: Where a suite runs: the backend's part of the test class's name, the opener
-#: class, and the SQLite engine it is bound to (None off SQLite).
-Backend = tuple[str, type, str | None]
+#: Where a suite runs: the backend's part of the test class's name and the
+#: opener class (a SQLite one runs on each engine: it is an OnEngine).
+Backend = tuple[str, type]
 
 STORAGES: tuple[Backend, ...] = (
-    ("InMemory", InMemoryStorageOpener, None),
-    ("Sqlite", SqliteStorageOpener, "c"),
-    ("Sqlite", SqliteStorageOpener, "python"),
-    ("Postgres", PostgresStorageOpener, None),
+    ("InMemory", InMemoryStorageOpener),
+    ("Sqlite", SqliteStorageOpener),
+    ("Postgres", PostgresStorageOpener),
 )
-
-_ENGINE_SUFFIX = {None: "", "c": "C", "python": "Python"}
 
 
 def suite_on_each(
     suite: type, stem: str, module: str, backends: Iterable[Backend] = STORAGES
 ) -> dict[str, type]:
     """One test class per backend running ``suite``, named
-    ``Test{backend}{stem}{engine}`` and belonging to ``module``: the test module
+    ``Test{backend}{stem}`` and belonging to ``module``: the test module
     puts them at its top level, where pytest collects them and spawned racers
     import them by name."""
     classes: dict[str, type] = {}
-    for backend, opener, engine in backends:
-        name = f"Test{backend}{stem}{_ENGINE_SUFFIX[engine]}"
+    for backend, opener in backends:
+        name = f"Test{backend}{stem}"
         body: dict[str, Any] = {"__module__": module, "__qualname__": name}
-        if engine is not None:
-            body["engine"] = engine
         classes[name] = type(name, (opener, suite), body)
     return classes

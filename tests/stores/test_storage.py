@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +184,9 @@ def test_the_checkpointer_face_shares_the_storage_log(
         storage.checkpointer()
 
 
-def test_a_session_store_write_wakes_a_follower_of_the_checkpointer_face(
-    storage: InMemoryStorage | SqliteStorage,
-) -> None:
+def check_a_session_store_write_wakes_a_follower(storage: Any) -> None:
+    """A write through ``storage``'s SessionStore wakes a follower of its
+    Checkpointer face at once."""
     log = storage.checkpointer()
     record = storage.sessions.create(DEFAULT_TENANT, "live")
 
@@ -202,10 +202,17 @@ def test_a_session_store_write_wakes_a_follower_of_the_checkpointer_face(
     timer.join()
 
 
-def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine: str) -> None:
-    storage = SqliteStorage.open(tmp_path / "closed.db", engine=engine)
+def test_a_session_store_write_wakes_a_follower_of_the_checkpointer_face(
+    storage: InMemoryStorage | SqliteStorage,
+) -> None:
+    check_a_session_store_write_wakes_a_follower(storage)
+
+
+def check_a_closed_storage_refuses(storage: Any, *more: Callable[[], Any]) -> None:
+    """Close ``storage``: then each store's calls (and ``more``) raise a typed
+    error, and a second close is fine."""
     storage.close()
-    calls: list[Any] = [
+    calls: list[Callable[[], Any]] = [
         lambda: storage.sessions.create("t", "s"),
         lambda: storage.sessions.load("t", "s"),
         lambda: storage.checkpoints.save("t", "r", None, status="running", state=0),
@@ -214,11 +221,16 @@ def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine
         lambda: storage.memory.get("t", "n", "k"),
         lambda: storage.artifacts.put("t", "a", b"x", "text/plain", None),
         lambda: storage.artifacts.list("t"),
+        *more,
     ]
     for call in calls:
         with pytest.raises(AgentlogError, match="closed"):
             call()
     storage.close()  # idempotent
+
+
+def test_a_closed_storage_raises_a_typed_error_everywhere(tmp_path: Path, engine: str) -> None:
+    check_a_closed_storage_refuses(SqliteStorage.open(tmp_path / "closed.db", engine=engine))
 
 
 def test_a_read_only_storage_reads_and_changes_nothing(tmp_path: Path, engine: str) -> None:

@@ -19,8 +19,9 @@ coroutines, every write of the four on one writer per storage.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .checkpointer import (
     AsyncBaseCheckpointer,
     AsyncFileCheckpointer,
@@ -62,10 +63,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The PostgreSQL twin needs psycopg: it is imported when first named.
-    if name in ("AsyncPostgresCheckpointer", "AsyncPostgresStorage"):
-        from . import postgres
-
-        return getattr(postgres, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The PostgreSQL twin needs psycopg: it is imported when first named.
+__getattr__ = lazy_names(
+    __name__, {"AsyncPostgresCheckpointer": ".postgres", "AsyncPostgresStorage": ".postgres"}
+)

@@ -63,6 +63,7 @@ class AsyncCheckpointer(Protocol):
 
 
 @runtime_checkable
+# list()'s overloads are the public signature: mypy needs them here and on each implementation.
 class AsyncMetadataCheckpointer(AsyncCheckpointer, Protocol):
     """An :class:`AsyncCheckpointer` that also keeps session metadata, as every
     built-in async backend does (the twin of

@@ -107,13 +107,15 @@ class EngineCommits:
             signal.notify()
 
 
-# Per engine (weakly: an engine closed and dropped takes its signal along).
-_COMMITS: weakref.WeakKeyDictionary[Database, EngineCommits] = weakref.WeakKeyDictionary()
+# Per engine, or per checkpointer of a backend of its own (weakly: one closed
+# and dropped takes its signal along).
+_COMMITS: weakref.WeakKeyDictionary[Database | object, EngineCommits] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def engine_commits(engine: Database) -> EngineCommits:
-    """``engine``'s commit signal holder, shared by everything that writes through it."""
+def engine_commits(engine: Database | object) -> EngineCommits:
+    """``engine``'s commit signal holder, shared by everything that writes
+    through it (or a checkpointer's own, for a backend without an engine)."""
     with _LOCK:
         commits = _COMMITS.get(engine)
         if commits is None:
@@ -121,7 +123,7 @@ def engine_commits(engine: Database) -> EngineCommits:
         return commits
 
 
-def notify_commit(engine: Database) -> None:
+def notify_commit(engine: Database | object) -> None:
     """After a write through ``engine``: wake the followers of every checkpointer on it."""
     commits = _COMMITS.get(engine)  # (no checkpointer on it yet: no follower either)
     if commits is not None:

@@ -33,6 +33,7 @@ from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from . import schema as S
 from . import sql as Q
 from .errors import CLOSED, opening_error, read_only_refusal
+from .forks import abandon_in_fork_children
 
 __all__ = [
     "DEFAULT_WAL_SIZE_LIMIT",
@@ -303,7 +304,7 @@ class EngineCore(Generic[ConnectionT]):
         # A SQLite connection must not cross os.fork(): the child refuses this
         # engine (see _after_fork_in_child).
         self._pid = os.getpid()
-        _LIVE_ENGINES.add(self)
+        abandon_in_fork_children(self)
 
     def _stop_before_shut_down(self) -> Callable[[], object] | None:
         """What must stop before the connections close, also when the engine is
@@ -651,10 +652,9 @@ class EngineCore(Generic[ConnectionT]):
         self._file_key = None  # the child's claims start afresh (_after_fork_in_child)
 
 
-# Engines open in this process; in a fork child each is abandoned (see
-# EngineCore.abandon_after_fork) and its connections kept here, never closed:
+# In a fork child each open engine is abandoned (EngineCore.abandon_after_fork,
+# through engine/forks.py) and its connections kept here, never closed:
 # closing a connection inherited from the parent would act on the parent's file.
-_LIVE_ENGINES: weakref.WeakSet[EngineCore[Any]] = weakref.WeakSet()
 _ABANDONED: list[tuple[Any, Any]] = []
 
 
@@ -662,10 +662,6 @@ def _after_fork_in_child() -> None:
     global _OPEN_FILES_LOCK
     _OPEN_FILES_LOCK = threading.Lock()  # a parent thread may have held it
     _OPEN_FILES.clear()
-    for engine in list(_LIVE_ENGINES):
-        if not engine.closed:
-            engine.abandon_after_fork()
-    _LIVE_ENGINES.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -113,6 +113,7 @@ class Database(Protocol):
         ...
 
 
+# The role protocols spell their implementations' signatures (log_ops.py, connections.py).
 class LogEngine(Database, Protocol):
     """The session log's operations on bytes: what the Checkpointer face uses."""
 

@@ -11,8 +11,9 @@ the legacy adapter over role/content message arrays.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .contract import (
     DEFAULT_POLL_INTERVAL,
     BaseCheckpointer,
@@ -84,10 +85,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # PostgreSQL's backend needs psycopg: it is imported when first named.
-    if name == "PostgresCheckpointer":
-        from .postgres import PostgresCheckpointer
-
-        return PostgresCheckpointer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PostgreSQL's backend needs psycopg: it is imported when first named.
+__getattr__ = lazy_names(__name__, {"PostgresCheckpointer": ".postgres"})

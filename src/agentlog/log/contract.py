@@ -20,7 +20,7 @@ from typing import (
     runtime_checkable,
 )
 
-from ..engine.commits import CommitSignal
+from ..engine.commits import CommitSignal, engine_commits, notify_commit
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
@@ -105,8 +105,6 @@ def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, 
 #: Seconds between a follower's looks for other processes' commits.
 DEFAULT_POLL_INTERVAL = 0.01
 
-_signal_lock = threading.Lock()
-
 
 @runtime_checkable
 class Checkpointer(Protocol):
@@ -170,6 +168,7 @@ class Checkpointer(Protocol):
         ...
 
 
+# list()'s overloads are the public signature: mypy needs them here and on each implementation.
 @runtime_checkable
 class MetadataCheckpointer(Checkpointer, Protocol):
     """A :class:`Checkpointer` that also keeps session metadata, as every
@@ -320,8 +319,6 @@ class BaseCheckpointer(Closable, ABC):
 
     _closed: bool = False
     _page_size = 1000
-    # Made by the first follower: until then a write pays one attribute check.
-    _commit_signal: CommitSignal | None = None
 
     # -- what a backend implements -------------------------------------------
 
@@ -505,8 +502,7 @@ class BaseCheckpointer(Closable, ABC):
 
     def _notify_commit(self) -> None:
         """Wake this process's followers, if any, after a write."""
-        if self._commit_signal is not None:
-            self._commit_signal.notify()
+        notify_commit(self)
 
     def _try_append_many(
         self, appends: Sequence[PreparedAppend], ts: float
@@ -688,13 +684,7 @@ class BaseCheckpointer(Closable, ABC):
     @property
     def commits(self) -> CommitSignal:
         """The signal this checkpointer raises after each write (made on first use)."""
-        signal = self._commit_signal
-        if signal is None:
-            with _signal_lock:
-                signal = self._commit_signal
-                if signal is None:
-                    signal = self._commit_signal = CommitSignal()
-        return signal
+        return engine_commits(self).get()
 
     def _checked_change_token(self, session_id: str) -> Hashable:
         """A cheap token that changes when another process writes ``session_id``.

@@ -27,6 +27,7 @@ __all__ = ["PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_targe
 Load = Callable[[PlannedSession], Converted]
 
 
+# The targets below spell these signatures again: a Protocol and its implementations.
 class Target(Protocol):
     """A migration's target."""
 

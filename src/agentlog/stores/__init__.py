@@ -12,8 +12,9 @@ four together.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_names
 from .artifacts import ArtifactInfo, ArtifactStore, VerifyingReader
 from .checkpoints import RUN_STATUSES, SIDE_EFFECT_STATES, Checkpoint, CheckpointStore, SideEffect
 from .common import DEFAULT_TENANT, MAX_PAGE
@@ -48,10 +49,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The PostgreSQL storage needs psycopg: it is imported when first named.
-    if name == "PostgresStorage":
-        from .postgres import PostgresStorage
-
-        return PostgresStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The PostgreSQL storage needs psycopg: it is imported when first named.
+__getattr__ = lazy_names(__name__, {"PostgresStorage": ".postgres"})

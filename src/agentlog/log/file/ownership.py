@@ -12,10 +12,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import weakref
 from pathlib import Path
-from typing import Protocol
 
+# A fork child abandons a file store as it does a SQLite engine: one registry.
+from ...engine.forks import abandon_in_fork_children
 from ...errors import (
     CorruptDatabaseError,
     DirectoryLockedError,
@@ -32,7 +32,6 @@ except ImportError:  # pragma: no cover - not POSIX
 
 __all__ = [
     "LOCK_NAME",
-    "Owner",
     "abandon_in_fork_children",
     "file_stamp",
     "have_file_locks",
@@ -181,37 +180,3 @@ def lock_directory(directory: Path, file_mode: int) -> int:
             ) from None
         raise StorageUnavailableError(f"cannot lock {directory}: {exc}") from exc
     return fd
-
-
-class Owner(Protocol):
-    """A file store open in this process, which a fork child must abandon."""
-
-    @property
-    def closed(self) -> bool:
-        """Whether it is closed (a closed one is left alone)."""
-        ...
-
-    def abandon_after_fork(self) -> None:
-        """Give up, in the child, what the parent still owns."""
-        ...
-
-
-# File stores open in this process; a fork child abandons each.
-_LIVE_FILE_STORES: weakref.WeakSet[Owner] = weakref.WeakSet()
-
-
-def abandon_in_fork_children(store: Owner) -> None:
-    """Have a child of ``os.fork()`` call ``store.abandon_after_fork()``
-    (unless it is closed by then); ``store`` is held weakly."""
-    _LIVE_FILE_STORES.add(store)
-
-
-def _after_fork_in_child() -> None:
-    for store in list(_LIVE_FILE_STORES):
-        if not store.closed:
-            store.abandon_after_fork()
-    _LIVE_FILE_STORES.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
