@@ -29,6 +29,7 @@ import orjson
 
 from ...events import EncodedBatch
 from ...integrity import checksum
+from .arrays import ByteaArray, Int8Array, TextArray
 from .protocol import NONE, ONE, Copy, Execute, Operation
 from .statements import Statements
 
@@ -71,9 +72,9 @@ def append_step(
         "n": len(batch),
         "ts": ts,
         "exp": expected,
-        "types": list(map(_kind, batch)),
-        "payloads": payloads,
-        "crcs": list(map(checksum, payloads)),
+        "types": TextArray(list(map(_kind, batch))),
+        "payloads": ByteaArray(payloads),
+        "crcs": Int8Array(list(map(checksum, payloads))),
         "channel": q.channel,
         "key": notify_key(tenant, name),
     }
