@@ -14,6 +14,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from .arrays import adapt
 from .connect import (
     PoolOptions,
     connect_options,
@@ -64,6 +65,7 @@ async def drive_async(
 ) -> _T:
     """Await ``operation`` on ``conn`` (in whatever transaction ``conn`` is in);
     its result. ``binary``: every statement's results in binary."""
+    adapt(conn.adapters)
     try:
         step = next(operation)
         while True:

@@ -8,7 +8,10 @@ transaction says each docstring ("in a transaction"), and the driver opens it.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from ...errors import (
@@ -55,6 +58,9 @@ __all__ = [
     "stored_page",
     "truncate",
 ]
+
+#: A StoredEvent from its fields' tuple, with no Python-level call.
+_stored = functools.partial(tuple.__new__, StoredEvent)
 
 #: Seqs are ``bigint``: the contract's own bound (events.MAX_POSITION).
 MAX_SEQ = MAX_POSITION
@@ -105,10 +111,11 @@ def stored_page(name: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
     if not rows:
         return []
     events = checked_payloads(name, rows)
-    return [
-        StoredEvent(seq, seq - 1, ts, kind, event)
-        for (seq, ts, kind, _, _), event in zip(rows, events, strict=True)
-    ]
+    # Column by column and C-level loops: a Python-level loop building each
+    # event cost a third as much as decoding the page.
+    seqs, times, kinds = (list(map(operator.itemgetter(column), rows)) for column in range(3))
+    parents = map(operator.sub, seqs, repeat(1))
+    return list(map(_stored, zip(seqs, parents, times, kinds, events, strict=True)))
 
 
 def scan(

@@ -12,6 +12,7 @@ from psycopg_pool import ConnectionPool
 
 from ...errors import CheckpointerClosedError, StorageUnavailableError
 from . import operations as ops
+from .arrays import adapt
 from .connect import (
     PoolOptions,
     connect_options,
@@ -58,6 +59,7 @@ def _run(conn: psycopg.Connection[Any], step: Step, binary: bool) -> Any:
 def drive(conn: psycopg.Connection[Any], operation: Operation[_T], *, binary: bool = False) -> _T:
     """Run ``operation`` on ``conn`` (in whatever transaction ``conn`` is in); its
     result. ``binary``: every statement's results in binary."""
+    adapt(conn.adapters)
     try:
         step = next(operation)
         while True:
