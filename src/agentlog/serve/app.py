@@ -29,7 +29,7 @@ from ..errors import AgentlogError, SessionTruncatedError
 from ..events import MAX_POSITION
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
-from .source import MAX_PAGE, BadRequest, Source, check_id, event_json
+from .source import MAX_PAGE, BadRequest, Source, check_id, event_bytes
 
 __all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "create_app"]
 
@@ -205,7 +205,7 @@ def create_app(source: Source) -> Starlette:
             before=before,
             limit=_limit(request, 200),
         )
-        return _json(found)
+        return Response(found, media_type="application/json")
 
     @api
     async def tail(request: Request) -> Response:
@@ -252,6 +252,9 @@ def create_app(source: Source) -> Starlette:
         head = await run_in_threadpool(log.truncate, session_id, to)
         return _json({"session_id": session_id, "head": head})
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # none: a browser's look for one is not a 404
+
     async def openapi(request: Request) -> Response:
         return _json(openapi_document())
 
@@ -260,6 +263,7 @@ def create_app(source: Source) -> Starlette:
     routes = [
         *(Route(path, page) for path in _PAGES),
         Route("/static/{name}", static),
+        Route("/favicon.ico", favicon),
         Route("/api/openapi.json", openapi),
         Route("/api/config", config),
         Route("/api/sessions", sessions),
@@ -332,7 +336,7 @@ async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
             if isinstance(item, _End):
                 yield _sse(item.kind, orjson.dumps(item.data))
                 return
-            yield _sse("event", orjson.dumps(event_json(item)), item.seq)
+            yield _sse("event", event_bytes(item), item.seq)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
