@@ -118,7 +118,9 @@ def test_list_session_live_tail_filter_and_tenants(
     log.set_metadata("nightly-build", {"title": "Nightly build triage", "tags": ["ci"]}, 1)
     log.append("refund-chat", [{"type": "user", "content": "Can I get a refund?"}])
     sqlite_store.writer("acme").append("acme-only", [{"type": "user", "content": "hello"}])
-    viewer = serve(sqlite_store.source())
+    source = sqlite_store.source()
+    source.location = "sessions.db"  # as the screenshot in the manual shows it
+    viewer = serve(source)
     page = watched.page
     from playwright.sync_api import expect
 
@@ -153,6 +155,7 @@ def test_list_session_live_tail_filter_and_tenants(
     _append_from_another_process(sqlite_store, "nightly-build", "appended elsewhere")
     page.locator("li[data-seq='11']").wait_for()
     assert "appended elsewhere" in page.inner_text("li[data-seq='11']")
+    assert page.locator("#bar").inner_text().count("null") == 0
     shot = page.screenshot(full_page=False)
     assert distinct_rows(shot) > 50  # not blank
     keep = os.environ.get("AGENTLOG_SCREENSHOT")

@@ -41,7 +41,15 @@ def run(
     token = access_token(host)
     shown = f"[{host}]" if ":" in host else host
     app = guarded_app(source, token=token)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # Open live tails never end on their own: a stop waits for them only briefly.
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
     server = uvicorn.Server(config)
     # Bound here, so that a port in use is an OSError for the caller to
     # report (uvicorn's own bind would log it and exit).

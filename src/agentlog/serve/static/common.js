@@ -110,12 +110,13 @@ const AL = (() => {
       if (document.body.dataset.page === "session") location.href = url("/", { tenant: pick.value });
       else location.search = search.toString();
     });
-    bar.replaceChildren(
+    bar.replaceChildren(...[
       el("span", { class: "brand" }, "agentlog"),
       el("span", { class: "store muted" }, config.store),
       nav,
       config.kind === "files" ? null : el("label", {}, "tenant ", pick),
-      config.allow_writes ? el("span", { class: "writes" }, "writes allowed") : null);
+      config.allow_writes ? el("span", { class: "writes" }, "writes allowed") : null,
+    ].filter(Boolean));
     return config;
   }
 
@@ -125,7 +126,7 @@ const AL = (() => {
   }
 
   function show(...nodes) {
-    document.getElementById("main").replaceChildren(...nodes);
+    document.getElementById("main").replaceChildren(...nodes.filter(Boolean));
   }
 
   return { api, clean, el, fail, header, json, long, post, query, sessionLink, show, tenant, url, when };
