@@ -286,7 +286,7 @@ def test_pages_and_scripts_are_served_with_the_security_headers(
     for page in ["/", "/session"]:
         assert b"<script>" not in get(viewer.url + page).body  # no inline script
     assert get(viewer.url + "/static/../app.py").status == 404
-    assert get(viewer.url + "/static/sessions.html").status == 404
+    assert get(viewer.url + "/static/page.html").status == 404
 
 
 def test_health_reports_engine_check_and_stats(store: Store, serve: Callable[..., Viewer]) -> None:

@@ -38,11 +38,12 @@ HEARTBEAT_SECONDS = 15.0
 #: Seconds between looks at the sessions list for the live sessions page.
 LIST_POLL_SECONDS = 0.5
 
+#: Each page: its script, and its title. One shell (page.html) holds them.
 _PAGES = {
-    "/": "sessions.html",
-    "/session": "session.html",
-    "/health": "health.html",
-    "/stores": "stores.html",
+    "/": ("sessions", "Sessions"),
+    "/session": ("session", "Session"),
+    "/health": ("health", "Health"),
+    "/stores": ("stores", "Stores"),
 }
 _STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
@@ -113,8 +114,14 @@ def create_app(source: Source) -> Starlette:
 
         return wrapped
 
+    shell = _static("page.html").decode()
+    shells = {
+        path: shell.replace("{page}", name).replace("{title}", title).encode()
+        for path, (name, title) in _PAGES.items()
+    }
+
     async def page(request: Request) -> Response:
-        return Response(_static(_PAGES[request.url.path]), media_type=_STATIC_TYPES[".html"])
+        return Response(shells[request.url.path], media_type=_STATIC_TYPES[".html"])
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]

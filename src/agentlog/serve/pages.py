@@ -70,13 +70,17 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
         )
         return _json({"records": [_record(r) for r in rows]})
 
-    @api
-    async def artifacts(request: Request) -> Response:
-        after, limit = _page(request)
-        rows = await run_in_threadpool(
-            lambda: stores().artifacts.list(tenant(request), after=after, limit=limit)
-        )
-        return _json({"artifacts": [_record(r) for r in rows]})
+    def id_ordered(store: str, key: str) -> Handler:
+        """The handler listing one store's records of a tenant in id order."""
+
+        async def listed(request: Request) -> Response:
+            after, limit = _page(request)
+            rows = await run_in_threadpool(
+                lambda: getattr(stores(), store).list(tenant(request), after=after, limit=limit)
+            )
+            return _json({key: [_record(r) for r in rows]})
+
+        return api(listed)
 
     @api
     async def download(request: Request) -> Response:
@@ -103,14 +107,6 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
                 "x-agentlog-sha256": info.sha256,
             },
         )
-
-    @api
-    async def session_records(request: Request) -> Response:
-        after, limit = _page(request)
-        rows = await run_in_threadpool(
-            lambda: stores().sessions.list(tenant(request), after=after, limit=limit)
-        )
-        return _json({"sessions": [_record(r) for r in rows]})
 
     @api
     async def session_snapshot(request: Request) -> Response:
@@ -152,9 +148,9 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
     return [
         Route("/api/stores/checkpoints", checkpoints),
         Route("/api/stores/memory", memory),
-        Route("/api/stores/artifacts", artifacts),
+        Route("/api/stores/artifacts", id_ordered("artifacts", "artifacts")),
         Route("/api/stores/artifacts/{artifact_id}/download", download),
-        Route("/api/stores/sessions", session_records),
+        Route("/api/stores/sessions", id_ordered("sessions", "sessions")),
         Route("/api/stores/sessions/{session_id}", session_snapshot),
         Route("/api/health", health),
     ]
