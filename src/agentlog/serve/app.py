@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import importlib.resources
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -172,9 +173,13 @@ def create_app(source: Source) -> Starlette:
             last: bytes | None = None
             idle = 0.0
             while True:
+                started = time.monotonic()
                 found = await run_in_threadpool(
                     source.sessions, tenant, cursor=None, limit=limit, query=query
                 )
+                # A list that is slow to read (a huge store) is looked at
+                # less often: the viewer never spends most of its time on it.
+                pause = max(LIST_POLL_SECONDS, 4 * (time.monotonic() - started))
                 data = orjson.dumps(found)
                 if data != last:
                     last, idle = data, 0.0
@@ -182,8 +187,8 @@ def create_app(source: Source) -> Starlette:
                 elif idle >= HEARTBEAT_SECONDS:
                     idle = 0.0
                     yield b": keep-alive\n\n"
-                await asyncio.sleep(LIST_POLL_SECONDS)
-                idle += LIST_POLL_SECONDS
+                await asyncio.sleep(pause)
+                idle += pause
 
         return _event_stream(stream())
 
