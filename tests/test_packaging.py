@@ -66,3 +66,11 @@ def test_the_license_is_an_spdx_expression_and_its_text_is_installed() -> None:
     assert metadata["License-Expression"] == "MIT"
     recorded = [str(path) for path in importlib.metadata.files("agentlog") or []]
     assert any(path.endswith("LICENSE") for path in recorded), recorded
+
+
+def test_the_viewer_pages_and_scripts_are_installed() -> None:
+    static = PACKAGE / "serve" / "static"
+    shipped = sorted(path.name for path in static.iterdir())
+    for page in ("sessions", "session", "health", "stores"):
+        assert f"{page}.js" in shipped, shipped
+    assert {"page.html", "common.js", "app.css"} <= set(shipped), shipped

@@ -14,6 +14,7 @@ from .checks import cmd_check, cmd_verify
 from .demo import cmd_demo
 from .operations import cmd_backup, cmd_gc, cmd_info, cmd_migrate, cmd_stats
 from .output import UsageError
+from .serve import cmd_serve
 from .sessions import cmd_fork, cmd_list, cmd_show, cmd_tail, cmd_truncate
 
 __all__ = ["DESCRIPTION", "build_parser"]
@@ -44,6 +45,13 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
     if value > MAX_POSITION:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_POSITION}, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _number(int, text, "a port number")
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, not {value}")
     return value
 
 
@@ -252,6 +260,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tenant(gc)
     gc.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+
+    serve = command(
+        "serve",
+        "show the store's sessions in a web browser, live (needs agentlog[serve])",
+        cmd_serve,
+    )
+    store(serve)
+    tenant(serve)
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1; any other needs the printed token)",
+    )
+    serve.add_argument(
+        "--port", type=_port, default=8765, help="the port to listen on (default: 8765; 0: any)"
+    )
+    serve.add_argument("--open", action="store_true", help="open the viewer in a browser")
+    serve.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="offer fork and truncate in the viewer (opens the store for writing)",
+    )
 
     # Listed for --help; its options are the benchmark's own (see main()).
     sub.add_parser(

@@ -1,0 +1,70 @@
+"""``agentlog serve``: a local web viewer of a store, with a live tail.
+
+It reads through the public API only: the command line opens the store
+(read-only unless ``--allow-writes``) and hands a :class:`Source` to
+:func:`create_app`, a Starlette application served by uvicorn. Needs
+``agentlog[serve]``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import webbrowser
+from collections.abc import Callable
+
+from .app import create_app, guarded_app
+from .security import is_loopback
+from .source import Source
+
+__all__ = ["Source", "access_token", "create_app", "guarded_app", "is_loopback", "run"]
+
+
+def access_token(host: str) -> str | None:
+    """The token a bind to ``host`` requires: none on loopback (the Host
+    header is checked instead), a fresh random one otherwise."""
+    return None if is_loopback(host) else secrets.token_urlsafe(24)
+
+
+def run(
+    source: Source,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    open_browser: bool = False,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Serve ``source`` at ``host:port`` until interrupted."""
+    import socket
+
+    import uvicorn
+
+    token = access_token(host)
+    shown = f"[{host}]" if ":" in host else host
+    app = guarded_app(source, token=token)
+    # Open live tails never end on their own: a stop waits for them only briefly.
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    # Bound here, so that a port in use is an OSError for the caller to
+    # report (uvicorn's own bind would log it and exit).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # listening before the address is printed: no refused first look
+    except OSError:
+        sock.close()
+        raise
+    port = sock.getsockname()[1]
+    url = f"http://{shown}:{port}/" + ("" if token is None else f"?token={token}")
+    say(f"agentlog serve: {source.location} at {url} (Ctrl-C stops)")
+    if open_browser:
+        webbrowser.open(url)
+    server.run(sockets=[sock])

@@ -1,0 +1,360 @@
+"""The viewer's web application: its pages, its JSON API and the live tails.
+
+Starlette routes; every store call is blocking and runs on a worker thread;
+a live tail is the async checkpointer's ``follow`` written out as
+Server-Sent Events. The pages are static HTML shells with one script each:
+the script fetches the API and builds the page with ``textContent`` only, so
+no stored value is ever parsed as HTML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import AgentlogError, SessionTruncatedError
+from ..events import MAX_POSITION
+from .openapi import openapi_document
+from .security import CSRF_HEADER, Guard, same_secret
+from .source import MAX_PAGE, BadRequest, Source, check_id, event_bytes
+
+__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "create_app"]
+
+#: Seconds between the comments that keep an idle live tail's connection open.
+HEARTBEAT_SECONDS = 15.0
+#: Seconds between looks at the sessions list for the live sessions page.
+LIST_POLL_SECONDS = 0.5
+
+#: Each page: its script, and its title. One shell (page.html) holds them.
+_PAGES = {
+    "/": ("sessions", "Sessions"),
+    "/session": ("session", "Session"),
+    "/health": ("health", "Health"),
+    "/stores": ("stores", "Stores"),
+}
+_STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+}
+
+
+def _static(name: str) -> bytes:
+    return importlib.resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+def _int(request: Request, name: str, default: int | None, *, low: int = 0) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, not {raw[:40]!r}") from None
+    if not low <= value <= MAX_POSITION:
+        raise BadRequest(f"{name} must be between {low} and {MAX_POSITION}")
+    return value
+
+
+def _limit(request: Request, default: int) -> int:
+    value = _int(request, "limit", default, low=1)
+    assert value is not None
+    return min(value, MAX_PAGE)
+
+
+def _tenant(request: Request, source: Source) -> str:
+    tenant = request.query_params.get("tenant") or source.tenant
+    if len(tenant) > 255 or not tenant.isprintable():
+        raise BadRequest("tenant is not a tenant name")
+    return tenant
+
+
+def _sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
+    head = b"" if event_id is None else b"id: %d\n" % event_id
+    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def create_app(source: Source) -> Starlette:
+    """The viewer of ``source`` as an ASGI application (not yet guarded:
+    :func:`guarded_app` adds the Host check, the token and the headers)."""
+    csrf = secrets.token_urlsafe(32)
+
+    def api(
+        func: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def wrapped(request: Request) -> Response:
+            try:
+                return await func(request)
+            except BadRequest as exc:
+                return _error(400, str(exc))
+            except AgentlogError as exc:
+                # A store's own refusal (a bad id, a missing record): the caller's.
+                return _error(400 if isinstance(exc, ValueError) else 404, str(exc))
+
+        return wrapped
+
+    shell = _static("page.html").decode()
+    shells = {
+        path: shell.replace("{page}", name).replace("{title}", title).encode()
+        for path, (name, title) in _PAGES.items()
+    }
+
+    async def page(request: Request) -> Response:
+        return Response(shells[request.url.path], media_type=_STATIC_TYPES[".html"])
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        kind = name[name.rfind(".") :]
+        if "/" in name or kind not in (".js", ".css"):
+            raise HTTPException(404)
+        try:
+            body = _static(name)
+        except (FileNotFoundError, IsADirectoryError):
+            raise HTTPException(404) from None
+        return Response(body, media_type=_STATIC_TYPES[kind])
+
+    @api
+    async def config(request: Request) -> Response:
+        tenants = await run_in_threadpool(source.tenants)
+        return _json(
+            {
+                "store": source.location,
+                "kind": source.kind,
+                "tenant": source.tenant,
+                "tenants": tenants,
+                "allow_writes": source.allow_writes,
+                "csrf": csrf if source.allow_writes else None,
+                "has_stores": source.storage is not None,
+            }
+        )
+
+    @api
+    async def sessions(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        found = await run_in_threadpool(
+            source.sessions,
+            tenant,
+            cursor=request.query_params.get("cursor") or None,
+            limit=_limit(request, 50),
+            query=request.query_params.get("q") or None,
+        )
+        return _json(found)
+
+    @api
+    async def sessions_stream(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        limit = _limit(request, 50)
+        query = request.query_params.get("q") or None
+        source.log(tenant)  # a bad tenant is refused before the stream starts
+
+        async def stream() -> AsyncIterator[bytes]:
+            last: bytes | None = None
+            idle = 0.0
+            while True:
+                started = time.monotonic()
+                found = await run_in_threadpool(
+                    source.sessions, tenant, cursor=None, limit=limit, query=query
+                )
+                # A list that is slow to read (a huge store) is looked at
+                # less often: the viewer never spends most of its time on it.
+                pause = max(LIST_POLL_SECONDS, 4 * (time.monotonic() - started))
+                data = orjson.dumps(found)
+                if data != last:
+                    last, idle = data, 0.0
+                    yield _sse("sessions", data)
+                elif idle >= HEARTBEAT_SECONDS:
+                    idle = 0.0
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(pause)
+                idle += pause
+
+        return _event_stream(stream())
+
+    @api
+    async def session(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        session_id = check_id(request.path_params["session_id"])
+        found = await run_in_threadpool(source.session, tenant, session_id)
+        if found is None:
+            return _error(404, f"no session {session_id!r} in tenant {tenant!r}")
+        return _json(found)
+
+    @api
+    async def events(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        session_id = check_id(request.path_params["session_id"])
+        after = _int(request, "after", None)
+        before = _int(request, "before", None, low=1)
+        if after is not None and before is not None:
+            raise BadRequest("give after or before, not both")
+        found = await run_in_threadpool(
+            source.events,
+            tenant,
+            session_id,
+            after=after,
+            before=before,
+            limit=_limit(request, 200),
+        )
+        return Response(found, media_type="application/json")
+
+    @api
+    async def tail(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        session_id = check_id(request.path_params["session_id"])
+        # A reconnect names the last event it had; a first connect, ?after=.
+        resume = request.headers.get("last-event-id")
+        if resume is not None and resume.isdigit():
+            after = min(int(resume), MAX_POSITION)
+        else:
+            after = _int(request, "after", 0) or 0
+        log = await run_in_threadpool(source.async_log, tenant)
+        return _event_stream(_tail(log, session_id, after))
+
+    @api
+    async def write(request: Request) -> Response:
+        if not source.allow_writes:
+            return _error(403, "this viewer is read-only (start it with --allow-writes)")
+        if not same_secret(request.headers.get(CSRF_HEADER), csrf):
+            return _error(403, "missing or wrong CSRF token")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return _error(403, "cross-site request refused")
+        if request.headers.get("content-type", "").split(";")[0] != "application/json":
+            return _error(415, "send the request as application/json")
+        tenant = _tenant(request, source)
+        session_id = check_id(request.path_params["session_id"])
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            raise BadRequest("the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        log = source.log(tenant)
+        if request.path_params["action"] == "fork":
+            at, new_id = body.get("at"), body.get("new_session_id")
+            if not isinstance(at, int) or isinstance(at, bool) or not isinstance(new_id, str):
+                raise BadRequest("fork takes {'at': seq, 'new_session_id': id}")
+            head = await run_in_threadpool(log.fork, session_id, at, check_id(new_id))
+            return _json({"session_id": new_id, "head": head})
+        to = body.get("to")
+        if not isinstance(to, int) or isinstance(to, bool):
+            raise BadRequest("truncate takes {'to': seq}")
+        head = await run_in_threadpool(log.truncate, session_id, to)
+        return _json({"session_id": session_id, "head": head})
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)  # none: a browser's look for one is not a 404
+
+    async def openapi(request: Request) -> Response:
+        return _json(openapi_document())
+
+    from .pages import store_routes
+
+    routes = [
+        *(Route(path, page) for path in _PAGES),
+        Route("/static/{name}", static),
+        Route("/favicon.ico", favicon),
+        Route("/api/openapi.json", openapi),
+        Route("/api/config", config),
+        Route("/api/sessions", sessions),
+        Route("/api/sessions/stream", sessions_stream),
+        Route("/api/sessions/{session_id}", session),
+        Route("/api/sessions/{session_id}/events", events),
+        Route("/api/sessions/{session_id}/tail", tail),
+        Route("/api/sessions/{session_id}/{action:str}", write, methods=["POST"]),
+        *store_routes(source, api),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(source.close)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 404
+        return _error(status, "no such page" if status == 404 else "method not allowed")
+
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: not_found},
+    )
+
+
+def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        body,
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
+
+
+@dataclass(frozen=True)
+class _End:
+    """The last message of a tail: why it ended."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
+    """A session's events after ``after`` as SSE, then each one as it is
+    committed; a truncate under the viewer is an ``truncated`` event, last."""
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+
+    async def pump() -> None:
+        try:
+            async for event in log.follow(session_id, after):
+                await queue.put(event)
+        except SessionTruncatedError:
+            head = await log.head(session_id)
+            await queue.put(_End("truncated", {"head": head}))
+        except AgentlogError as exc:
+            await queue.put(_End("error", {"error": str(exc)}))
+
+    task = asyncio.ensure_future(pump())
+    try:
+        yield b"retry: 1000\n\n"
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS)
+            except asyncio.TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if isinstance(item, _End):
+                yield _sse(item.kind, orjson.dumps(item.data))
+                return
+            yield _sse("event", event_bytes(item), item.seq)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def guarded_app(source: Source, *, token: str | None) -> Guard:
+    """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`."""
+    return Guard(create_app(source), token=token)

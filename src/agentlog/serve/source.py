@@ -1,0 +1,248 @@
+"""What the viewer reads: one store, opened per tenant, through the public API.
+
+The viewer never opens a store itself (the command line does, read-only
+unless ``--allow-writes``): it is given an opener, ``tenant -> checkpointer``,
+and keeps one checkpointer per tenant it was asked about. Every call here is
+blocking; the web layer runs them on its worker threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..aio import AsyncBaseCheckpointer
+from ..events import SessionListing, StoredEvent, check_session_id
+from ..log import BaseCheckpointer
+from ..stores import DEFAULT_TENANT
+
+__all__ = [
+    "MAX_PAGE",
+    "BadRequest",
+    "Source",
+    "event_bytes",
+    "listing_json",
+    "page_sessions",
+]
+
+#: The most rows or events one API page returns.
+MAX_PAGE = 1000
+
+
+class BadRequest(ValueError):
+    """A request the API refuses with 400 (its message is shown to the caller)."""
+
+
+def event_bytes(event: StoredEvent) -> bytes:
+    """An event as the API shows it (seq, parent_seq, ts, type and the event
+    itself), as JSON. The event is encoded on its own and set in
+    place, so that an event as deep as the store accepts (its encoder's
+    limit) is not refused for the one level the wrapper adds."""
+    head = orjson.dumps([event.seq, event.parent_seq, event.ts, event.type])
+    seq, parent, ts, kind = head[1:-1].split(b",", 3)
+    return b'{"seq":%s,"parent_seq":%s,"ts":%s,"type":%s,"event":%s}' % (
+        seq,
+        parent,
+        ts,
+        kind,
+        orjson.dumps(event.event),
+    )
+
+
+def _metadata_text(metadata: Any) -> tuple[str | None, list[str]]:
+    """The title and tags a session's metadata names (when it is a mapping)."""
+    if not isinstance(metadata, Mapping):
+        return None, []
+    title = metadata.get("title")
+    tags = metadata.get("tags")
+    tag_list = [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+    return (title if isinstance(title, str) else None), tag_list
+
+
+def listing_json(row: SessionListing) -> dict[str, Any]:
+    """A session row as the API shows it."""
+    title, tags = _metadata_text(row.metadata)
+    return {
+        "id": row.id,
+        "mtime": row.mtime,
+        "head": row.head,
+        "title": title,
+        "tags": tags,
+        "metadata": row.metadata,
+    }
+
+
+def _encode_cursor(row: SessionListing) -> str:
+    raw = orjson.dumps([row.mtime, row.id])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        mtime, session_id = orjson.loads(raw)
+        if not isinstance(session_id, str) or isinstance(mtime, bool):
+            raise TypeError
+        return float(mtime), session_id
+    except (binascii.Error, orjson.JSONDecodeError, TypeError, ValueError):
+        raise BadRequest("cursor is not one this API gave out") from None
+
+
+def _matches(row: SessionListing, needle: str) -> bool:
+    if needle in row.id.casefold():
+        return True
+    title, tags = _metadata_text(row.metadata)
+    if title is not None and needle in title.casefold():
+        return True
+    return any(needle in tag.casefold() for tag in tags)
+
+
+def page_sessions(
+    rows: Iterable[SessionListing], *, cursor: str | None, limit: int, query: str | None
+) -> tuple[list[SessionListing], str | None]:
+    """One page of ``rows``, most recently active first (ties by id), after
+    ``cursor``, those whose id, title or a tag holds ``query``; and the
+    cursor of the next page (None: this is the last)."""
+    key: Callable[[SessionListing], tuple[float, str]] = lambda r: (-r.mtime, r.id)  # noqa: E731
+    ordered = sorted(rows, key=key)
+    if cursor is not None:
+        mtime, session_id = _decode_cursor(cursor)
+        after = (-mtime, session_id)
+        ordered = [r for r in ordered if key(r) > after]
+    if query:
+        needle = query.casefold()
+        ordered = [r for r in ordered if _matches(r, needle)]
+    page = ordered[: limit + 1]
+    if len(page) > limit:
+        return page[:limit], _encode_cursor(page[limit - 1])
+    return page, None
+
+
+@dataclass
+class Source:
+    """The store the viewer shows: ``open(tenant)`` gives its checkpointer."""
+
+    open: Callable[[str], BaseCheckpointer]
+    """Opens the store for one tenant (read-only unless writes are allowed)."""
+    location: str
+    """The store as the user named it (its password hidden), for display."""
+    kind: str
+    """``sqlite``, ``files`` or ``postgres``."""
+    tenant: str = DEFAULT_TENANT
+    """The tenant shown first."""
+    allow_writes: bool = False
+    """Whether fork and truncate are offered."""
+    storage: Callable[[], Any] | None = None
+    """Opens the four stores (SQLite and PostgreSQL), or None (a file store)."""
+    _logs: dict[str, BaseCheckpointer] = field(default_factory=dict)
+    _async: dict[str, AsyncBaseCheckpointer] = field(default_factory=dict)
+    _storage: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def log(self, tenant: str) -> BaseCheckpointer:
+        """The checkpointer of ``tenant`` (opened on first use)."""
+        with self._lock:
+            found = self._logs.get(tenant)
+            if found is None:
+                if self.kind == "files" and tenant != DEFAULT_TENANT:
+                    raise BadRequest("a file store has no tenants")
+                found = self._logs[tenant] = self.open(tenant)
+            return found
+
+    def keep(self, tenant: str, log: BaseCheckpointer) -> None:
+        """Use ``log``, already open, for ``tenant`` (closed with the viewer)."""
+        with self._lock:
+            self._logs[tenant] = log
+
+    def async_log(self, tenant: str) -> AsyncBaseCheckpointer:
+        """The async twin of :meth:`log` (for the live tail's follow)."""
+        log = self.log(tenant)
+        with self._lock:
+            found = self._async.get(tenant)
+            if found is None:
+                found = self._async[tenant] = AsyncBaseCheckpointer(log)
+            return found
+
+    def stores(self) -> Any:
+        """The four stores, opened on first use; None for a file store."""
+        if self.storage is None:
+            return None
+        with self._lock:
+            if self._storage is None:
+                self._storage = self.storage()
+            return self._storage
+
+    def tenants(self) -> list[str]:
+        """Every tenant with sessions, and the one shown first."""
+        log = self.log(self.tenant)
+        found = {self.tenant}
+        every = getattr(log, "list_all_tenants", None)
+        if every is not None:
+            found.update(tenant for tenant, _ in every())
+        return sorted(found)
+
+    def sessions(
+        self, tenant: str, *, cursor: str | None, limit: int, query: str | None
+    ) -> dict[str, Any]:
+        """A page of ``tenant``'s sessions, as the API returns it."""
+        rows, after = page_sessions(
+            self.log(tenant).list(with_metadata=True), cursor=cursor, limit=limit, query=query
+        )
+        return {"sessions": [listing_json(r) for r in rows], "next_cursor": after}
+
+    def session(self, tenant: str, session_id: str) -> dict[str, Any] | None:
+        """A session's head and metadata; None when there is no such session."""
+        log = self.log(tenant)
+        head = log.head(session_id)
+        meta = log.metadata(session_id)
+        if head == 0 and meta.revision == 0:
+            return None
+        title, tags = _metadata_text(meta.value)
+        return {
+            "id": session_id,
+            "tenant": tenant,
+            "head": head,
+            "revision": meta.revision,
+            "metadata": meta.value,
+            "title": title,
+            "tags": tags,
+        }
+
+    def events(
+        self, tenant: str, session_id: str, *, after: int | None, before: int | None, limit: int
+    ) -> bytes:
+        """A page of a session's events, as JSON: after seq ``after``, or the last
+        ``limit`` before seq ``before`` (neither: the session's last page)."""
+        log = self.log(tenant)
+        head = log.head(session_id)
+        if after is None:
+            end = head + 1 if before is None else min(before, head + 1)
+            after = max(0, end - 1 - limit)
+            limit = max(0, end - 1 - after)
+        events = log.read(session_id, since_seq=after, limit=limit) if limit else iter(())
+        return b'{"head":%d,"events":[%s]}' % (head, b",".join(map(event_bytes, events)))
+
+    def close(self) -> None:
+        """Close every checkpointer (and the stores) the viewer opened."""
+        with self._lock:
+            logs, self._logs = list(self._logs.values()), {}
+            self._async.clear()
+            storage, self._storage = self._storage, None
+        for log in logs:
+            log.close()
+        if storage is not None:
+            storage.close()
+
+
+def check_id(value: str) -> str:
+    """A session id from a URL, by the store's rules (a 400 otherwise)."""
+    try:
+        return check_session_id(value)
+    except (ValueError, TypeError) as exc:
+        raise BadRequest(str(exc)) from None

@@ -1,0 +1,150 @@
+"""The viewer's fixtures: a store of each kind, and a viewer served on a real port.
+
+A store is written through the public API (the writer), then shown by a
+viewer opened as ``agentlog serve`` opens it (read-only), served by uvicorn
+on a free loopback port in a thread of the test process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+import uvicorn
+
+from agentlog import FileCheckpointer, SqliteCheckpointer
+from agentlog.cli.serve import viewer_source
+from agentlog.serve import Source, guarded_app
+
+from ..conftest import postgres_conninfo, postgres_schema
+from ..waiting import wait_until
+
+KINDS = ["sqlite", "files", "postgres"]
+
+
+@dataclass
+class Store:
+    """A store of one kind: where it is, and how the test writes to it."""
+
+    kind: str
+    location: str
+    schema: str | None = None
+    opened: list[Any] = field(default_factory=list)
+
+    def writer(self, tenant: str = "default") -> Any:
+        """A writable checkpointer of the store (closed at the test's end)."""
+        if self.kind == "sqlite":
+            log: Any = SqliteCheckpointer(self.location, tenant=tenant)
+        elif self.kind == "files":
+            log = FileCheckpointer(self.location)
+        else:
+            from agentlog import PostgresCheckpointer
+
+            log = PostgresCheckpointer(
+                self.location, schema=self.schema, tenant=tenant, pool_max_size=2
+            )
+        self.opened.append(log)
+        return log
+
+    def args(self, tenant: str = "default", allow_writes: bool = False) -> argparse.Namespace:
+        """What ``agentlog serve`` parses for this store."""
+        return argparse.Namespace(
+            store=self.location, tenant=tenant, schema=self.schema, allow_writes=allow_writes
+        )
+
+    def source(self, tenant: str = "default", allow_writes: bool = False) -> Source:
+        """The viewer's source, opened as the command opens it."""
+        found: Source = viewer_source(self.args(tenant, allow_writes))
+        return found
+
+
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """A new, empty store of ``kind`` (created by its writer)."""
+    if kind == "postgres":
+        request.getfixturevalue("postgres_server")
+        store = Store(kind, postgres_conninfo(), postgres_schema(tmp_path))
+    elif kind == "files":
+        store = Store(kind, str(tmp_path / "files"))
+    else:
+        store = Store(kind, str(tmp_path / "sessions.db"))
+    store.writer().close()  # creates it
+    store.opened.clear()
+    try:
+        yield store
+    finally:
+        for log in store.opened:
+            log.close()
+        if kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(postgres_conninfo(), autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {store.schema} CASCADE")
+
+
+@pytest.fixture(params=KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A new store of each kind in turn."""
+    yield from make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A new SQLite store."""
+    yield from make_store("sqlite", tmp_path, request)
+
+
+class Viewer:
+    """A viewer served by uvicorn on a free port, in a thread."""
+
+    def __init__(self, source: Source, *, host: str = "127.0.0.1", token: str | None = None):
+        self.source = source
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((host, 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            guarded_app(source, token=token),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> Viewer:
+        self.thread.start()
+        assert wait_until(lambda: self.server.started or not self.thread.is_alive())
+        assert self.server.started
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Viewer]]:
+    """Start a viewer of a source (stopped at the test's end)."""
+    started: list[Viewer] = []
+
+    def start(source: Source, **options: Any) -> Viewer:
+        viewer = Viewer(source, **options).__enter__()
+        started.append(viewer)
+        return viewer
+
+    yield start
+    for viewer in reversed(started):
+        viewer.__exit__()

@@ -1,0 +1,99 @@
+"""The API fuzzed against its own OpenAPI document: whatever a caller sends
+to the paths it lists, the answer is never a 500 (hypothesis drives it)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from typing import Any
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+pytest.importorskip("httpx")  # Starlette's test client
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from starlette.testclient import TestClient  # noqa: E402
+
+from agentlog.serve import guarded_app  # noqa: E402
+from agentlog.serve.openapi import openapi_document  # noqa: E402
+
+from .conftest import Store  # noqa: E402
+
+#: Streams that never end on their own: fuzzed for their refusals only (a
+#: request they accept would hold the test open), in test_api.
+STREAMS = ("/tail", "/stream")
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+
+
+def _value(schema: dict[str, Any]) -> st.SearchStrategy[str]:
+    """Values for a parameter: mostly of its schema's kind, sometimes anything."""
+    if schema.get("type") == "integer":
+        typed = st.integers(schema.get("minimum", -(10**20)) - 2, schema.get("maximum", 10**20) + 2)
+        return st.one_of(typed.map(str), TEXT)
+    if "enum" in schema:
+        return st.one_of(st.sampled_from(schema["enum"]), TEXT)
+    return TEXT
+
+
+def _requests() -> st.SearchStrategy[tuple[str, str, str, dict[str, str]]]:
+    choices = []
+    for path, item in openapi_document()["paths"].items():
+        for method, operation in item.items():
+            if any(path.endswith(end) for end in STREAMS):
+                continue
+            params = operation.get("parameters", [])
+            path_params = {
+                p["name"]: st.one_of(st.just("s"), TEXT.filter(bool))
+                for p in params
+                if p["in"] == "path"
+            }
+            if "action" in path_params:
+                path_params["action"] = st.sampled_from(["fork", "truncate", "x"])
+            query = {p["name"]: _value(p["schema"]) for p in params if p["in"] == "query"}
+            choices.append(
+                st.tuples(
+                    st.just(method),
+                    st.just(path),
+                    st.fixed_dictionaries(path_params),
+                    st.fixed_dictionaries({}, optional=query),
+                    st.one_of(st.none(), st.dictionaries(TEXT, st.integers() | TEXT, max_size=3)),
+                ).map(_build)
+            )
+    return st.one_of(choices)
+
+
+def _build(parts: tuple[Any, ...]) -> tuple[str, str, str, dict[str, str]]:
+    method, path, path_params, query, body = parts
+    for name, value in path_params.items():
+        path = path.replace("{" + name + "}", urllib.parse.quote(value, safe=""))
+    return method, path, urllib.parse.urlencode(query), body
+
+
+def test_no_request_the_document_describes_is_a_500(sqlite_store: Store) -> None:
+    log = sqlite_store.writer()
+    log.append("s", [{"type": "user", "content": str(n)} for n in range(5)])
+    source = sqlite_store.source(allow_writes=True)
+    with TestClient(guarded_app(source, token=None), base_url="http://127.0.0.1") as client:
+        csrf = client.get("/api/config").json()["csrf"]
+
+        @settings(
+            max_examples=300,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )
+        @given(_requests())
+        def check(request: tuple[str, str, str, Any]) -> None:
+            method, path, query, body = request
+            url = path + ("?" + query if query else "")
+            if method == "get":
+                reply = client.get(url)
+            else:
+                reply = client.post(url, json=body, headers={"x-agentlog-csrf": csrf})
+            assert reply.status_code < 500, (method, url, reply.status_code, reply.text[:300])
+            if path.startswith("/api/") and "/download" not in path:
+                assert reply.headers["content-type"].startswith("application/json"), url
+                assert reply.headers["x-content-type-options"] == "nosniff"
+
+        check()
