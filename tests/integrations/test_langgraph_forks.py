@@ -19,19 +19,12 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-from ..conftest import extensions_required
+# First: test_langgraph's guard skips (or fails) this module too without langgraph.
+from .test_langgraph import BaseCheckpointSaver, Command, InMemorySaver, RunnableConfig
 
-try:
-    from langchain_core.runnables import RunnableConfig
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import START, StateGraph
-    from langgraph.types import Command, interrupt
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    reason = f"langgraph is not installed ({exc}); pip install -e '.[langgraph]'"
-    if extensions_required():
-        pytest.fail(f"{reason} (AGENTLOG_REQUIRE_EXTENSIONS is set)", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
+# isort: split
+from langgraph.graph import START, StateGraph
+from langgraph.types import interrupt
 
 from agentlog.integrations.langgraph import AgentlogSaver, AsyncAgentlogSaver
 
