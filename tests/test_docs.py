@@ -174,6 +174,7 @@ def run_page(page: Path, cwd: Path, env: dict[str, str]) -> None:
 EXTRAS = {
     "agentlog.integrations.openai_agents": ("agents", "openai-agents"),
     "agentlog.integrations.langgraph": ("langgraph", "langgraph"),
+    "agentlog.integrations.pydantic_ai": ("pydantic_ai", "pydantic-ai"),
 }
 
 
