@@ -175,6 +175,7 @@ EXTRAS = {
     "agentlog.integrations.openai_agents": ("agents", "openai-agents"),
     "agentlog.integrations.langgraph": ("langgraph", "langgraph"),
     "agentlog.integrations.google_adk": ("google.adk", "google-adk"),
+    "agentlog.integrations.pydantic_ai": ("pydantic_ai", "pydantic-ai"),
 }
 
 

@@ -778,3 +778,99 @@ def test_the_benchmark_runs_quick(tmp_path: Path) -> None:
     assert {row["steps"] for row in rows} == {200, 1000}
     for row in rows:
         assert row["us_per_step"] > 0 and row["bytes_per_step"] > 0 and row["resume_ms"] > 0
+
+
+# -- a provider-executed tool item beside a local tool failure --------------------------
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("scenario", ["completed", "anonymous", "incomplete"])
+def test_a_provider_tool_search_survives_a_local_failure(
+    open_log: Callable[[], AsyncCheckpointer], streaming: bool, scenario: str
+) -> None:
+    """The model's turn holds a tool search the provider ran (call and output)
+    and a local tool that fails: the SDK saves the completed provider items
+    before raising, and the session must keep them (an anonymous search, no
+    call id, too), as the SDK's SQLiteSession does."""
+    testing = pytest.importorskip("agents.testing", reason="the SDK's scripted model")
+    responses = pytest.importorskip("openai.types.responses")
+    if not hasattr(responses, "ResponseToolSearchCall"):
+        pytest.skip("this openai release has no tool search items")
+    from agents import Agent, Runner, UserError
+    from agents.decorators import tool
+
+    @tool(failure_error_function=None)
+    async def broken() -> str:
+        raise ValueError("the local tool failed")
+
+    call_id = None if scenario == "anonymous" else "search-1"
+    search = responses.ResponseToolSearchCall(
+        id="ts_call",
+        call_id=call_id,
+        type="tool_search_call",
+        execution="server",
+        status="completed",
+        arguments={"query": "invoices"},
+    )
+    found = responses.ResponseToolSearchOutputItem(
+        id="ts_output",
+        call_id=call_id,
+        type="tool_search_output",
+        execution="server",
+        status="incomplete" if scenario == "incomplete" else "completed",
+        tools=[{"type": "function", "name": "invoices", "parameters": {"type": "object"}}],
+    )
+
+    output = [search, found, testing.function_call("broken", {}, call_id="local-1")]
+
+    def first_step() -> Any:
+        if not streaming:
+            return output
+        # A scripted stream needs the exact events: here, only the completed response.
+        response = responses.Response(
+            id="resp-1",
+            created_at=0,
+            model="scripted",
+            object="response",
+            output=output,
+            parallel_tool_calls=False,
+            tool_choice="auto",
+            tools=[],
+        )
+        done = responses.ResponseCompletedEvent(
+            type="response.completed", response=response, sequence_number=0
+        )
+        return testing.ModelStep.stream([done], output=output)
+
+    async def turn(session: Any) -> tuple[list[Any], list[Any]]:
+        model = testing.ScriptedModel([first_step(), [testing.assistant_message("done")]])
+        agent = Agent(name="finder", model=model, tools=[broken])
+        with pytest.raises(UserError, match="the local tool failed"):
+            if streaming:
+                streamed = Runner.run_streamed(agent, "find my invoices", session=session)
+                async for _ in streamed.stream_events():
+                    pass
+            else:
+                await Runner.run(agent, "find my invoices", session=session)
+        stored = await session.get_items()
+        await Runner.run(agent, "go on", session=session)
+        return stored, list(model.calls[-1].input)
+
+    async def main() -> tuple[Any, Any]:
+        async with open_log() as log:
+            ours = await turn(AgentlogSession("s", log))
+        reference = SQLiteSession("s")
+        try:
+            return ours, await turn(reference)
+        finally:
+            reference.close()
+
+    (stored, sent), (their_stored, their_sent) = run(main)
+    expected = (
+        []
+        if scenario == "incomplete"  # the SDK itself drops an incomplete search
+        else [search.model_dump(exclude_unset=True), found.model_dump(exclude_unset=True)]
+    )
+    assert stored[1:] == expected
+    assert (stored, sent) == (their_stored, their_sent)
+    assert sent[1:-1] == expected  # and the next turn sends them to the model

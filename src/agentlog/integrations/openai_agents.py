@@ -20,6 +20,8 @@ equal, whatever its type) beside the fields agentlog's own event types need:
   they are a JSON object in a string, as a ``function_call``'s are);
 * a tool call's output (``function_call_output`` …) → a ``tool_result``
   event (``tool_use_id`` = the call id, ``content`` = the output);
+* a call or output without a call id (a provider-executed tool search the
+  provider left anonymous) → ``context_view``: it pairs with nothing;
 * anything else (system and developer messages, reasoning, hosted tool
   calls, item references, kinds the SDK adds later) → ``context_view``, the
   bookkeeping type that folding skips.
@@ -86,6 +88,11 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
         if item.get("content") is None:  # nothing to fold: kept, as bookkeeping
             return {"type": "context_view", ITEM_FIELD: item}
         return {"type": role, "content": item.get("content"), ITEM_FIELD: item}
+    call_id = item.get("call_id", item.get("id"))
+    if call_id is None and (kind in _CALL_OUTPUTS or kind in _OUTPUTS):
+        # A provider-executed call or output without a call id (an anonymous
+        # tool search) pairs with nothing: kept whole, as bookkeeping.
+        return {"type": "context_view", ITEM_FIELD: item}
     if isinstance(kind, str) and kind in _CALL_OUTPUTS:
         tool_input = next((item[f] for f in _CALL_INPUT_FIELDS if f in item), None)
         if isinstance(tool_input, str) and tool_input.startswith("{"):
@@ -94,7 +101,7 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
             tool_input = _json_object_or_text(tool_input)
         block = {
             "type": "tool_use",
-            "id": item.get("call_id", item.get("id")),
+            "id": call_id,
             "name": item.get("name", kind),
             "input": tool_input,
         }
@@ -102,7 +109,7 @@ def event_of_item(item: Mapping[str, Any]) -> dict[str, Any]:
     if kind in _OUTPUTS:
         return {
             "type": "tool_result",
-            "tool_use_id": item.get("call_id", item.get("id")),
+            "tool_use_id": call_id,
             "content": item.get("output"),
             ITEM_FIELD: item,
         }

@@ -22,7 +22,8 @@ session's approximate byte offset after the event):
   checkpoint is rebuilt from), ``ck`` (the checkpoint without its
   ``channel_values``, through the saver's ``serde``), ``m`` (metadata, as
   JSON; ``mt`` through ``serde`` when JSON cannot hold it) and ``v``, the
-  channel values **that changed**: for each channel in ``new_versions`` a
+  channel values **that changed**: for each channel in ``new_versions`` (or
+  whose version is not the parent's, as in a ``__copy__`` fork) a
   blob — ``["f", type, data]`` the whole value, ``["x", type, data]`` a
   list that extends the parent's value (only the new tail is stored: the
   usual ``messages`` channel), or ``["e"]`` (the channel is empty).

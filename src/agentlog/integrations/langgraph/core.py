@@ -457,12 +457,12 @@ class Core:
             )
             event["v"] = blobs
             event["o"] = off + event_size(event)
-            return event, ChannelState(seq, values, sizes, seq, lists)
+            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions))
         values = dict(parent.values)
         sizes = dict(parent.sizes)
         lists = dict(parent.lists)
         blobs = {}
-        for k in new_versions:
+        for k in self._changed(sess, parent, versions, new_versions):
             if k not in incoming:
                 blobs[k] = ["e"]
                 values.pop(k, None)
@@ -501,9 +501,29 @@ class Core:
             event["v"] = full
             size = event_size(event)
             event["o"] = off + size
-            return event, ChannelState(seq, values, sizes, seq, lists)
+            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions))
         event["o"] = off + size
-        return event, ChannelState(seq, values, sizes, parent.root, lists)
+        return event, ChannelState(seq, values, sizes, parent.root, lists, dict(versions))
+
+    def _changed(
+        self,
+        sess: SessionIndex,
+        parent: ChannelState,
+        versions: ChannelVersions,
+        new_versions: ChannelVersions,
+    ) -> builtins.list[str]:
+        """The channels a child must store: ``new_versions``, and any other
+        whose version is not its parent's — a ``__copy__`` fork puts the
+        copied checkpoint under the copy's parent with no new versions."""
+        prior = parent.versions
+        if prior is None:
+            body = self.loads(*self._event(sess.sid, parent.seq)["ck"])
+            prior = dict(body.get("channel_versions") or {}) if isinstance(body, dict) else {}
+            parent.versions = prior
+        return [
+            *new_versions,
+            *(k for k, v in versions.items() if k not in new_versions and prior.get(k) != v),
+        ]
 
     def _ckpt_event(
         self,

@@ -35,6 +35,8 @@ class ChannelState:
     root: int
     # For list values: the element references as of this checkpoint.
     lists: dict[str, list[Any]] = field(default_factory=dict)
+    # The checkpoint's channel versions, when known without a read.
+    versions: dict[str, Any] | None = None
 
 
 @dataclass

@@ -76,20 +76,22 @@ class SaverBase(BaseCheckpointSaver[int]):
         for item in self.list(config, filter=filter, before=before, limit=limit):
             yield item
 
-    def get_next_version(self, current: int | None, channel: None) -> int:
+    def get_next_version(self, current: int | str | None, channel: None) -> Any:
         """The next version: 1, 2, 3 … per channel (LangGraph's default).
 
         Savers that key stored values by version add a random suffix so two
         branches never share a key; values here are found along the parent
         chain, not by version, so plain integers do — and every checkpoint's
-        ``channel_versions`` and ``versions_seen`` stay short. (A version
-        another saver wrote, ``"000…7.0.123"``, continues from its number.)
+        ``channel_versions`` and ``versions_seen`` stay short. A thread
+        another saver (or an older release) wrote holds strings,
+        ``"000…7.0.123"``: it continues in their form, ``"000…8.0"``, since
+        LangGraph compares a checkpoint's versions with each other.
         """
         if current is None:
             return 1
         if isinstance(current, int):
             return current + 1
-        return int(str(current).split(".")[0]) + 1
+        return f"{int(current.split('.')[0]) + 1:032}.0"
 
 
 class AgentlogSaver(SaverBase):
