@@ -15,12 +15,17 @@ async pool.
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
 coroutines, every write of the four on one writer per storage.
+
+:class:`IdempotencyKeyError` and :class:`OutcomeUnknownError` (an append's
+``key`` reused with other events; an unkeyed append lost around its commit)
+are the synchronous package's, named here too.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import IdempotencyKeyError, OutcomeUnknownError
 from .checkpointer import (
     AsyncBaseCheckpointer,
     AsyncFileCheckpointer,
@@ -59,6 +64,8 @@ __all__ = [
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",
     "AsyncStorage",
+    "IdempotencyKeyError",
+    "OutcomeUnknownError",
 ]
 
 
