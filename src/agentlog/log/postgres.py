@@ -70,6 +70,10 @@ class PostgresCheckpointer(BaseCheckpointer):
       (``append(..., key=...)``) in that case is tried again on another
       connection, where its key tells whether it committed: its real
       outcome is returned. The pool replaces broken connections by itself.
+    * ``client_timeout`` (seconds, 60 unless told; ``None``: none) gives up a
+      call whose server stops answering while its connection stays up (a
+      black-holed network, which keepalives never notice): it is then a
+      lost connection, never a hang.
     * ``follow()`` is woken by ``LISTEN``/``NOTIFY``: every write notifies
       the store's channel in its own transaction (``notify=False`` turns
       that off; followers then poll). While a follower runs, one listening
@@ -101,6 +105,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         notify: bool = True,
         create: bool = True,
         read_only: bool = False,
+        client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
         self._db = PostgresDatabase(
@@ -114,6 +119,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             notify=notify,
             create=create,
             read_only=read_only,
+            client_timeout=client_timeout,
         )
         self._owns_db = True
         self._init_following()
