@@ -338,14 +338,7 @@ class BaseCheckpointer(Closable, ABC):
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int: ...
 
-    def _append_keyed(
-        self,
-        session_id: str,
-        batch: EncodedBatch,
-        expected_head: int | None,
-        ts: float,
-        key: AppendKey,
-    ) -> int:
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
         """:meth:`_append` of a non-empty batch under ``key``, atomically with the
         look-up: when the session holds the key, write nothing and return
         ``key.replay(...)`` of what is stored (before any ``expected_head``
@@ -456,7 +449,8 @@ class BaseCheckpointer(Closable, ABC):
         if keyed is None or not batch:
             head = self._append(session_id, batch, expected_head, time.time())
         else:
-            head = self._append_keyed(session_id, batch, expected_head, time.time(), keyed)
+            prepared = PreparedAppend(session_id, batch, expected_head)
+            head = self._append_keyed(prepared, time.time(), keyed)
         self._notify_commit()
         return head
 

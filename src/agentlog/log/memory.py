@@ -17,7 +17,7 @@ from ..engine.memory import Entry, MemoryLog, MemorySession
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
 from ..events import AppendKey, EncodedBatch, SessionInfo, StoredEvent, decode_payload
-from .contract import BaseCheckpointer, CommitSignal, metadata_conflict
+from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, metadata_conflict
 
 __all__ = ["Entry", "MemoryCheckpointer", "MemoryLog", "MemorySession"]
 
@@ -84,14 +84,8 @@ class MemoryCheckpointer(BaseCheckpointer):
             log.touch(session, ts).journal.extend(rows)  # the whole batch, or none of it
             return session.head
 
-    def _append_keyed(
-        self,
-        session_id: str,
-        batch: EncodedBatch,
-        expected_head: int | None,
-        ts: float,
-        key: AppendKey,
-    ) -> int:
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
         log = self._log
         with log.lock:  # reentrant: the look-up and the append are one step
             self._check_open()

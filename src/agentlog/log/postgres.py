@@ -267,18 +267,12 @@ class PostgresCheckpointer(BaseCheckpointer):
                 raise outcome_unknown("appending", exc) from exc
             raise
 
-    def _append_keyed(
-        self,
-        session_id: str,
-        batch: EncodedBatch,
-        expected_head: int | None,
-        ts: float,
-        key: AppendKey,
-    ) -> int:
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
         """A keyed append, resolved when its connection is lost: it is tried
         again on another connection, where the key's row tells whether the
         first try committed (then its head is returned, nothing written) —
         the claim waits for a first try the server is still finishing."""
+        session_id, batch, expected_head = append
         db = self._db
         db.check_writable("appending")
         if (oversized := oversized_batch(batch)) is not None:
@@ -287,9 +281,9 @@ class PostgresCheckpointer(BaseCheckpointer):
         # As a read: after as many tries as the pool holds connections, a fresh one.
         attempts = db.pool.max_size + 1
         for attempt in range(1, attempts + 1):
-            append = operations.append_keyed(db.q, self._tenant, request, ts, db.notify, key)
+            keyed = operations.append_keyed(db.q, self._tenant, request, ts, db.notify, key)
             try:
-                return db.write("appending", append)
+                return db.write("appending", keyed)
             except StorageUnavailableError as exc:
                 if attempt == attempts or not connection_lost(exc):
                     raise

@@ -325,14 +325,8 @@ class SqliteCheckpointer(BaseCheckpointer):
     ) -> int:
         return self._engine.append(self._tenant, session_id, expected_head, ts, batch)
 
-    def _append_keyed(
-        self,
-        session_id: str,
-        batch: EncodedBatch,
-        expected_head: int | None,
-        ts: float,
-        key: AppendKey,
-    ) -> int:
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
         return self._engine.append_keyed(self._tenant, session_id, expected_head, ts, batch, key)
 
     def _append_many(

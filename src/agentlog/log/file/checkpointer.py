@@ -32,7 +32,13 @@ from ...errors import (
 from ...events import AppendKey, EncodedBatch, SessionInfo, StoredEvent
 from ...files import DEFAULT_FILE_MODE, check_file_mode
 from ...integrity import DamagedEvent, Progress, describe_damage
-from ..contract import WOULD_WAIT, BaseCheckpointer, WouldWait, metadata_conflict
+from ..contract import (
+    WOULD_WAIT,
+    BaseCheckpointer,
+    PreparedAppend,
+    WouldWait,
+    metadata_conflict,
+)
 from .checks import check_metadata_file, check_session_file, damaged_lines
 from .format import (
     METADATA_SUFFIX,
@@ -408,14 +414,8 @@ class FileCheckpointer(BaseCheckpointer):
     ) -> int:
         return self._append_lines(session_id, batch, expected_head, ts, None)
 
-    def _append_keyed(
-        self,
-        session_id: str,
-        batch: EncodedBatch,
-        expected_head: int | None,
-        ts: float,
-        key: AppendKey,
-    ) -> int:
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
         with self._lock:  # one owner process: the lock makes look-up and append one step
             self._check_open()
             self._check_writable()
