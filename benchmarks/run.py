@@ -44,7 +44,7 @@ def langgraph_events(scenario: Scenario) -> int:
 class Scenario:
     key: str
     title: str
-    kind: str  # append | threads | async | replay | heads | sessionstore
+    kind: str  # append | keyed | threads | async | replay | heads | sessionstore
     count: int
     batch: int = 1
     sessions: int = 1
@@ -99,6 +99,23 @@ def scenarios(quick: bool) -> list[Scenario]:
             large,
             batch=100,
             systems=appenders,
+        ),
+        # S1 and S2 again, each append under a key of its own (idempotent):
+        # the price of a key, beside the rows without.
+        Scenario(
+            f"S1 keyed {small // k}k",
+            f"S1 append 1/call with a key, {small // k}k",
+            "keyed",
+            small,
+            systems=AGENTLOG,
+        ),
+        Scenario(
+            f"S2 keyed {large // k}k",
+            f"S2 append 100/call with a key, {large // k}k",
+            "keyed",
+            large,
+            batch=100,
+            systems=AGENTLOG,
         ),
         Scenario(
             f"S3 {small // k}k",

@@ -28,7 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def agentlog_append(
-    engine: str, path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+    engine: str,
+    path: str,
+    events: list[dict[str, Any]],
+    sessions: int,
+    batch: int,
+    sync: str,
+    keyed: bool = False,
 ) -> tuple[float, int]:
     from agentlog import SqliteCheckpointer
 
@@ -37,7 +43,11 @@ def agentlog_append(
         start = time.perf_counter()
         for call, i in enumerate(range(0, len(events), batch)):
             slot = call % sessions
-            heads[slot] = cp.append(f"s{slot}", events[i : i + batch], expected_head=heads[slot])
+            # Keyed: an agent step's id per append (the idempotent path).
+            key = f"step-{call:08d}" if keyed else None
+            heads[slot] = cp.append(
+                f"s{slot}", events[i : i + batch], expected_head=heads[slot], key=key
+            )
         return time.perf_counter() - start, len(events)
 
 

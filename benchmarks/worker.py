@@ -87,6 +87,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             "langgraph": lambda: systems.langgraph_append(*args),
             "eventsourcing": lambda: systems.eventsourcing_append(*args),
         }[system]
+    elif kind == "keyed":
+        data = events(spec["count"])
+        args = (path, data, spec["sessions"], spec["batch"], spec["sync"])
+        run = lambda: systems.agentlog_append(engine, *args, keyed=True)  # noqa: E731
     elif kind in ("async", "threads") and system == "raw-c":
         data = events(spec["count"])
         run = lambda: systems.raw_c_groups(path, data, spec["threads"], spec["sync"])  # noqa: E731

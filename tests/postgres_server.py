@@ -92,13 +92,22 @@ def _free_port() -> int:
 class PostgresServer:
     """One throwaway cluster: :meth:`start`, use :attr:`conninfo`, :meth:`stop`."""
 
-    def __init__(self, dbname: str = "agentlog_test", max_connections: int = 300) -> None:
+    def __init__(
+        self,
+        dbname: str = "agentlog_test",
+        max_connections: int = 300,
+        *,
+        synchronous_commit: str = "off",
+    ) -> None:
         bindir = find_bindir()
         if bindir is None:
             raise RuntimeError(missing_reason())
         self.bindir = bindir
         self.dbname = dbname
         self.max_connections = max_connections
+        # "on" for a test that crashes the server: an acknowledged commit must
+        # survive it ("off" may lose the last ones, and is faster).
+        self.synchronous_commit = synchronous_commit
         self.root = Path(tempfile.mkdtemp(prefix="agentlog-pg-"))
         self.data = self.root / "data"
         self.port = 0
@@ -156,7 +165,7 @@ class PostgresServer:
                 f"-k {self.root}",
                 "-c listen_addresses=127.0.0.1",
                 "-c fsync=off",  # a throwaway cluster: speed over surviving an OS crash
-                "-c synchronous_commit=off",
+                f"-c synchronous_commit={self.synchronous_commit}",
                 "-c full_page_writes=off",
                 f"-c max_connections={self.max_connections}",
                 "-c shared_buffers=64MB",
@@ -171,6 +180,12 @@ class PostgresServer:
     def stop_server(self) -> None:
         """Stop the server (fast shutdown), keeping the cluster to start again."""
         self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
+        self.started = False
+
+    def crash(self) -> None:
+        """Stop the server at once (``-m immediate``: no checkpoint, every
+        connection cut, crash recovery on the next start)."""
+        self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w")
         self.started = False
 
     def _log_tail(self) -> str:

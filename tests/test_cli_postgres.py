@@ -142,7 +142,7 @@ class TestCommands(OnPostgres):
     def test_stats_counts_sessions_events_and_table_sizes(self, pg: Store) -> None:
         figures = json.loads(ok("stats", *pg.args, "--json"))
         assert (figures["sessions"], figures["tenants"], figures["events"]) == (2, 2, 4)
-        assert figures["schema"] == pg.schema and figures["schema_version"] == 4
+        assert figures["schema"] == pg.schema and figures["schema_version"] == 5
         assert [
             (row["tenant"], row["session"], row["events"]) for row in figures["largest_sessions"]
         ] == [("default", "s1", 3), ("acme", "chat-9", 1)]

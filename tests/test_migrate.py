@@ -395,3 +395,16 @@ def test_a_target_in_a_missing_directory_is_refused_not_created(
     with pytest.raises(MigrationError, match="no such directory"):
         migrate(v1_source, target, dry_run=dry_run)
     assert not (tmp_path / "no-such-dir").exists()
+
+
+@pytest.mark.parametrize("inside", ["bk", "bk/deeper"])
+def test_a_refused_backup_inside_the_source_leaves_the_source_as_it_was(
+    v1_source: Path, tmp_path: Path, inside: str
+) -> None:
+    """The refusal comes before the backup directory is made: nothing of it
+    (no ``bk/``) is left behind in the source, and nothing is migrated."""
+    before = sorted(p.relative_to(v1_source) for p in v1_source.rglob("*"))
+    target = tmp_path / "t.db"
+    with pytest.raises(MigrationError, match="outside the source"):
+        migrate(v1_source, target, backup_dir=v1_source / inside)
+    assert sorted(p.relative_to(v1_source) for p in v1_source.rglob("*")) == before

@@ -228,12 +228,15 @@ def test_a_version_2_store_gains_the_ledger_when_migrated_into(
         log.append("old", [{"type": "user", "content": "written before schema 3"}])
     admin.execute(f"DROP TABLE {schema}.migration_ledger")
     admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # version 4's
+    admin.execute(f"DROP TABLE {schema}.append_keys")  # version 5's
     admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
     plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
     assert {s.action for s in plan.sessions} == {"migrate"}  # no ledger yet: nothing skipped
     migrate(sqlite_source, url, schema=schema, tenant="acme", backup_dir=tmp_path / "b")
+    from agentlog.engine.postgres.schema import SCHEMA_VERSION
+
     version = admin.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
-    assert version == (4,)
+    assert version == (SCHEMA_VERSION,)
     assert admin.execute(f"SELECT count(*) FROM {schema}.migration_ledger").fetchone() == (3,)
     with PostgresCheckpointer(url, schema=schema) as log:
         assert log.head("old") == 1

@@ -17,8 +17,10 @@ __all__ = [
     "CorruptDatabaseError",
     "DirectoryLockedError",
     "EventsPrunedError",
+    "IdempotencyKeyError",
     "InvalidEventError",
     "InvalidSessionIdError",
+    "OutcomeUnknownError",
     "SchemaVersionError",
     "SessionExistsError",
     "SessionNotFoundError",
@@ -187,6 +189,34 @@ class DirectoryLockedError(AgentlogError):
 
 class StorageUnavailableError(AgentlogError):
     """The store could not be reached in time (busy database, I/O failure)."""
+
+
+class OutcomeUnknownError(StorageUnavailableError):
+    """The connection was lost around the commit of an append without a key:
+    it may or may not be in the log, and nothing can tell which.
+
+    A :class:`StorageUnavailableError` (code that catches outages still
+    catches it), but its own type, so that a host knows a blind retry may
+    store the events twice. Read the session to find out, or append with a
+    ``key``: a keyed append in the same window is resolved on a new
+    connection and returns its real outcome.
+    """
+
+
+class IdempotencyKeyError(AgentlogError):
+    """An append reused a key of its session with other events.
+
+    The first append under the key stands and nothing was written; a key
+    names one batch of events (see the manual's idempotency page).
+    """
+
+    def __init__(self, session_id: str, key: str) -> None:
+        super().__init__(f"session {session_id!r}: key {key!r} was already used for other events")
+        self.session_id = session_id
+        self.key = key
+
+    def __reduce__(self) -> tuple[type[IdempotencyKeyError], tuple[str, str]]:
+        return (type(self), (self.session_id, self.key))
 
 
 class StorageConflictError(AgentlogError):

@@ -24,6 +24,7 @@ import orjson
 
 from .errors import (
     EventsPrunedError,
+    IdempotencyKeyError,
     InvalidEventError,
     InvalidSessionIdError,
     StorageDataError,
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_POSITION",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
+    "AppendKey",
     "SessionEvent",
     "SessionInfo",
     "SessionListing",
@@ -348,6 +350,40 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
             payload = bytes(memoryview(payload))
         add((kind, payload))
     return encoded
+
+
+class AppendKey(NamedTuple):
+    """An append's idempotency key, checked, with the digest of its events.
+
+    "The same events" means the same number of events, each of the same type
+    with an equal JSON value: the digest is BLAKE2b (16 bytes) over each
+    event's type and its payload re-encoded with sorted keys, so the order
+    of a mapping's keys does not count, and nothing else about the events
+    (their values, their order) may differ. It is stored with the key.
+    """
+
+    name: str
+    digest: bytes
+
+    @classmethod
+    def of(cls, key: object, batch: EncodedBatch) -> AppendKey:
+        """The key of ``batch``: :class:`StorageDataError` unless ``key`` is a
+        safe identifier (a session id's rules, up to
+        :data:`MAX_SESSION_ID_LENGTH` characters; see :func:`check_identifier`)."""
+        name = check_identifier(key, "append key", StorageDataError)
+        digest = hashlib.blake2b(digest_size=16)
+        for kind, data in batch:
+            canonical = _dumps(decode_json(data), option=orjson.OPT_SORT_KEYS)
+            digest.update(b"%d:%s%d:" % (len(kind), kind.encode(), len(canonical)))
+            digest.update(canonical)
+        return cls(name, digest.digest())
+
+    def replay(self, session_id: str, digest: bytes, head: int) -> int:
+        """The result of a repeat of the append first stored as ``(digest, head)``:
+        ``head`` when it carried the same events, else :class:`IdempotencyKeyError`."""
+        if bytes(digest) != self.digest:
+            raise IdempotencyKeyError(session_id, self.name)
+        return head
 
 
 def decode_payload(payload: bytes | str) -> dict[str, Any]:

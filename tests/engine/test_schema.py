@@ -143,6 +143,7 @@ def test_a_version_9_file_loses_its_activity_index_and_nothing_else(
         cp.append("a", [EVENT])
     conn = sqlite3.connect(db)
     conn.execute("CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)")
+    conn.execute("DROP TABLE append_keys")  # what step 11 adds: a real version-9 file
     conn.execute("PRAGMA user_version = 9")
     conn.close()
     with SqliteCheckpointer(db, engine=engine) as cp:
@@ -150,7 +151,7 @@ def test_a_version_9_file_loses_its_activity_index_and_nothing_else(
         assert [event.seq for event in cp.read("a")] == [1, 2]
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
         assert ("sessions_by_activity",) not in indexes
     finally:
@@ -217,3 +218,22 @@ def test_an_older_file_is_read_in_full_read_only_and_left_as_it_is(
         assert storage.artifacts.list("default") == []
     assert digest(db) == before
     assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+
+
+def test_a_version_10_file_gains_append_keys_and_keeps_its_events(
+    tmp_path: Path, engine: str
+) -> None:
+    """Version 11 adds append_keys: an older file's events stay, and keyed
+    appends work on it at once (its old appends have no keys)."""
+    db = tmp_path / "v10.db"
+    make_old_file(db, 10)
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        assert [event.seq for event in cp.read("old")] == [1]
+        assert cp.append("old", [EVENT], key="k") == 2
+        assert cp.append("old", [EVENT], expected_head=1, key="k") == 2
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("SELECT key, head FROM append_keys").fetchall() == [("k", 2)]
+    finally:
+        conn.close()

@@ -289,9 +289,14 @@ class RecordingLog:
         self.reads: list[tuple[int, int | None]] = []
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
-        return await self.inner.append(session_id, events, expected_head)
+        return await self.inner.append(session_id, events, expected_head, key=key)
 
     def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None

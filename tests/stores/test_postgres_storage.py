@@ -62,14 +62,17 @@ def test_version_1_is_migrated_forward_in_place(
     storage.checkpointer().append("kept", [{"type": "user", "content": "from version 1"}])
     storage.close()
     with psycopg.connect(postgres_server, autocommit=True) as conn:
-        # What versions 2, 3 and 4 added: the stores, the migration ledger, checksums.
+        # What versions 2 to 5 added: the stores, the ledger, checksums, append keys.
         for table in ("memory", "checkpoints", "blobs", "blob_chunks", "artifacts"):
             conn.execute(f"DROP TABLE {schema}.{table}")
         conn.execute(f"DROP TABLE {schema}.migration_ledger")
         conn.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # added by version 4
+        conn.execute(f"DROP TABLE {schema}.append_keys")  # added by version 5
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 1")
+    from agentlog.engine.postgres.schema import SCHEMA_VERSION
+
     with PostgresStorage.open(postgres_server, schema=schema) as again:
-        assert again.database.schema_version == 4
+        assert again.database.schema_version == SCHEMA_VERSION
         assert [e.event["content"] for e in again.checkpointer().read("kept")] == ["from version 1"]
         assert again.memory.put(DEFAULT_TENANT, "n", "k", 1, None).revision == 0
 

@@ -15,12 +15,17 @@ async pool.
 :class:`AsyncInMemoryStorage` and :class:`AsyncSqliteStorage` are the four
 stores (``sessions``, ``checkpoints``, ``memory``, ``artifacts``) as
 coroutines, every write of the four on one writer per storage.
+
+:class:`IdempotencyKeyError` and :class:`OutcomeUnknownError` (an append's
+``key`` reused with other events; an unkeyed append lost around its commit)
+are the synchronous package's, named here too.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import IdempotencyKeyError, OutcomeUnknownError
 from ..lazy import lazy_names
 from .checkpointer import (
     AsyncBaseCheckpointer,
@@ -60,6 +65,8 @@ __all__ = [
     "AsyncSqliteCheckpointer",
     "AsyncSqliteStorage",
     "AsyncStorage",
+    "IdempotencyKeyError",
+    "OutcomeUnknownError",
 ]
 
 

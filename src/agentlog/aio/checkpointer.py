@@ -224,7 +224,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
         return result
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """Append ``events`` atomically after the head; return the new head.
 
@@ -232,9 +237,14 @@ class AsyncBaseCheckpointer(AsyncClosable):
         queued together are written in one transaction; each returns after
         the commit that holds it. Cancelled while it waits: if the writer had
         not yet taken it, nothing is written; if it had, it is written or
-        refused as a whole — ``head()`` tells which.
+        refused as a whole — ``head()`` tells which. A keyed append is a
+        write of its own on the writer (its key's look-up goes with it), not
+        part of a group.
         """
         self._check_open()
+        if key is not None:
+            call = functools.partial(self._backend.append, session_id, events, expected_head)
+            return await self._write(functools.partial(call, key=key))
         prepared = self._port.prepare_append(session_id, events, expected_head)
         loop = asyncio.get_running_loop()
         if not self._appends_on_loop:

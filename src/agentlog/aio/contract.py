@@ -20,9 +20,15 @@ class AsyncCheckpointer(Protocol):
     """
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
-        """Append all events or none; return the new head (a stale head conflicts)."""
+        """Append all events or none; return the new head (a stale head conflicts;
+        a ``key`` the session holds writes nothing and returns the first head)."""
         ...
 
     def read(

@@ -29,12 +29,15 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
+    AppendRequest,
     PoolOptions,
     WatchedKeys,
     check_schema_name,
+    connection_lost,
     listen_async,
     notify_key,
     operations,
+    outcome_unknown,
     oversized_batch,
 )
 from ..engine.postgres.aio import AsyncDatabase
@@ -44,8 +47,10 @@ from ..errors import (
     CheckpointerClosedError,
     CorruptDatabaseError,
     StorageDataError,
+    StorageUnavailableError,
 )
 from ..events import (
+    AppendKey,
     EncodedBatch,
     SessionEvent,
     SessionInfo,
@@ -221,19 +226,30 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     # -- the log -----------------------------------------------------------------------
 
     async def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """Append ``events`` atomically after the head; return the new head.
 
-        The same contract as :meth:`agentlog.Checkpointer.append`, awaited.
+        The same contract as :meth:`agentlog.Checkpointer.append`, awaited. A
+        keyed append is a transaction of its own (not grouped), resolved as
+        the synchronous one is when its connection is lost.
         """
         self._check_open()
         session_id = check_session_id(session_id)
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
         batch = encode_events(events)
+        keyed = None if key is None else AppendKey.of(key, batch)
         if (oversized := oversized_batch(batch)) is not None:
             raise oversized
+        if keyed is not None and batch:
+            async with self._call():
+                return await self._append_keyed((session_id, expected_head, batch), keyed)
         async with self._call():
             future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self._queued.append((session_id, expected_head, batch, future))
@@ -287,7 +303,33 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self.write_groups += 1
         self._commit()
 
+    async def _append_keyed(self, request: AppendRequest, key: AppendKey) -> int:
+        """One keyed append (see ``PostgresCheckpointer._append_keyed``)."""
+        db, ts = self._db, time.time()
+        attempts = db.pool.max_size + 1
+        for attempt in range(1, attempts + 1):
+            append = operations.append_keyed(db.q, self._tenant, request, ts, db.notify, key)
+            try:
+                head: int = await db.write("appending", append)
+            except StorageUnavailableError as exc:
+                if attempt == attempts or not connection_lost(exc):
+                    raise
+                continue
+            self._commit()
+            return head
+        raise AssertionError("unreachable")
+
     async def _write(self, jobs: builtins.list[_Job], ts: float) -> builtins.list[int | Exception]:
+        try:
+            return await self._write_unkeyed(jobs, ts)
+        except StorageUnavailableError as exc:
+            if connection_lost(exc):
+                raise outcome_unknown("appending", exc) from exc
+            raise
+
+    async def _write_unkeyed(
+        self, jobs: builtins.list[_Job], ts: float
+    ) -> builtins.list[int | Exception]:
         db, tenant = self._db, self._tenant
         if len(jobs) == 1:
             name, expected, batch, _ = jobs[0]

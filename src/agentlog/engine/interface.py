@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..events import EncodedBatch, StoredEvent
+from ..events import AppendKey, EncodedBatch, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
 
 __all__ = [
@@ -130,6 +130,24 @@ class LogEngine(Database, Protocol):
         A stale ``expected_head`` raises ``CheckpointConflictError`` and writes
         nothing. An empty batch writes nothing and returns the head.
         """
+        ...
+
+    def append_keyed(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: EncodedBatch,
+        key: AppendKey,
+    ) -> int:
+        """Append a non-empty batch under ``key`` in one write with the key's
+        look-up: a key the session holds writes nothing and returns
+        ``key.replay`` of what it stored."""
+        ...
+
+    def find_append_key(self, tenant: str, name: str, key: str) -> tuple[bytes, int] | None:
+        """``(digest, head)`` stored under the session's ``key``, or None."""
         ...
 
     def append_many(

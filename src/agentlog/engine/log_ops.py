@@ -18,7 +18,7 @@ from ..errors import (
     StorageConflictError,
     damaged_event,
 )
-from ..events import EncodedBatch, StoredEvent, check_retained, check_session_id
+from ..events import AppendKey, EncodedBatch, StoredEvent, check_retained, check_session_id
 from ..integrity import (
     GENESIS,
     chain_digest,
@@ -301,6 +301,45 @@ class LogOperations(EngineCore[ConnectionT]):
             raise CheckpointConflictError(name, expected_head, head)
         return head
 
+    def append_keyed(
+        self,
+        tenant: str,
+        name: str,
+        expected_head: int | None,
+        ts: float,
+        batch: EncodedBatch,
+        key: AppendKey,
+    ) -> int:
+        """Append a non-empty batch under ``key``, or replay the append the
+        session holds under it (see ``BaseCheckpointer._append_keyed``).
+
+        One write transaction: the look-up, the append and the key's row, so
+        two processes racing the same key serialise on the write lock and the
+        second one finds the first one's row. A cold path, off the twins'
+        hot one: an unkeyed append never reads the keys.
+        """
+        self._check_open()
+
+        def work(conn: ConnectionT) -> int:
+            rows = conn.rows(Q.SELECT_SESSION, (tenant, name))
+            if rows:
+                found = conn.rows(Q.SELECT_APPEND_KEY, (rows[0][0], key.name))
+                if found:
+                    return key.replay(name, bytes(found[0][0]), int(found[0][1]))
+            head = self._append_in(conn, tenant, name, expected_head, ts, batch)
+            sid = rows[0][0] if rows else conn.rows(Q.SELECT_SESSION, (tenant, name))[0][0]
+            conn.rows(Q.INSERT_APPEND_KEY, (sid, key.name, key.digest, head))
+            return head
+
+        return self.write("append", work)
+
+    def find_append_key(self, tenant: str, name: str, key: str) -> tuple[bytes, int] | None:
+        """``(digest, head)`` stored under the session's ``key``, or None."""
+        rows = self.read(
+            "append key", lambda conn: conn.rows(Q.FIND_APPEND_KEY, (tenant, name, key))
+        )
+        return (bytes(rows[0][0]), int(rows[0][1])) if rows else None
+
     def list_sessions(self, tenant: str) -> list[tuple[str, float, int]]:
         """``(name, mtime, head)`` of every session, most recently active first."""
         rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS, (tenant,)))
@@ -363,6 +402,7 @@ class LogOperations(EngineCore[ConnectionT]):
         """Inside a write: remove session ``sid`` with its events and snapshots."""
         conn.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)))
         conn.rows(Q.DELETE_SNAPSHOTS_AFTER, (sid, -1))
+        conn.rows(Q.DELETE_APPEND_KEYS_AFTER, (sid, -1))
         conn.rows(Q.DELETE_SESSION, (sid,))
 
     def truncate(self, tenant: str, name: str, to_seq: int, ts: float) -> int:
@@ -380,6 +420,7 @@ class LogOperations(EngineCore[ConnectionT]):
             conn.rows(Q.DELETE_EVENTS_BETWEEN, bounds)
             # A snapshot of events that are gone would resurrect them on load.
             conn.rows(Q.DELETE_SNAPSHOTS_AFTER, (sid, to_seq))
+            conn.rows(Q.DELETE_APPEND_KEYS_AFTER, (sid, to_seq))
             conn.rows(Q.UPDATE_SESSION, (to_seq, ts, sid))
             return to_seq
 
@@ -404,6 +445,7 @@ class LogOperations(EngineCore[ConnectionT]):
             target = S.event_key(new_sid, 0)
             conn.rows(Q.COPY_EVENTS, (source, target, source, source + at_seq))
             conn.rows(Q.COPY_SNAPSHOTS, (new_sid, sid, at_seq))
+            conn.rows(Q.COPY_APPEND_KEYS, (new_sid, sid, at_seq))
             return at_seq
 
         return self.write("fork", work)

@@ -36,6 +36,7 @@ class MemorySession:
         "created",
         "dropped",
         "journal",
+        "keys",
         "meta",
         "mtime",
         "name",
@@ -64,6 +65,13 @@ class MemorySession:
         self.snapshots: dict[int, tuple[bytes, float]] = {}
         self.meta = meta
         self.revision = revision
+        #: The append keys it holds: ``key -> (digest, head after that append)``.
+        self.keys: dict[str, tuple[bytes, int]] = {}
+
+    def forget_keys_after(self, seq: int) -> None:
+        """A truncate to ``seq``: forget the keys of the appends it undoes."""
+        if self.keys:
+            self.keys = {k: v for k, v in self.keys.items() if v[1] <= seq}
 
     @property
     def head(self) -> int:

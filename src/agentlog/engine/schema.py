@@ -20,7 +20,7 @@ import re
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: The version from which events carry ``crc`` and ``digest`` and the file has
 #: ``settings`` (a read-only open of an older file reads them as NULL and none).
@@ -185,6 +185,20 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # append, measured). list() sorts a tenant's sessions instead, and
         # delete_idle finds its candidates in one scan.
         "DROP INDEX IF EXISTS sessions_by_activity",
+    ),
+    11: (
+        # Idempotent appends: one row per keyed append, its key, the digest
+        # of its events (AppendKey) and the head it returned, written in the
+        # append's transaction. A session's keys are one range of this
+        # table's B-tree; a truncate drops those past its new head, a delete
+        # all of them. Unkeyed appends never touch it.
+        """CREATE TABLE append_keys (
+            sid INTEGER NOT NULL,
+            key TEXT NOT NULL,
+            digest BLOB NOT NULL,
+            head INTEGER NOT NULL,
+            PRIMARY KEY (sid, key)
+        ) WITHOUT ROWID""",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

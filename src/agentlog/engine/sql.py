@@ -36,6 +36,23 @@ INSERT_SESSION = (
 UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
 TOUCH_SESSION = "UPDATE sessions SET revision = revision + 1, mtime = ? WHERE sid = ?"
 DELETE_SESSION = "DELETE FROM sessions WHERE sid = ?"
+
+# -- append keys (idempotent appends) ------------------------------------------------
+
+SELECT_APPEND_KEY = "SELECT digest, head FROM append_keys WHERE sid = ? AND key = ?"
+FIND_APPEND_KEY = (
+    "SELECT k.digest, k.head FROM sessions s JOIN append_keys k ON k.sid = s.sid"
+    " WHERE s.tenant = ? AND s.name = ? AND k.key = ?"
+)
+INSERT_APPEND_KEY = "INSERT INTO append_keys (sid, key, digest, head) VALUES (?, ?, ?, ?)"
+#: ``(new sid, sid, at_seq)``: a fork carries the keys of the appends it copies whole.
+COPY_APPEND_KEYS = (
+    "INSERT INTO append_keys (sid, key, digest, head)"
+    " SELECT ?, key, digest, head FROM append_keys WHERE sid = ? AND head <= ?"
+)
+#: ``(sid, seq)``: forget the keys of the appends a truncate to ``seq`` undoes
+#: (``-1``: all of them, for a delete).
+DELETE_APPEND_KEYS_AFTER = "DELETE FROM append_keys WHERE sid = ? AND head > ?"
 LIST_SESSIONS = (
     "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 )

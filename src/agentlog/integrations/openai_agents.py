@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -163,7 +164,10 @@ class AgentlogSession:
     the SDK's adds are unconditional, so the batch is re-based onto the head
     the conflict reported and appended again — never interleaved with
     another batch, never lost, never failed for a conflict.
-    :attr:`conflicts` counts those retries. In one process, the adds and
+    :attr:`conflicts` counts those retries. Every try of one add carries
+    the same append key, so no retry can store the batch twice, and on
+    PostgreSQL an add whose connection was lost around its commit gets its
+    real outcome instead of an error. In one process, the adds and
     pops of a session on one checkpointer object take turns (see
     :meth:`pop_item` for pops across processes).
     """
@@ -241,6 +245,9 @@ class AgentlogSession:
             await self._append(events)
 
     async def _append(self, events: list[dict[str, Any]]) -> None:
+        # One key for every try of this add: a try whose outcome was lost
+        # (PostgreSQL resolves it by the key) is never stored twice.
+        key = f"add-{uuid.uuid4().hex}"
         expected = self._head
         if expected is None or not events:
             # An empty add writes nothing, but a closed log still refuses it.
@@ -249,13 +256,13 @@ class AgentlogSession:
                 return
         for _ in range(_MAX_CONFLICT_RETRIES):
             try:
-                self._head = await self._log.append(self.session_id, events, expected)
+                self._head = await self._log.append(self.session_id, events, expected, key=key)
                 return
             except CheckpointConflictError as conflict:
                 self.conflicts += 1
                 expected = conflict.actual
         # Still contended: the log allocates the seqs inside the write anyway.
-        self._head = await self._log.append(self.session_id, events)
+        self._head = await self._log.append(self.session_id, events, key=key)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the most recent item and return it; None on an empty session.

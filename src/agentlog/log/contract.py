@@ -30,6 +30,7 @@ from ..errors import (
     StorageDataError,
 )
 from ..events import (
+    AppendKey,
     EncodedBatch,
     SessionEvent,
     SessionInfo,
@@ -115,12 +116,19 @@ class Checkpointer(Protocol):
     """
 
     def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """Append all events or none; return the new head.
 
         With ``expected_head`` and another current head, raise
-        :class:`CheckpointConflictError` and write nothing.
+        :class:`CheckpointConflictError` and write nothing. With a ``key``
+        the session already holds, write nothing and return the first
+        append's head (:class:`IdempotencyKeyError` if its events differ).
         """
         ...
 
@@ -327,6 +335,15 @@ class BaseCheckpointer(Closable, ABC):
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int: ...
 
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        """:meth:`_append` of a non-empty batch under ``key``, atomically with the
+        look-up: when the session holds the key, write nothing and return
+        ``key.replay(...)`` of what is stored (before any ``expected_head``
+        check: a repeat comes with the head its first try saw); else append
+        and remember ``(key.digest, new head)`` in the same write. A truncate
+        below that head, or a delete, forgets the key."""
+        raise NotImplementedError(f"{type(self).__name__} does not take append keys")
+
     @abstractmethod
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]: ...
 
@@ -397,7 +414,12 @@ class BaseCheckpointer(Closable, ABC):
             raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
 
     def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """Append ``events`` atomically after the head; return the new head.
 
@@ -408,9 +430,24 @@ class BaseCheckpointer(Closable, ABC):
         checking ``expected_head``). Invalid events raise
         :class:`InvalidEventError` naming the first offending index, and
         nothing is written.
+
+        ``key`` makes the append idempotent: the session remembers it with a
+        digest of the events (see :class:`~agentlog.events.AppendKey`), and a
+        later append of the same key — a retry, from any process, after a
+        reopen — writes nothing and returns the head the first one returned,
+        whatever ``expected_head`` it names. The same key with other events
+        raises :class:`IdempotencyKeyError`, nothing written. A key is
+        remembered as long as the session holds the events it appended: a
+        truncate below them or a delete forgets it. An empty list is never
+        recorded under a key.
         """
         session_id, batch, expected_head = self._checked(session_id, events, expected_head)
-        head = self._append(session_id, batch, expected_head, time.time())
+        keyed = None if key is None else AppendKey.of(key, batch)
+        if keyed is None or not batch:
+            head = self._append(session_id, batch, expected_head, time.time())
+        else:
+            prepared = PreparedAppend(session_id, batch, expected_head)
+            head = self._append_keyed(prepared, time.time(), keyed)
         self._notify_commit()
         return head
 

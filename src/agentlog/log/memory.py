@@ -16,8 +16,8 @@ import builtins
 from ..engine.memory import Entry, MemoryLog, MemorySession
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
-from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
-from .contract import BaseCheckpointer, CommitSignal, metadata_conflict
+from ..events import AppendKey, EncodedBatch, SessionInfo, StoredEvent, decode_payload
+from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, metadata_conflict
 
 __all__ = ["Entry", "MemoryCheckpointer", "MemoryLog", "MemorySession"]
 
@@ -84,6 +84,21 @@ class MemoryCheckpointer(BaseCheckpointer):
             log.touch(session, ts).journal.extend(rows)  # the whole batch, or none of it
             return session.head
 
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
+        log = self._log
+        with log.lock:  # reentrant: the look-up and the append are one step
+            self._check_open()
+            session = log.get(self._tenant, session_id)
+            found = None if session is None else session.keys.get(key.name)
+            if found is not None:
+                return key.replay(session_id, *found)
+            head = self._append(session_id, batch, expected_head, ts)
+            written = log.get(self._tenant, session_id)
+            assert written is not None
+            written.keys[key.name] = (key.digest, head)
+            return head
+
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         with self._log.lock:
             self._check_open()
@@ -136,6 +151,7 @@ class MemoryCheckpointer(BaseCheckpointer):
                 # A snapshot of events that are gone would resurrect them on
                 # load. Dropped first: interrupted here, the events all stay.
                 session.snapshots = {t: s for t, s in session.snapshots.items() if t <= to_seq}
+            session.forget_keys_after(to_seq)
             del log.touch(session, ts).journal[to_seq - session.dropped :]
             return to_seq
 
@@ -160,6 +176,7 @@ class MemoryCheckpointer(BaseCheckpointer):
             )
             copy.dropped = source.dropped
             copy.snapshots = {t: s for t, s in source.snapshots.items() if t <= at_seq}
+            copy.keys = {k: v for k, v in source.keys.items() if v[1] <= at_seq}
             log.add(copy)
             return at_seq
 

@@ -20,13 +20,22 @@ from ..engine.postgres import (
     Listener,
     PostgresDatabase,
     WatchedKeys,
+    connection_lost,
     notify_key,
     operations,
+    outcome_unknown,
     oversized_batch,
 )
 from ..engine.schema import DEFAULT_TENANT
-from ..errors import StorageDataError
-from ..events import EncodedBatch, SessionInfo, SessionListing, StoredEvent, check_identifier
+from ..errors import StorageDataError, StorageUnavailableError
+from ..events import (
+    AppendKey,
+    EncodedBatch,
+    SessionInfo,
+    SessionListing,
+    StoredEvent,
+    check_identifier,
+)
 from ..integrity import DamagedEvent, Progress, describe_damage, session_damage
 from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
 
@@ -55,8 +64,16 @@ class PostgresCheckpointer(BaseCheckpointer):
       is one transaction.
     * Lost connections, a server that is gone, pool and statement timeouts
       (``statement_timeout_ms``) raise :class:`StorageUnavailableError`:
-      retry; a failed append is whole or absent (read the head to know
-      which). The pool replaces broken connections by itself.
+      retry; a failed append is whole or absent. An unkeyed append whose
+      connection is lost raises :class:`OutcomeUnknownError` (a subclass):
+      it may have committed (read the head to know). A keyed append
+      (``append(..., key=...)``) in that case is tried again on another
+      connection, where its key tells whether it committed: its real
+      outcome is returned. The pool replaces broken connections by itself.
+    * ``client_timeout`` (seconds, 60 unless told; ``None``: none) gives up a
+      call whose server stops answering while its connection stays up (a
+      black-holed network, which keepalives never notice): it is then a
+      lost connection, never a hang.
     * ``follow()`` is woken by ``LISTEN``/``NOTIFY``: every write notifies
       the store's channel in its own transaction (``notify=False`` turns
       that off; followers then poll). While a follower runs, one listening
@@ -88,6 +105,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         notify: bool = True,
         create: bool = True,
         read_only: bool = False,
+        client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
         self._db = PostgresDatabase(
@@ -101,6 +119,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             notify=notify,
             create=create,
             read_only=read_only,
+            client_timeout=client_timeout,
         )
         self._owns_db = True
         self._init_following()
@@ -241,7 +260,34 @@ class PostgresCheckpointer(BaseCheckpointer):
             raise oversized
         request = (session_id, expected_head, batch)
         append = operations.append(db.q, self._tenant, request, ts, db.notify)
-        return db.single("appending", append)
+        try:
+            return db.single("appending", append)
+        except StorageUnavailableError as exc:
+            if connection_lost(exc):
+                raise outcome_unknown("appending", exc) from exc
+            raise
+
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        """A keyed append, resolved when its connection is lost: it is tried
+        again on another connection, where the key's row tells whether the
+        first try committed (then its head is returned, nothing written) —
+        the claim waits for a first try the server is still finishing."""
+        session_id, batch, expected_head = append
+        db = self._db
+        db.check_writable("appending")
+        if (oversized := oversized_batch(batch)) is not None:
+            raise oversized
+        request = (session_id, expected_head, batch)
+        # As a read: after as many tries as the pool holds connections, a fresh one.
+        attempts = db.pool.max_size + 1
+        for attempt in range(1, attempts + 1):
+            keyed = operations.append_keyed(db.q, self._tenant, request, ts, db.notify, key)
+            try:
+                return db.write("appending", keyed)
+            except StorageUnavailableError as exc:
+                if attempt == attempts or not connection_lost(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float
@@ -251,7 +297,12 @@ class PostgresCheckpointer(BaseCheckpointer):
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         plan = operations.plan_group(requests, oversized_batch)
         group = operations.append_group(db.q, self._tenant, requests, ts, db.notify, plan)
-        return db.write("appending a group", group, pipelined=plan.pipelined)
+        try:
+            return db.write("appending a group", group, pipelined=plan.pipelined)
+        except StorageUnavailableError as exc:
+            if connection_lost(exc):
+                raise outcome_unknown("appending a group", exc) from exc
+            raise
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._db.query(

@@ -24,6 +24,7 @@ from ..errors import (
     StorageDataError,
 )
 from ..events import (
+    AppendKey,
     EncodedBatch,
     SessionInfo,
     SessionListing,
@@ -323,6 +324,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
         return self._engine.append(self._tenant, session_id, expected_head, ts, batch)
+
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
+        return self._engine.append_keyed(self._tenant, session_id, expected_head, ts, batch, key)
 
     def _append_many(
         self, appends: Sequence[PreparedAppend], ts: float

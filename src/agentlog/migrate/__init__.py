@@ -37,7 +37,7 @@ from ..stores.common import DEFAULT_TENANT, check_name
 from ..terminal import progress_bar
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
-from .sources import open_source
+from .sources import Source, open_source
 from .targets import SqliteTarget, Target, open_target
 
 __all__ = [
@@ -52,9 +52,10 @@ __all__ = [
 ]
 
 
-def _new_backup_directory(dst: Target) -> Path:
+def _new_backup_directory(dst: Target, src: Source) -> Path:
     """A new directory named for this second, ``-2``, ``-3``… after it when a
-    migration in the same second (another tenant's, scripted) took the name."""
+    migration in the same second (another tenant's, scripted) took the name
+    (each checked with ``src`` before it is made)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     if isinstance(dst, SqliteTarget):
         base = dst.path.with_name(f"{dst.path.name}.migration-{stamp}")
@@ -62,6 +63,7 @@ def _new_backup_directory(dst: Target) -> Path:
         base = Path(f"agentlog-migration-{stamp}")
     for attempt in itertools.count(1):
         backup = base if attempt == 1 else base.with_name(f"{base.name}-{attempt}")
+        src.check_backup(backup)
         try:
             backup.mkdir(mode=0o700)  # the owner's only: it holds every transcript
         except FileExistsError:
@@ -142,9 +144,10 @@ def migrate(
         backup = Path(backup_dir)
         if backup.exists():
             raise MigrationError(f"backup directory {backup} already exists")
+        src.check_backup(backup)  # refused before it is made: never left in the source
         backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     else:
-        backup = _new_backup_directory(dst)
+        backup = _new_backup_directory(dst, src)
     copy = src.backup(backup / "source")
     dst.backup(backup)
     report.backup = backup

@@ -43,6 +43,12 @@ class Source(Protocol):
         """Let go of what reading the source holds open."""
         ...
 
+    def check_backup(self, into: Path) -> None:
+        """Refuse (:class:`MigrationError`) a backup at ``into`` that cannot be
+        made, before anything of it is created: a refused migration leaves
+        the source exactly as it was."""
+        ...
+
     def backup(self, into: Path) -> Source:
         """Copy the source into the new directory ``into``, verify the copy,
         and return the copy as a source."""
@@ -130,10 +136,13 @@ class FileSource:
     def close(self) -> None:
         """Nothing: each file is read and closed at once."""
 
-    def backup(self, into: Path) -> FileSource:
+    def check_backup(self, into: Path) -> None:
         resolved = into.resolve()
         if resolved == self.root.resolve() or self.root.resolve() in resolved.parents:
             raise MigrationError("the backup must be outside the source")
+
+    def backup(self, into: Path) -> FileSource:
+        self.check_backup(into)
         shutil.copytree(self.root, into)  # copy2: modification times kept
         for original in sorted(p for p in self.root.rglob("*") if p.is_file()):
             if _sha256_file(original) != _sha256_file(into / original.relative_to(self.root)):
@@ -225,6 +234,9 @@ class SqliteSource:
             read = self._read(db, name)
             if read is not None:  # deleted since the list: nothing to move
                 yield name, name, read[0], read[1]
+
+    def check_backup(self, into: Path) -> None:
+        """Nothing to refuse: a file holds no directory."""
 
     def backup(self, into: Path) -> SqliteSource:
         into.mkdir(mode=0o700)

@@ -78,10 +78,15 @@ class BlockingFacade(Closable):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """See :meth:`agentlog.Checkpointer.append`."""
-        return self._run(self.target.append(session_id, events, expected_head))
+        return self._run(self.target.append(session_id, events, expected_head, key=key))
 
     def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None

@@ -139,6 +139,11 @@ class AsyncDatabase:
             with translate_errors("opening the pool"):
                 await self._pool.open()
 
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool."""
+        return self._pool
+
     async def close(self) -> None:
         """Close the pool made here."""
         if self._owns_pool:

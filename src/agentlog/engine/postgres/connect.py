@@ -9,11 +9,13 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ...errors import StorageDataError, StorageUnavailableError
+from ...errors import OutcomeUnknownError, StorageDataError, StorageUnavailableError
 
 __all__ = [
     "PoolOptions",
     "connect_options",
+    "connection_lost",
+    "outcome_unknown",
     "pool_arguments",
     "pool_sizes",
     "read_again",
@@ -41,6 +43,27 @@ def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
         return False
     return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and (
         attempt < attempts
+    )
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error`` (agentlog's, translated from psycopg's) is a lost
+    connection: the server or the network dropped it (a reset, a terminated
+    backend, a shutdown, a client-side deadline that gave it up) while a
+    statement may have been under way. Not a pool timeout (no connection was
+    had) nor a statement timeout (the server cancelled it: rolled back)."""
+    cause = error.__cause__
+    if isinstance(cause, (PoolTimeout, psycopg.errors.QueryCanceled)):
+        return False
+    return isinstance(cause, (psycopg.OperationalError, psycopg.InterfaceError))
+
+
+def outcome_unknown(what: str, error: StorageUnavailableError) -> OutcomeUnknownError:
+    """The error for an unkeyed write that lost its connection (see
+    :func:`connection_lost`): it may have committed, and nothing can tell."""
+    return OutcomeUnknownError(
+        f"{what}: the connection was lost before the outcome was known; the write may or"
+        f" may not be in the store (append with a key to have it resolved): {error}"
     )
 
 

@@ -21,7 +21,7 @@ from ...errors import (
     SessionNotFoundError,
     StorageConflictError,
 )
-from ...events import MAX_POSITION, EncodedBatch, StoredEvent, check_retained
+from ...events import MAX_POSITION, AppendKey, EncodedBatch, StoredEvent, check_retained
 from ...integrity import checked_payloads
 from .journal import AppendRequest, append_step, notify_key
 from .protocol import Operation, execute, fetch_all, fetch_one, pipeline
@@ -36,11 +36,13 @@ __all__ = [
     "all_sessions",
     "append",
     "append_group",
+    "append_keyed",
     "checked_page",
     "checked_rows",
     "damage_report",
     "delete",
     "delete_idle_batch",
+    "find_append_key",
     "first_retained",
     "fork",
     "head",
@@ -203,6 +205,37 @@ def append(
         # It moved to the expected one in between: try again.
 
 
+def append_keyed(
+    q: Statements, tenant: str, request: AppendRequest, ts: float, notifying: bool, key: AppendKey
+) -> Operation[int]:
+    """A non-empty append under ``key`` (in a transaction): the new head, or,
+    when the session holds the key, nothing written and ``key.replay`` of it.
+
+    The key's row is claimed first: of two appends racing one key, the
+    second waits on the first's claim and, once that commits, finds the row
+    (read committed: each statement sees what committed before it); if the
+    first rolls back, the second claims it. The append and its key commit
+    together, so a key found on any connection means the append is in.
+    """
+    name = request[0]
+    claimed = yield from fetch_one(q.claim_append_key, (tenant, name, key.name, key.digest))
+    if claimed is None:
+        found = yield from find_append_key(q, tenant, name, key.name)
+        assert found is not None  # a claim that committed is never rolled back
+        return key.replay(name, *found)
+    new_head = yield from append(q, tenant, request, ts, notifying)
+    yield from execute(q.set_append_key, (new_head, tenant, name, key.name))
+    return new_head
+
+
+def find_append_key(
+    q: Statements, tenant: str, name: str, key: str
+) -> Operation[tuple[bytes, int] | None]:
+    """``(digest, head)`` stored under the session's ``key``, or None."""
+    row = yield from fetch_one(q.append_key, (tenant, name, key))
+    return None if row is None else (bytes(row[0]), int(row[1]))
+
+
 def _outcome(
     q: Statements, tenant: str, request: AppendRequest, ts: float, notifying: bool
 ) -> Operation[int | Exception]:
@@ -325,6 +358,7 @@ def delete(q: Statements, tenant: str, name: str, notifying: bool) -> Operation[
         return False
     yield from execute(q.delete_events, (tenant, name))
     yield from execute(q.delete_snapshots, (tenant, name))
+    yield from execute(q.delete_append_keys, (tenant, name))
     yield from notify(q, tenant, name, 0, notifying)
     return True
 
@@ -343,6 +377,7 @@ def truncate(
     yield from _check_retained(q, tenant, name, "truncate", to_seq, at_head)
     yield from execute(q.cut_events, (tenant, name, to_seq))
     yield from execute(q.cut_snapshots, (tenant, name, to_seq))
+    yield from execute(q.cut_append_keys, (tenant, name, to_seq))
     yield from execute(q.set_head, (to_seq, ts, tenant, name))
     yield from notify(q, tenant, name, to_seq, notifying)
     return to_seq, True
@@ -369,6 +404,7 @@ def fork(
         raise SessionExistsError(f"session {new_name!r} already exists")
     yield from execute(q.copy_events, (new_name, tenant, name, at_seq))
     yield from execute(q.copy_snapshots, (new_name, tenant, name, at_seq))
+    yield from execute(q.copy_append_keys, (new_name, tenant, name, at_seq))
     yield from notify(q, tenant, new_name, at_seq, notifying)
     return at_seq
 
@@ -417,6 +453,7 @@ def delete_idle_batch(
     if names:
         yield from execute(q.delete_events_of, (tenant, names))
         yield from execute(q.delete_snapshots_of, (tenant, names))
+        yield from execute(q.delete_append_keys_of, (tenant, names))
         yield from execute(q.delete_sessions, (tenant, names))
         for name in names:
             yield from notify(q, tenant, name, 0, notifying)

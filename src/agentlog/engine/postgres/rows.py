@@ -151,6 +151,7 @@ def remove_session(q: Statements, key: tuple[str, str], notifying: bool) -> Oper
     yield from execute(q.remove_session, key)
     yield from execute(q.remove_events, key)
     yield from execute(q.remove_snapshots, key)
+    yield from execute(q.delete_append_keys, key)
     yield from notify(q, *key, 0, notifying)
 
 

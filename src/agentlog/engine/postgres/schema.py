@@ -17,6 +17,8 @@ One schema per agentlog store (``agentlog`` unless told otherwise):
 * version 3: ``migration_ledger``, what ``agentlog migrate`` copied in.
 * version 4: ``events.crc``, the CRC-32 of the payload (``zlib.crc32``),
   verified on every read; ``NULL`` for events written before (read unverified).
+* version 5: ``append_keys (tenant, session, key)``: the digest and the head
+  of each keyed append (idempotent appends), written in its transaction.
 
 Opening a store and migrating it are operations (:mod:`.protocol`): the
 drivers run them on a connection.
@@ -47,7 +49,7 @@ __all__ = [
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: The version from which events carry ``crc``.
 CHECKSUM_VERSION = 4
@@ -161,6 +163,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # The CRC-32 of each event's payload (zlib.crc32), verified on every
         # read; NULL for an event written before this step.
         "ALTER TABLE {s}.events ADD COLUMN crc bigint",
+    ),
+    5: (
+        # Idempotent appends: a keyed append claims its key's row first (a
+        # racer on the same key waits on the row's unique index, then finds
+        # it), then appends and records the head. Unkeyed appends never touch it.
+        """CREATE TABLE {s}.append_keys (
+            tenant text COLLATE "C" NOT NULL,
+            session text COLLATE "C" NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            digest bytea NOT NULL,
+            head bigint NOT NULL,
+            PRIMARY KEY (tenant, session, key)
+        )""",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -128,6 +128,7 @@ class Statements:
             f" SELECT tenant, %s, through_seq, state, created FROM {s}.snapshots"
             " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
+        self._append_keys(s)
         self.notify = "SELECT pg_notify(%s, %s)"
         #: The NOTIFY channel of this store (one per schema).
         self.channel = f"agentlog.{schema}"
@@ -221,6 +222,36 @@ class Statements:
         self.import_session = (
             f"INSERT INTO {s}.sessions (tenant, name, head, revision, created, mtime, metadata)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1"
+        )
+
+    def _append_keys(self, s: str) -> None:
+        """The statements of idempotent appends (schema version 5), apart from
+        the append's own: an unkeyed append runs none of them."""
+        keys = f"{s}.append_keys"
+        #: ``(tenant, session, key, digest)``: claim the key (head 0 until the
+        #: append is written); no row when it is taken. A racer's uncommitted
+        #: claim makes this wait on the unique index until that one ends.
+        self.claim_append_key = (
+            f"INSERT INTO {keys} (tenant, session, key, digest, head) VALUES (%s, %s, %s, %s, 0)"
+            " ON CONFLICT DO NOTHING RETURNING 1"
+        )
+        self.set_append_key = (
+            f"UPDATE {keys} SET head = %s WHERE tenant = %s AND session = %s AND key = %s"
+        )
+        self.append_key = (
+            f"SELECT digest, head FROM {keys} WHERE tenant = %s AND session = %s AND key = %s"
+        )
+        self.cut_append_keys = (
+            f"DELETE FROM {keys} WHERE tenant = %s AND session = %s AND head > %s"
+        )
+        self.delete_append_keys = f"DELETE FROM {keys} WHERE tenant = %s AND session = %s"
+        self.delete_append_keys_of = f"DELETE FROM {keys} WHERE tenant = %s AND session = ANY(%s)"
+        #: ``(new session, tenant, session, at_seq)``: a fork carries the keys
+        #: of the appends it copies whole.
+        self.copy_append_keys = (
+            f"INSERT INTO {keys} (tenant, session, key, digest, head)"
+            f" SELECT tenant, %s, key, digest, head FROM {keys}"
+            " WHERE tenant = %s AND session = %s AND head <= %s"
         )
 
     def _stores(self, s: str) -> None:

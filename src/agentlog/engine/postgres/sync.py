@@ -22,6 +22,7 @@ from .connect import (
     translate_errors,
     translated,
 )
+from .deadline import Deadlines
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
 from .schema import DEFAULT_SCHEMA, check_schema_name, open_store, schema_version
@@ -127,6 +128,12 @@ class PostgresDatabase:
     on the server too (the pool's connections made here run with
     ``default_transaction_read_only``). With either, a schema that holds no
     store raises :class:`StorageNotFoundError` and nothing is created.
+
+    ``client_timeout`` (seconds; ``None``: none) bounds each call on a
+    connection on the client's side: a server or network that stops
+    answering while the connection stays up (where ``statement_timeout``
+    and keepalives never fire) is given up at it, as a lost connection
+    (see :mod:`.deadline`).
     """
 
     def __init__(
@@ -142,7 +149,9 @@ class PostgresDatabase:
         notify: bool = True,
         create: bool = True,
         read_only: bool = False,
+        client_timeout: float | None = 60.0,
     ) -> None:
+        self.deadlines = Deadlines(client_timeout)
         self.schema = check_schema_name(schema)
         self.create = create and not read_only
         self.read_only = read_only
@@ -225,7 +234,7 @@ class PostgresDatabase:
         """A pooled connection (autocommit), with errors translated."""
         if self._closed:
             raise CheckpointerClosedError("the PostgreSQL store is closed")
-        with translate_errors(what), self._pool.connection() as conn:
+        with translate_errors(what), self._pool.connection() as conn, self.deadlines.watch(conn):
             yield conn
 
     def read(self, what: str, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
@@ -245,7 +254,7 @@ class PostgresDatabase:
                 raise CheckpointerClosedError("the PostgreSQL store is closed")
             with translate_errors(what):
                 try:
-                    with self._pool.connection() as conn:
+                    with self._pool.connection() as conn, self.deadlines.watch(conn):
                         return work(conn)
                 except psycopg.Error as exc:
                     if not read_again(exc, attempt, attempts):
@@ -286,7 +295,7 @@ class PostgresDatabase:
             raise CheckpointerClosedError("the PostgreSQL store is closed")
         # The hot path (every append): no context manager but the pool's.
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection() as conn, self.deadlines.watch(conn):
                 return drive(conn, operation)
         except psycopg.Error as exc:
             raise translated(what, exc) from exc

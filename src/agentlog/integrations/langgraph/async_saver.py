@@ -80,7 +80,9 @@ class AsyncAgentlogSaver(SaverBase):
                     return
                 events = core.stamp(plan)
             try:
-                await self.log.append(plan.sess.sid, events, expected_head=plan.expected)
+                await self.log.append(
+                    plan.sess.sid, events, expected_head=plan.expected, key=core.append_key(plan)
+                )
             except CheckpointConflictError:
                 with core.lock:
                     core.conflicted(plan)

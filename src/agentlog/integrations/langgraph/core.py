@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agentlog import BaseCheckpointer, SessionEvent, StorageDataError
+from agentlog.events import check_identifier
 
 from .encoding import (
     EVENT_TYPE,
@@ -606,6 +607,19 @@ class Core:
         event["o"] = off + event_size(event)
         events.append(event)
         return Plan(sess, events, None)
+
+    @staticmethod
+    def append_key(plan: Plan) -> str | None:
+        """The append key of a plan: a checkpoint's id, its natural key (a
+        checkpoint is put once); None for writes, which carry no such id."""
+        last = plan.events[-1]
+        if last["lg"] != "c":
+            return None
+        key = f"checkpoint-{last['id']}"
+        try:
+            return check_identifier(key, "append key", ValueError)
+        except ValueError:
+            return None  # an id no key can hold: appended unkeyed, as before
 
     def stamp(self, plan: Plan) -> builtins.list[SessionEvent]:
         """The plan's events with the session's epoch filled in."""

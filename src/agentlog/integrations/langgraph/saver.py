@@ -150,7 +150,12 @@ class AgentlogSaver(SaverBase):
                 if plan is None:
                     return
                 try:
-                    self.log.append(plan.sess.sid, core.stamp(plan), expected_head=plan.expected)
+                    self.log.append(
+                        plan.sess.sid,
+                        core.stamp(plan),
+                        expected_head=plan.expected,
+                        key=core.append_key(plan),
+                    )
                 except CheckpointConflictError:
                     core.conflicted(plan)
                     continue

@@ -29,14 +29,21 @@ from ...errors import (
     StorageUnavailableError,
     damaged_event,
 )
-from ...events import EncodedBatch, SessionInfo, StoredEvent
+from ...events import AppendKey, EncodedBatch, SessionInfo, StoredEvent
 from ...files import DEFAULT_FILE_MODE, check_file_mode
 from ...integrity import DamagedEvent, Progress, describe_damage
-from ..contract import WOULD_WAIT, BaseCheckpointer, WouldWait, metadata_conflict
+from ..contract import (
+    WOULD_WAIT,
+    BaseCheckpointer,
+    PreparedAppend,
+    WouldWait,
+    metadata_conflict,
+)
 from .checks import check_metadata_file, check_session_file, damaged_lines
 from .format import (
     METADATA_SUFFIX,
     SUFFIX,
+    append_keys,
     decode_page,
     decode_record,
     event_line,
@@ -67,8 +74,8 @@ _T = TypeVar("_T")
 class _Session:
     """What the owning process knows about one session file."""
 
-    __slots__ = ("activity", "base", "meta", "meta_loaded", "mtime", "offsets", "path",
-                 "session_id", "stamp")  # fmt: skip
+    __slots__ = ("activity", "base", "keys", "meta", "meta_loaded", "mtime", "offsets",
+                 "path", "session_id", "stamp")  # fmt: skip
 
     def __init__(
         self,
@@ -94,6 +101,9 @@ class _Session:
         self.meta: bytes | None = None
         self.base = 0
         self.meta_loaded = False
+        # Its append keys (key -> (digest, head)), read from the file on the
+        # first keyed append; None until then.
+        self.keys: dict[str, tuple[bytes, int]] | None = None
 
     @property
     def head(self) -> int:
@@ -402,6 +412,38 @@ class FileCheckpointer(BaseCheckpointer):
     def _append(
         self, session_id: str, batch: EncodedBatch, expected_head: int | None, ts: float
     ) -> int:
+        return self._append_lines(session_id, batch, expected_head, ts, None)
+
+    def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
+        session_id, batch, expected_head = append
+        with self._lock:  # one owner process: the lock makes look-up and append one step
+            self._check_open()
+            self._check_writable()
+            session = self._session(session_id)
+            if session is not None:
+                if session.keys is None:
+                    try:
+                        data, _ = read_regular(session.path, 0, session.offsets[-1])
+                    except OSError as exc:
+                        raise StorageUnavailableError(f"cannot read {session.path}: {exc}") from exc
+                    session.keys = append_keys(data, session.offsets)
+                found = session.keys.get(key.name)
+                if found is not None:
+                    return key.replay(session_id, *found)
+            head = self._append_lines(session_id, batch, expected_head, ts, key)
+            written = self._sessions.get(session_id)
+            if written is not None and written.keys is not None:
+                written.keys[key.name] = (key.digest, head)
+            return head
+
+    def _append_lines(
+        self,
+        session_id: str,
+        batch: EncodedBatch,
+        expected_head: int | None,
+        ts: float,
+        key: AppendKey | None,
+    ) -> int:
         with self._lock:
             self._check_open()
             self._check_writable()
@@ -414,8 +456,9 @@ class FileCheckpointer(BaseCheckpointer):
             end = head + len(batch)
             lines = [
                 event_line(seq, end, ts, payload)
-                for seq, (_, payload) in enumerate(batch, head + 1)
+                for seq, (_, payload) in enumerate(batch[:-1], head + 1)
             ]
+            lines.append(event_line(end, end, ts, batch[-1][1], key))
             body = b"".join(lines)
             new = session is None
             if session is None:
@@ -527,6 +570,7 @@ class FileCheckpointer(BaseCheckpointer):
                     finally:
                         os.close(fd)
                     del session.offsets[to_seq + 1 :]
+                    session.keys = None  # the cut lines took their keys along
                 else:
                     self._write_new(session.path, header + body, stat.S_IMODE(st.st_mode))
                     meta = session.meta

@@ -57,12 +57,13 @@ import orjson
 # The one import of the C engine's line check: the sqlite work may move it.
 from ...engine import first_bad_crc_line
 from ...errors import CorruptDatabaseError, damaged_event
-from ...events import StoredEvent
+from ...events import AppendKey, StoredEvent
 from ...integrity import payload_problem
 
 __all__ = [
     "METADATA_SUFFIX",
     "SUFFIX",
+    "append_keys",
     "decode_page",
     "decode_record",
     "event_line",
@@ -97,15 +98,47 @@ def header_line(session_id: str, created: float) -> bytes:
     return orjson.dumps({"agentlog": 1, "session": session_id, "created": created}) + b"\n"
 
 
-def event_line(seq: int, end: int, ts: float, payload: bytes) -> bytes:
-    """One event line: event ``seq`` of the batch ending at ``end``, its crc over ``payload``."""
-    return b'{"seq":%d,"end":%d,"ts":%s,"crc":%d,"event":%s}\n' % (
+def event_line(
+    seq: int, end: int, ts: float, payload: bytes, key: AppendKey | None = None
+) -> bytes:
+    """One event line: event ``seq`` of the batch ending at ``end``, its crc over
+    ``payload``; the last line of a keyed append also carries its ``key`` and
+    ``digest`` (hex), before ``"event"`` (so the payload stays the line's end).
+    In the batch's own last line the key is written with the batch, in one
+    write: a torn batch leaves neither."""
+    keyed = b""
+    if key is not None:
+        keyed = b'"key":%s,"digest":"%s",' % (orjson.dumps(key.name), key.digest.hex().encode())
+    return b'{"seq":%d,"end":%d,"ts":%s,"crc":%d,%s"event":%s}\n' % (
         seq,
         end,
         repr(ts).encode(),
         zlib.crc32(payload),
+        keyed,
         payload,
     )
+
+
+#: What only the line of a keyed append holds (a key's JSON escapes any quote).
+_KEY_FIELD = b'"key":'
+
+
+def append_keys(data: bytes, offsets: array[int]) -> dict[str, tuple[bytes, int]]:
+    """The append keys of a session file's committed lines: ``key -> (digest,
+    head after that append)`` (the line that carries a key ends its batch)."""
+    keys: dict[str, tuple[bytes, int]] = {}
+    start = offsets[0]
+    while (found := data.find(_KEY_FIELD, start, offsets[-1])) >= 0:
+        line_start = data.rfind(b"\n", 0, found) + 1
+        line_end = data.find(b"\n", found) + 1
+        try:
+            record = orjson.loads(data[line_start:line_end])
+        except orjson.JSONDecodeError:
+            record = None  # a damaged line: a read reports it, naming its seq
+        if isinstance(record, dict) and isinstance(record.get("key"), str):
+            keys[record["key"]] = (bytes.fromhex(record["digest"]), int(record["end"]))
+        start = line_end
+    return keys
 
 
 def metadata_file(session_id: str, meta: bytes | None, base: int) -> bytes:

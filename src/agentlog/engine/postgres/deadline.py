@@ -1,0 +1,108 @@
+"""A client-side deadline on the synchronous driver's calls.
+
+``statement_timeout`` is the server's: it needs the server to answer. A
+connection whose peer stops answering while TCP stays up (a black-holed
+route, a stalled proxy, a frozen host) acknowledges every byte at the TCP
+level, so neither keepalives nor ``tcp_user_timeout`` ever notice it, and
+psycopg waits on the socket for ever. Here one watchdog thread per store
+holds the deadline of each call under way; at a call's deadline it shuts the
+call's socket down, which wakes psycopg's wait with a lost connection (the
+pool then discards it). The caller gets a typed error, never a hang: a lost
+connection, with what it means for a write (see ``connection_lost``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+__all__ = ["Deadlines"]
+
+
+class Deadlines:
+    """The deadlines of the calls under way on a store's connections.
+
+    ``timeout`` is the seconds a call may take, from when it has its
+    connection; ``None`` watches nothing (each :meth:`watch` costs nothing).
+    The thread starts with the first call and sleeps until the earliest
+    deadline; a call that ends in time costs a lock and a dict entry. Every
+    call has the same timeout, so the calls in the order they began are the
+    deadlines in order: the earliest is the oldest call under way.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"client_timeout must be a number of seconds > 0, not {timeout!r}")
+        self.timeout = timeout
+        self._lock = threading.Condition(threading.Lock())
+        self._calls: OrderedDict[int, tuple[float, psycopg.Connection[Any]]] = OrderedDict()
+        self._expired: set[int] = set()
+        self._count = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def watch(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Around one call on ``conn``: past the deadline its socket is shut down,
+        and the lost connection is raised as a ``psycopg.OperationalError``
+        that says the deadline gave it up."""
+        if self.timeout is None:
+            yield
+            return
+        ticket = next(self._count)
+        with self._lock:
+            self._calls[ticket] = (time.monotonic() + self.timeout, conn)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentlog-postgres-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif len(self._calls) == 1:
+                self._lock.notify()  # it slept with nothing to watch
+        try:
+            yield
+        except psycopg.Error as exc:
+            with self._lock:
+                expired = ticket in self._expired
+            if expired:
+                raise psycopg.OperationalError(
+                    f"no answer within the client-side deadline ({self.timeout} s);"
+                    " the connection was given up"
+                ) from exc
+            raise
+        finally:
+            with self._lock:
+                self._calls.pop(ticket, None)
+                self._expired.discard(ticket)
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                if not self._calls:
+                    self._lock.wait()
+                    continue
+                ticket, (due, conn) = next(iter(self._calls.items()))
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._lock.wait(wait)
+                    continue
+                del self._calls[ticket]
+                self._expired.add(ticket)
+                _shut_down(conn)
+
+
+def _shut_down(conn: psycopg.Connection[Any]) -> None:
+    """Shut ``conn``'s socket down (both ways): its waiting call wakes at once."""
+    with contextlib.suppress(OSError, psycopg.Error, ValueError):
+        fd = conn.fileno()
+        # A socket object on a duplicate of the descriptor: shutting it down
+        # shuts the one socket down; closing it closes only the duplicate.
+        with socket.socket(fileno=socket.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)

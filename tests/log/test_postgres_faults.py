@@ -1,0 +1,254 @@
+"""PostgreSQL under a misbehaving network: a fault proxy (tests/fault_proxy.py)
+between the client and the server cuts, resets, delays or black-holes the
+connection at every point of each write's exchange.
+
+Each outcome must be success or a typed error; the state exactly before or
+after; a keyed append exactly once (its lost commits resolved); an unkeyed
+one whose commit was lost :class:`OutcomeUnknownError`, never a plain outage;
+a black hole given up at the client-side deadline; and the pool must recover
+and keep no connection it lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from agentlog import (
+    OutcomeUnknownError,
+    PostgresCheckpointer,
+    PostgresStorage,
+    StorageConflictError,
+    StorageNotFoundError,
+    StorageUnavailableError,
+)
+
+from ..conftest import OnPostgres, postgres_conninfo
+from ..fault_proxy import CLIENT, SERVER, FaultProxy
+from ..waiting import wait_until
+
+EVENTS = [{"type": "user", "content": "hello"}, {"type": "assistant", "content": "hi"}]
+#: Messages an exchange may take in either direction before a sweep ends
+#: (a write that never meets its fault is past the last point).
+MAX_POINTS = 200
+
+
+def _host_port(conninfo: str) -> tuple[str, int]:
+    fields = dict(part.split("=", 1) for part in conninfo.split())
+    return fields["host"], int(fields["port"])
+
+
+@pytest.fixture
+def proxy(postgres_server: str) -> Iterator[FaultProxy]:
+    with FaultProxy(*_host_port(postgres_server)) as running:
+        yield running
+
+
+@pytest.fixture
+def schema(request: pytest.FixtureRequest) -> str:
+    return "f_" + str(abs(hash(request.node.nodeid)) % 10**12)
+
+
+@pytest.fixture
+def direct(schema: str) -> Iterator[PostgresCheckpointer]:
+    """The store, reached without the proxy: the truth about what is stored."""
+    with PostgresCheckpointer(postgres_conninfo(), schema=schema, pool_max_size=2) as log:
+        yield log
+
+
+def through(proxy: FaultProxy, schema: str, **options: Any) -> PostgresCheckpointer:
+    """A checkpointer on ``schema`` whose every connection goes through ``proxy``."""
+    options.setdefault("client_timeout", 5.0)
+    options.setdefault("pool_max_size", 2)
+    return PostgresCheckpointer(proxy.conninfo(postgres_conninfo()), schema=schema, **options)
+
+
+def sweep(proxy: FaultProxy, mode: str, write: Callable[[int], None]) -> int:
+    """``write(point)`` with the fault armed at each point of each direction in
+    turn, until a write never meets it; the number of faults that fired."""
+    fired = 0
+    for direction in (CLIENT, SERVER):
+        for point in range(MAX_POINTS):
+            proxy.arm(direction, point, mode)
+            write(point)
+            proxy.disarm()
+            if not proxy.fired:
+                break
+            fired += 1
+        else:
+            raise AssertionError(f"a write took more than {MAX_POINTS} messages")
+    return fired
+
+
+def settled(direct: PostgresCheckpointer) -> bool:
+    """No backend of the test database but ours is in a transaction (a lost
+    connection's transaction has ended, committed or rolled back)."""
+    with direct.database.connection("looking") as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction',"
+            " 'idle in transaction (aborted)') AND backend_type = 'client backend'"
+            " AND query NOT ILIKE '%LISTEN%'"
+        ).fetchone()
+    return row is not None and row[0] == 0
+
+
+class TestAppendUnderCuts(OnPostgres):
+    @pytest.mark.parametrize("mode", ["cut", "reset"])
+    def test_a_keyed_append_is_stored_exactly_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, mode: str
+    ) -> None:
+        with through(proxy, schema) as log:
+
+            def write(point: int) -> None:
+                before = direct.head("s")
+                key = f"k-{mode}-{proxy_count[0]}"
+                proxy_count[0] += 1
+                head = log.append("s", EVENTS, key=key)  # resolved: never an error
+                assert head == before + len(EVENTS) == direct.head("s")
+                assert log.append("s", EVENTS, key=key) == head  # and a retry is a no-op
+
+            proxy_count = [0]
+            fired = sweep(proxy, mode, write)
+            assert fired >= 6
+            stored = [e.event["content"] for e in direct.read("s")]
+            assert stored == ["hello", "hi"] * proxy_count[0]
+            assert wait_until(lambda: proxy.connections() <= 2)
+
+    @pytest.mark.parametrize("mode", ["cut", "reset"])
+    def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, mode: str
+    ) -> None:
+        outcomes: set[str] = set()
+        with through(proxy, schema) as log:
+
+            def write(point: int) -> None:
+                before = direct.head("s")
+                try:
+                    head = log.append("s", EVENTS)
+                except OutcomeUnknownError:
+                    assert wait_until(lambda: settled(direct))
+                    assert direct.head("s") in (before, before + len(EVENTS))
+                    outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
+                    return
+                assert head == before + len(EVENTS) == direct.head("s")
+                outcomes.add("ok")
+
+            sweep(proxy, mode, write)
+            # Cut before the statement: never written; after its commit: written, unknown.
+            assert {"unknown-out", "unknown-in"} <= outcomes
+            assert log.append("s", EVENTS) == direct.head("s")  # the pool recovered
+            heads = [e.seq for e in direct.read("s")]
+            assert heads == list(range(1, len(heads) + 1))
+
+
+class TestOtherWritesUnderCuts(OnPostgres):
+    """Truncate, fork, delete, set_metadata and the stores' compare-and-set
+    writes: success or a typed error, and the state exactly before or after."""
+
+    @pytest.mark.parametrize("kind", ["truncate", "fork", "delete", "set_metadata"])
+    def test_log_writes(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, kind: str
+    ) -> None:
+        direct.append("src", EVENTS * 2)
+        with through(proxy, schema) as log:
+            counter = [0]
+
+            def write(point: int) -> None:
+                n = counter[0]
+                counter[0] += 1
+                direct.append(f"t{n}", EVENTS * 2)
+                acts: dict[str, tuple[Callable[[], object], Callable[[], object], set[Any]]] = {
+                    "truncate": (
+                        lambda: log.truncate(f"t{n}", 1),
+                        lambda: direct.head(f"t{n}"),
+                        {4, 1},
+                    ),
+                    "fork": (
+                        lambda: log.fork("src", 3, f"f{n}"),
+                        lambda: direct.head(f"f{n}"),
+                        {0, 3},
+                    ),
+                    "delete": (lambda: log.delete(f"t{n}"), lambda: direct.head(f"t{n}"), {4, 0}),
+                    "set_metadata": (
+                        lambda: log.set_metadata(f"t{n}", {"n": n}, 1),
+                        lambda: direct.metadata(f"t{n}").revision,
+                        {1, 2},
+                    ),
+                }
+                act, look, allowed = acts[kind]
+                try:
+                    act()
+                except StorageUnavailableError:
+                    assert wait_until(lambda: settled(direct))
+                assert look() in allowed, (point, look(), allowed)
+
+            assert sweep(proxy, "cut", write) >= 4
+            assert wait_until(lambda: proxy.connections() <= 2)  # no lost connection kept
+
+    def test_store_compare_and_set_writes(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        with PostgresStorage.open(
+            proxy.conninfo(postgres_conninfo()), schema=schema, client_timeout=5.0
+        ) as storage:
+            counter = [0]
+
+            def write(point: int) -> None:
+                n = counter[0]
+                counter[0] += 1
+                with contextlib.suppress(StorageUnavailableError, StorageConflictError):
+                    storage.memory.put("t", "ns", f"k{n}", {"n": n}, None)
+                with contextlib.suppress(StorageUnavailableError, StorageConflictError):
+                    storage.sessions.create("t", f"s{n}", {"n": n})
+                assert wait_until(lambda: settled(direct))
+                for read in (
+                    lambda: storage.memory.get("t", "ns", f"k{n}").value,
+                    lambda: storage.sessions.get("t", f"s{n}").metadata,
+                ):
+                    with contextlib.suppress(StorageNotFoundError):  # not written: before
+                        assert read() == {"n": n}
+
+            assert sweep(proxy, "cut", write) >= 4
+
+
+class TestBlackHolesAndDelays(OnPostgres):
+    def test_a_black_holed_append_is_given_up_at_the_deadline(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        # One connection, set up before the fault: the hole is in the append's exchange.
+        with through(proxy, schema, client_timeout=1.0, pool_max_size=1) as log:
+            for direction in (CLIENT, SERVER):
+                # The pool's one connection, set up and idle, alone (the
+                # opening one, or the one the hole held, has ended).
+                log.append("s", EVENTS)
+                assert wait_until(lambda: proxy.connections() == 1)
+                proxy.arm(direction, 2, "blackhole")
+                started = time.monotonic()
+                with pytest.raises(OutcomeUnknownError, match="client-side deadline"):
+                    log.append("s", EVENTS)
+                assert time.monotonic() - started < 30  # bounded, not a hang
+                proxy.heal()
+                assert wait_until(lambda: settled(direct))
+            # A keyed append through a black hole: given up, then resolved on
+            # the next connection (the hole lets new connections through).
+            log.append("s", EVENTS)
+            assert wait_until(lambda: proxy.connections() == 1)
+            proxy.arm(SERVER, 2, "blackhole")
+            before = direct.head("s")
+            assert log.append("s", EVENTS, key="through-the-hole") == before + 2
+            proxy.heal()
+            assert direct.head("s") == before + 2
+
+    def test_a_delayed_connection_still_answers(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        with through(proxy, schema) as log:
+            log.append("s", EVENTS)
+            proxy.arm(SERVER, 1, "delay", delay=0.05)
+            assert log.append("s", EVENTS, key="late") == 4
+            assert direct.head("s") == 4
