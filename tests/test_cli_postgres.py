@@ -150,7 +150,7 @@ class TestCommands(OnPostgres):
         assert figures["total_bytes"] == sum(figures["relation_bytes"].values())
         text = ok("stats", *pg.args).splitlines()
         assert text[0].endswith(
-            f"schema {pg.schema}: version 4, PostgreSQL {figures['server_version']}"
+            f"schema {pg.schema}: version 5, PostgreSQL {figures['server_version']}"
         )
         assert text[1] == "sessions 2 in 2 tenant(s), events 4"
         assert text[2].startswith("tables ") and "events " in text[2]
