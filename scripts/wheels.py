@@ -30,6 +30,8 @@ registries this project reaches, so the musl wheel is built and checked only.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import io
 import os
 import re
@@ -88,6 +90,7 @@ class Target:
     libraries: frozenset[str]  #: every shared library the extension may need
     glibc: tuple[int, int] | None  #: the newest GLIBC_ symbol version allowed
     pip_platform: str  #: pip's --platform for the test environment's packages
+    musl_libc: str = ""  #: the musl C library's name on a musl distribution
 
     @property
     def native(self) -> bool:
@@ -110,8 +113,8 @@ TARGETS = {
         ),
         Target(
             "musllinux_x86_64", "x86_64-linux-musl", "linux-x86_64", "x86_64-linux-musl",
-            "musllinux_1_2_x86_64", "EM_X86_64", frozenset({"libc.so"}), None,
-            "musllinux_1_2_x86_64",
+            "musllinux_1_2_x86_64", "EM_X86_64", frozenset({"libc.musl-x86_64.so.1"}), None,
+            "musllinux_1_2_x86_64", "libc.musl-x86_64.so.1",
         ),
     )
 }  # fmt: skip
@@ -199,6 +202,8 @@ def build(target: Target, sdist: Path, work: Path, out: Path) -> Path:
         stdout=subprocess.DEVNULL,
     )
     (unrepaired,) = raw.glob("*.whl")
+    if target.musl_libc:
+        musl_soname(unrepaired, target.musl_libc)
     repaired = here / "repaired"
     # "auto": auditwheel's --plat offers this machine's architecture only; the
     # tag it chooses (the wheel's own policy) is checked below.
@@ -223,6 +228,32 @@ class Facts:
     paths: list[str]  #: DT_RPATH and DT_RUNPATH
     exported: list[str]  #: the defined, visible dynamic symbols
     glibc: tuple[int, ...] | None  #: the newest GLIBC_ version it asks for
+
+
+def musl_soname(wheel: Path, soname: str) -> None:
+    """Make the extension in ``wheel`` need musl's C library by the name a musl
+    distribution's toolchain gives it (and the musllinux policy allows), not
+    zig's ``libc.so``; the wheel's RECORD is rewritten to match."""
+    with zipfile.ZipFile(wheel) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    (name,) = [n for n in members if n.endswith(".so")]
+    with tempfile.TemporaryDirectory() as temporary:
+        module = Path(temporary) / "module.so"
+        module.write_bytes(members[name])
+        run(["patchelf", "--replace-needed", "libc.so", soname, str(module)])
+        members[name] = module.read_bytes()
+    (record,) = [n for n in members if n.endswith(".dist-info/RECORD")]
+    lines = []
+    for line in members[record].decode().splitlines():
+        path = line.split(",")[0]
+        if path == name:
+            digest = base64.urlsafe_b64encode(hashlib.sha256(members[name]).digest())
+            line = f"{path},sha256={digest.rstrip(b'=').decode()},{len(members[name])}"
+        lines.append(line)
+    members[record] = ("\n".join(lines) + "\n").encode()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member, data in members.items():
+            archive.writestr(member, data)
 
 
 def extension_facts(data: bytes) -> Facts:
@@ -264,7 +295,7 @@ def check(target: Target, wheel: Path) -> None:
         text=True,
         check=True,
     ).stdout
-    reported = re.search(r'consistent with the following platform tag:\s*"([^"]+)"', show)
+    reported = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s*"([^"]+)"', show)
     if reported is None or reported.group(1) != target.policy:
         raise WheelError(
             f"{wheel.name}: auditwheel reports {reported and reported.group(1)}\n{show}"

@@ -37,7 +37,7 @@ SOURCES = (".pyx", ".pxi", ".pxd", ".c", ".h")
 #: The wheel this environment was installed from, when the test command says so.
 WHEEL = os.environ.get("AGENTLOG_TEST_WHEEL", "")
 #: The shared libraries a manylinux (glibc) or musllinux wheel's engine may need.
-C_LIBRARIES = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "libc.so"}
+C_LIBRARIES = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "libc.musl-x86_64.so.1"}
 
 pytestmark = pytest.mark.skipif(
     PACKAGE.parent.name == "src" and (PACKAGE.parent.parent / "pyproject.toml").exists(),
