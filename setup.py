@@ -125,7 +125,9 @@ def verified_amalgamation() -> Path | None:
 
 def engine_extension() -> Extension:
     sqlite_dir = verified_amalgamation()
-    compile_args = ["-O2"]
+    # Hidden by default: the module exports PyInit_cengine (PyMODINIT_FUNC marks
+    # it visible) and nothing else, not even Cython's own globals.
+    compile_args = ["-O2", "-fvisibility=hidden"]
     link_args: list[str] = []
     if flag("AGENTLOG_ASAN"):
         compile_args += ["-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer"]

@@ -17,6 +17,7 @@ static uint32_t agentlog_crc_table[8][256];
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AGENTLOG_CRC32_CLMUL 1
+#include <cpuid.h>
 #include <immintrin.h>
 /* Whether the CPU has carry-less multiplication (and SSE4.1): asked once. */
 static int agentlog_crc_clmul = 0;
@@ -28,8 +29,13 @@ agentlog_crc32_init(void)
 {
     uint32_t i, j, crc;
 #ifdef AGENTLOG_CRC32_CLMUL
-    __builtin_cpu_init();
-    agentlog_crc_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    /* CPUID leaf 1 itself, not __builtin_cpu_supports: that one reads the
+     * compiler runtime's __cpu_model, which a clang-built (zig cc) shared
+     * object cannot reach without a text relocation. ECX bit 1 is PCLMULQDQ,
+     * bit 19 SSE4.1. */
+    unsigned int eax, ebx, ecx, edx;
+    agentlog_crc_clmul = __get_cpuid(1, &eax, &ebx, &ecx, &edx)
+        && (ecx & bit_PCLMUL) && (ecx & bit_SSE4_1);
 #endif
     for (i = 0; i < 256; i++) {
         crc = i;
