@@ -45,7 +45,7 @@ def rows(text: str) -> list[list[str]]:
     for line in text.splitlines():
         if line.startswith("|") and not re.fullmatch(r"\|(-*\|)+", line):
             found.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]])
-    return [row for row in found if row[0] not in ("format", "version", "extra", "")]
+    return [row for row in found if row[0] not in ("format", "version", "extra", "package", "")]
 
 
 def glance(name: str) -> dict[str, str]:
@@ -159,15 +159,10 @@ def project() -> tuple[str, list[str], dict[str, list[str]]]:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        metadata = importlib.metadata.metadata("agentlog")
-        base: list[str] = []
-        extras: dict[str, list[str]] = {}
-        for text in importlib.metadata.requires("agentlog") or []:
-            requirement = Requirement(text)
-            extra = re.search(r'extra == "([^"]+)"', str(requirement.marker or ""))
-            requirement.marker = None
-            (extras.setdefault(extra[1], []) if extra else base).append(str(requirement))
-        return str(metadata["Requires-Python"]), base, extras
+        from .test_constraints import extras_script
+
+        base, extras = extras_script.installed_requirements()
+        return str(importlib.metadata.metadata("agentlog")["Requires-Python"]), base, extras
     if not PYPROJECT.exists():
         pytest.skip("pyproject.toml is not beside the tests")
     data: dict[str, Any] = tomllib.loads(PYPROJECT.read_text())["project"]
@@ -187,6 +182,23 @@ def test_the_extras_are_pyproject_s() -> None:
     }
     assert stated.pop("(none)") == sorted(normal(r) for r in base)
     assert stated == {name: sorted(normal(r) for r in reqs) for name, reqs in extras.items()}
+
+
+def test_the_ends_tested_are_the_constraints_files() -> None:
+    """The page's table of tested releases is the constraints files' pins of
+    each framework extra's requirements, oldest and newest (each newest pin,
+    where markers split it by Python)."""
+    from .test_constraints import end, frameworks, pinned_version, pins_of
+
+    stated = {row[0].strip("`"): row[1:] for row in rows(section("### Both ends tested"))}
+    wanted = {r.name: r for reqs in frameworks().values() for r in reqs}
+    assert sorted(stated) == sorted(wanted)
+    for name, requirement in wanted.items():
+        oldest, newest = stated[name]
+        (pin,) = pins_of(end("oldest.txt"), requirement)
+        assert oldest == str(pinned_version(pin))
+        found = re.findall(r"\d+(?:\.\d+)+", newest)
+        assert found == [str(pinned_version(p)) for p in pins_of(end("newest.txt"), requirement)]
 
 
 def python_row(label: str) -> str:
