@@ -9,6 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 from .. import __version__
 from ..events import MAX_POSITION
+from ..migrate.common import SOURCE_FORMATS
 from ..stores import DEFAULT_TENANT
 from .checks import cmd_check, cmd_verify
 from .demo import cmd_demo
@@ -205,12 +206,19 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "source",
         metavar="SRC",
-        help="a JSON v1 sessions directory, a file store, or a SQLite file (its --tenant)",
+        help="a JSON v1 sessions directory, a file store, a SQLite file (its --tenant),"
+        " or a framework's store (see --from)",
     )
     migrate.add_argument(
         "target",
         metavar="DST",
         help="the SQLite file, or PostgreSQL URL (postgresql://…), to write",
+    )
+    migrate.add_argument(
+        "--from",
+        dest="source_kind",
+        choices=list(SOURCE_FORMATS),
+        help="the kind of source (default: detected from what SRC holds)",
     )
     migrate.add_argument("--schema", help="the PostgreSQL schema to write into (default: agentlog)")
     migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")

@@ -81,6 +81,7 @@ def migrate(
     engine: str | None = None,
     progress: bool | None = None,
     schema: str | None = None,
+    source_kind: str | None = None,
 ) -> MigrationReport:
     """Migrate the sessions of ``source`` into ``target``.
 
@@ -92,12 +93,13 @@ def migrate(
     path), so a re-run recognises it. ``backup_dir`` defaults to
     ``<target>.migration-<UTC time>`` beside a SQLite target (in the current
     directory for PostgreSQL). ``progress`` shows a progress bar on standard
-    error (default: when it is a terminal). Raises :class:`MigrationError`
+    error (default: when it is a terminal). ``source_kind`` names the kind of
+    source (a key of :data:`SOURCE_FORMATS`) instead of detecting it. Raises :class:`MigrationError`
     when the plan has conflicts; nothing is written then.
     """
     source_path = Path(source)
     tenant = check_name("tenant", tenant)
-    src = open_source(source_path, tenant, engine)
+    src = open_source(source_path, tenant, engine, source_kind)
     dst = open_target(target, engine, schema)
     if isinstance(dst, SqliteTarget) and source_path.resolve() == dst.path.resolve():
         raise MigrationError("the source and the target are the same file")
