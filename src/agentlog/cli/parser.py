@@ -223,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--schema", help="the PostgreSQL schema to write into (default: agentlog)")
     migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
     tenant(migrate)
+    migrate.set_defaults(tenant=None)  # the source's kind decides (langgraph for LangGraph)
+    migrate.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="carry a LangGraph store's pickled values (unpickling can run any code)",
+    )
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
     migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
     stats = command(

@@ -27,6 +27,7 @@ SOURCE_FORMATS = {
     "file": "agentlog-file",
     "sqlite": "agentlog-sqlite",
     "openai-sqlite": "openai-agents-sqlite-session",
+    "langgraph-sqlite": "langgraph-sqlite-saver",
 }
 
 #: ``(ts, type, payload, item id)``: one event as the apply writes it.

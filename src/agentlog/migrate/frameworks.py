@@ -11,6 +11,7 @@ apply reads from that copy. The file is only ever read.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from .json_v1 import epoch_seconds
 __all__ = [
     "FOREIGN_KINDS",
     "ForeignSource",
+    "LangGraphSqliteSource",
     "OpenAISqliteSource",
     "foreign_kind",
 ]
@@ -113,15 +115,28 @@ class ForeignSource:
     once, the plan's units, the backup and the apply's reread."""
 
     kind = ""
+    #: The adapter module that knows the layout the units become, and its extra.
+    adapter = ""
+    extra = ""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, allow_pickle: bool = False) -> None:
         self.path = path
+        self.allow_pickle = allow_pickle
         self._db: F.ForeignDatabase | None = None
 
     def _database(self) -> F.ForeignDatabase:
         if self._db is None:
             self._db = _open(self.path, self.kind)
         return self._db
+
+    def _adapter(self) -> Any:
+        """The adapter module (its framework must be installed)."""
+        try:
+            return importlib.import_module(self.adapter)
+        except ImportError as exc:
+            raise MigrationError(
+                f"a {self.kind} source needs {exc.name}: pip install 'agentlog[{self.extra}]'"
+            ) from None
 
     def close(self) -> None:
         db, self._db = self._db, None
@@ -167,7 +182,7 @@ class ForeignSource:
             raise MigrationError(str(exc)) from None
         finally:
             self.close()
-        return type(self)(copy)
+        return type(self)(copy, self.allow_pickle)
 
     def load(self, planned: PlannedSession) -> Converted:
         read = self._read(planned.source_key)
@@ -194,17 +209,13 @@ class OpenAISqliteSource(ForeignSource):
     extra (the adapter's item layout)."""
 
     kind = "openai-sqlite"
+    adapter, extra = "agentlog.integrations.openai_agents", "openai-agents"
 
     def _keys(self, conn: F.ForeignRows) -> list[str]:
         return [str(key) for key in F.openai_session_ids(conn)]
 
     def _convert(self, conn: F.ForeignRows, key: str) -> tuple[str, Converted] | None:
-        try:
-            from ..integrations.openai_agents import event_of_item
-        except ImportError:
-            raise MigrationError(
-                "an OpenAI Agents source needs the SDK: pip install 'agentlog[openai-agents]'"
-            ) from None
+        event_of_item = self._adapter().event_of_item
         session = F.openai_session(conn, key)
         messages = F.openai_messages(conn, key)
         if session is None and not messages:
@@ -251,3 +262,131 @@ class OpenAISqliteSource(ForeignSource):
             tuple(notes),
         )
         return digest.hexdigest(), converted
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:3])
+    return shown + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+
+
+class LangGraphSqliteSource(ForeignSource):
+    """LangGraph's ``SqliteSaver`` database: every thread and namespace, each
+    with its checkpoints (ids, parents, metadata, channel values) and pending
+    writes, as the agentlog saver's layout, so the same compiled graph on
+    :class:`~agentlog.integrations.langgraph.AgentlogSaver` resumes where it
+    stopped. Values are copied as the framework serialised them, never
+    decoded into objects (see :mod:`agentlog.integrations.langgraph.importing`);
+    a pickled checkpoint or write is refused unless ``allow_pickle``. Needs
+    the ``langgraph`` extra."""
+
+    kind = "langgraph-sqlite"
+    adapter, extra = "agentlog.integrations.langgraph.importing", "langgraph"
+
+    def _keys(self, conn: F.ForeignRows) -> list[str]:
+        return [json.dumps([t, ns], ensure_ascii=False) for t, ns in F.langgraph_threads(conn)]
+
+    def _convert(self, conn: F.ForeignRows, key: str) -> tuple[str, Converted] | None:
+        L = self._adapter()
+        thread_id, ns = json.loads(key)
+        rows = F.langgraph_checkpoints(conn, thread_id, ns)
+        write_rows = F.langgraph_writes(conn, thread_id, ns)
+        if not rows and not write_rows:
+            return None
+        digest = hashlib.sha256()
+        checkpoints: list[Any] = []
+        pickled: list[str] = []
+        with_ext: list[str] = []
+        times: list[float] = []
+        for cid, parent, kind, data, meta in rows:
+            digest.update(repr((cid, parent, kind, len(data or b""))).encode())
+            digest.update(bytes(data or b"") + b"\n" + bytes(meta or b""))
+            body = self._checkpoint(thread_id, cid, kind, bytes(data or b""), pickled)
+            if body is None:
+                continue
+            if L.has_ext(body):
+                with_ext.append(str(cid))
+            try:
+                metadata = json.loads(bytes(meta or b"{}"))
+            except ValueError:
+                raise MigrationError(
+                    f"thread {thread_id!r}: checkpoint {cid}: metadata is not JSON"
+                ) from None
+            checkpoints.append(L.ForeignCheckpoint(body, parent, metadata))
+            moment = epoch_seconds(body.get("ts"))
+            if moment is not None:
+                times.append(moment)
+        writes = []
+        for cid, task, idx, channel, kind, value, path in write_rows:
+            digest.update(repr((cid, task, idx, channel, kind, path)).encode())
+            digest.update(bytes(value or b""))
+            if kind == "pickle" and not self.allow_pickle:
+                pickled.append(f"{cid} (a write of task {task})")
+            writes.append(
+                L.ForeignWrite(cid, task, path, int(idx), channel, str(kind), bytes(value or b""))
+            )
+        if pickled:
+            raise MigrationError(
+                f"thread {thread_id!r}: pickled values in {_ids(pickled)}; "
+                "unpickling can run any code: pass allow_pickle (--allow-pickle) to carry them"
+            )
+        known = {str(c.checkpoint["id"]) for c in checkpoints}
+        orphans = sum(1 for w in writes if w.checkpoint_id not in known)
+        sid, events = L.thread_events(thread_id, ns, checkpoints, writes)
+        created = min(times, default=0.0)
+        stamped: list[Event] = []
+        moment = created
+        for event in events:
+            at = epoch_seconds(_checkpoint_ts(event, checkpoints))
+            moment = at if at is not None else moment
+            ((type_, payload),) = encode_events([event])
+            stamped.append((moment, type_, payload, None))
+        notes = []
+        if with_ext:
+            notes.append(
+                f"{len(with_ext)} checkpoint(s) hold objects of extension types, copied"
+                f" undecoded: {_ids(with_ext)}"
+            )
+        if orphans:
+            notes.append(f"{orphans} write(s) of checkpoints that are not in the file left out")
+        source = {"format": SOURCE_FORMATS[self.kind], "key": key}
+        metadata = encode_value({"source": source, "thread_id": thread_id, "checkpoint_ns": ns})
+        active = max(times, default=created)
+        converted = Converted(sid, None, stamped, metadata, created, active, 1, tuple(notes))
+        return digest.hexdigest(), converted
+
+    def _checkpoint(
+        self, thread_id: str, cid: str, kind: str, data: bytes, pickled: list[str]
+    ) -> dict[str, Any] | None:
+        """A checkpoint unpacked with its extension types raw; None (and its
+        id in ``pickled``) for a pickled one the caller may not unpickle."""
+        L = self._adapter()
+        if kind == "pickle":
+            if not self.allow_pickle:
+                pickled.append(str(cid))
+                return None
+            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+            serde = JsonPlusSerializer(pickle_fallback=True)
+            kind, data = serde.dumps_typed(serde.loads_typed((kind, data)))
+        if kind != "msgpack":
+            raise MigrationError(
+                f"thread {thread_id!r}: checkpoint {cid} is of type {kind!r}, not msgpack"
+            )
+        try:
+            body = L.unpack_raw(data)
+        except (ValueError, TypeError) as exc:
+            raise MigrationError(
+                f"thread {thread_id!r}: checkpoint {cid} is corrupt ({exc})"
+            ) from None
+        if not isinstance(body, dict) or "id" not in body or "channel_versions" not in body:
+            raise MigrationError(f"thread {thread_id!r}: checkpoint {cid} is not a checkpoint")
+        return body
+
+
+def _checkpoint_ts(event: dict[str, Any], checkpoints: list[Any]) -> object:
+    """The time of the checkpoint an event is of (its own, or its write's)."""
+    cid = event.get("id") if event.get("lg") == "c" else event.get("c")
+    for checkpoint in checkpoints:
+        if checkpoint.checkpoint["id"] == cid:
+            return checkpoint.checkpoint.get("ts")
+    return None

@@ -27,7 +27,7 @@ from .common import (
     PlannedSession,
     open_read_only,
 )
-from .frameworks import OpenAISqliteSource, foreign_kind
+from .frameworks import LangGraphSqliteSource, OpenAISqliteSource, foreign_kind
 from .json_v1 import convert_json_v1
 
 __all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
@@ -252,10 +252,17 @@ class SqliteSource:
         return read[1]
 
 
-def open_source(source: Path, tenant: str, engine: str | None, kind: str | None = None) -> Source:
+def open_source(
+    source: Path,
+    tenant: str,
+    engine: str | None,
+    kind: str | None = None,
+    allow_pickle: bool = False,
+) -> Source:
     """The source at ``source``: a directory of files, an agentlog SQLite file
     or a framework's SQLite store, detected from what it holds unless ``kind``
-    (one of :data:`~agentlog.migrate.SOURCE_FORMATS`) names it."""
+    (one of :data:`~agentlog.migrate.SOURCE_FORMATS`) names it. ``allow_pickle``
+    lets a LangGraph source carry pickled values."""
     if kind is not None and kind not in SOURCE_FORMATS:
         known = ", ".join(SOURCE_FORMATS)
         raise MigrationError(f"unknown source kind {kind!r} (known: {known})")
@@ -272,6 +279,8 @@ def open_source(source: Path, tenant: str, engine: str | None, kind: str | None 
         kind = foreign_kind(source) or "sqlite"
     if kind == "openai-sqlite":
         return OpenAISqliteSource(source)
+    if kind == "langgraph-sqlite":
+        return LangGraphSqliteSource(source, allow_pickle)
     if kind != "sqlite":
         raise MigrationError(f"{source} is a file: not a {kind} source")
     return SqliteSource(source, tenant, engine)
