@@ -28,11 +28,12 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from agentlog import SqliteStorage
+from agentlog import PostgresCheckpointer, SqliteStorage
 from agentlog.cli import main
 from agentlog.integrations.langgraph import AgentlogSaver
 from agentlog.migrate import MigrationError, migrate
 
+from ..test_migrate_postgres import pg_target
 from .langgraph_child import build_graph, first_input, transcript
 
 THREADS = ("t-1", "t-2")
@@ -231,3 +232,19 @@ def test_the_command_line_and_bad_files(
     assert "corrupt" in err and len(err.strip().splitlines()) == 1
     assert not target.exists()
     assert digest(saver_db) == before
+
+
+def test_into_postgresql_resumes_as_on_sqlitesaver(
+    saver_db: Path, tmp_path: Path, postgres_server: str
+) -> None:
+    url, schema = pg_target(postgres_server, tmp_path)
+    report = migrate(saver_db, url, schema=schema)
+    assert report.migrated == len(report.sessions) >= 2 * len(THREADS)
+    their_copy = tmp_path / "theirs.db"
+    their_copy.write_bytes(saver_db.read_bytes())
+    log = PostgresCheckpointer(postgres_server, tenant="langgraph", schema=schema)
+    with log, sqlite_saver(their_copy) as theirs, Resuming(log) as ours:
+        assert history(ours, "t-1") == history(theirs, "t-1")
+        mine = build_graph(ours).invoke(Command(resume="yes"), config("t-1"))
+        their = build_graph(theirs).invoke(Command(resume="yes"), config("t-1"))
+        assert transcript(mine) == transcript(their)

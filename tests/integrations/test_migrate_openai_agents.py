@@ -217,3 +217,20 @@ def test_bad_sources_are_one_line_and_write_nothing(
     assert len(err.strip().splitlines()) == 1
     assert not target.exists()
     assert digest(source) == before
+
+
+def test_into_postgresql_reads_back_item_for_item(
+    sdk_db: Path, tmp_path: Path, postgres_server: str
+) -> None:
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    from ..test_migrate_postgres import pg_target
+
+    url, schema = pg_target(postgres_server, tmp_path)
+    assert migrate(sdk_db, url, schema=schema).migrated == 3
+
+    async def read() -> list[Any]:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            return await AgentlogSession("alice", log).get_items()
+
+    assert asyncio.run(read()) == sdk_items(sdk_db, "alice")
