@@ -26,6 +26,11 @@ def as_url(conninfo: str) -> str:
     return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
 
 
+def pg_target(postgres_server: str, location: Path) -> tuple[str, str]:
+    """``(URL, schema)`` of a migration target of its own for the test at ``location``."""
+    return as_url(postgres_server), postgres_schema(location)
+
+
 @pytest.fixture
 def url(postgres_server: str) -> str:
     return as_url(postgres_server)

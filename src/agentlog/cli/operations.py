@@ -30,6 +30,8 @@ def cmd_migrate(args: argparse.Namespace) -> None:
         source_id=args.source_id,
         backup_dir=args.backup,
         schema=args.schema,
+        source_kind=args.source_kind,
+        allow_pickle=args.allow_pickle,
     )
     print(f"{report.source_kind} source, {counted(len(report.sessions), 'session')}")
     for planned in report.sessions:

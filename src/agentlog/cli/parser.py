@@ -9,6 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 from .. import __version__
 from ..events import MAX_POSITION
+from ..migrate.common import SOURCE_FORMATS
 from ..stores import DEFAULT_TENANT
 from .checks import cmd_check, cmd_verify
 from .demo import cmd_demo
@@ -213,16 +214,29 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "source",
         metavar="SRC",
-        help="a JSON v1 sessions directory, a file store, or a SQLite file (its --tenant)",
+        help="a JSON v1 sessions directory, a file store, a SQLite file (its --tenant),"
+        " or a framework's store (see --from)",
     )
     migrate.add_argument(
         "target",
         metavar="DST",
         help="the SQLite file, or PostgreSQL URL (postgresql://…), to write",
     )
+    migrate.add_argument(
+        "--from",
+        dest="source_kind",
+        choices=list(SOURCE_FORMATS),
+        help="the kind of source (default: detected from what SRC holds)",
+    )
     migrate.add_argument("--schema", help="the PostgreSQL schema to write into (default: agentlog)")
     migrate.add_argument("--dry-run", action="store_true", help="plan and report; write nothing")
     tenant(migrate)
+    migrate.set_defaults(tenant=None)  # the source's kind decides (langgraph for LangGraph)
+    migrate.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="carry a LangGraph store's pickled values (unpickling can run any code)",
+    )
     migrate.add_argument("--source-id", help="the source's name in the ledger (default: its path)")
     migrate.add_argument("--backup", help="where to put the backup (default: beside the target)")
     stats = command(

@@ -36,9 +36,13 @@ from pathlib import Path
 from ..stores.common import DEFAULT_TENANT, check_name
 from ..terminal import progress_bar
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
+from .frameworks import foreign_kind
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import Source, open_source
 from .targets import SqliteTarget, Target, open_target
+
+#: The tenant a LangGraph source lands in by default: the agentlog saver's.
+LANGGRAPH_TENANT = "langgraph"
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -77,29 +81,43 @@ def migrate(
     target: str | os.PathLike[str],
     *,
     dry_run: bool = False,
-    tenant: str = DEFAULT_TENANT,
+    tenant: str | None = None,
     source_id: str | None = None,
     backup_dir: str | os.PathLike[str] | None = None,
     engine: str | None = None,
     progress: bool | None = None,
     schema: str | None = None,
+    source_kind: str | None = None,
+    allow_pickle: bool = False,
 ) -> MigrationReport:
     """Migrate the sessions of ``source`` into ``target``.
 
     ``source`` is a directory (JSON v1 files or a file store) or an agentlog
     SQLite file (its ``tenant`` is read); ``target`` is a SQLite file's path
     or a PostgreSQL URL (``postgresql://…``, into ``schema``, default
-    ``agentlog``; needs the ``postgres`` extra). Sessions land in ``tenant``.
+    ``agentlog``; needs the ``postgres`` extra). Sessions land in ``tenant``
+    (default ``"default"``; ``"langgraph"`` for a LangGraph source, where the
+    agentlog saver looks).
     ``source_id`` names the source in the ledger (default: its resolved
     path), so a re-run recognises it. ``backup_dir`` defaults to
     ``<target>.migration-<UTC time>`` beside a SQLite target (in the current
     directory for PostgreSQL). ``progress`` shows a progress bar on standard
-    error (default: when it is a terminal). Raises :class:`MigrationError`
+    error (default: when it is a terminal). ``source_kind`` names the kind of
+    source (a key of :data:`SOURCE_FORMATS`) instead of detecting it.
+    ``allow_pickle`` lets a LangGraph source's pickled values through (never
+    unpickled otherwise: they are refused, naming the checkpoints). Raises :class:`MigrationError`
     when the plan has conflicts; nothing is written then.
     """
     source_path = Path(source)
+    if tenant is None:
+        langgraph = source_kind == "langgraph-sqlite" or (
+            source_kind is None
+            and source_path.is_file()
+            and foreign_kind(source_path) == "langgraph-sqlite"
+        )
+        tenant = LANGGRAPH_TENANT if langgraph else DEFAULT_TENANT
     tenant = check_name("tenant", tenant)
-    src = open_source(source_path, tenant, engine)
+    src = open_source(source_path, tenant, engine, source_kind, allow_pickle)
     dst = open_target(target, engine, schema)
     if isinstance(dst, SqliteTarget) and source_path.resolve() == dst.path.resolve():
         raise MigrationError("the source and the target are the same file")

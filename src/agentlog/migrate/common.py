@@ -22,7 +22,13 @@ __all__ = [
 #: The provenance recorded for each kind of source (the ledger's
 #: ``source_format``; for JSON v1 and file stores also the session's
 #: ``metadata["source"]["format"]``).
-SOURCE_FORMATS = {"json-v1": "json-v1", "file": "agentlog-file", "sqlite": "agentlog-sqlite"}
+SOURCE_FORMATS = {
+    "json-v1": "json-v1",
+    "file": "agentlog-file",
+    "sqlite": "agentlog-sqlite",
+    "openai-sqlite": "openai-agents-sqlite-session",
+    "langgraph-sqlite": "langgraph-sqlite-saver",
+}
 
 #: ``(ts, type, payload, item id)``: one event as the apply writes it.
 Event = tuple[float, str, bytes, "str | None"]

@@ -19,7 +19,15 @@ from ..engine import migration_rows as M
 from ..errors import CorruptDatabaseError
 from ..integrity import payload_problem, stored_bytes
 from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
-from .common import Converted, Event, MigrationError, PlannedSession, open_read_only
+from .common import (
+    SOURCE_FORMATS,
+    Converted,
+    Event,
+    MigrationError,
+    PlannedSession,
+    open_read_only,
+)
+from .frameworks import LangGraphSqliteSource, OpenAISqliteSource, foreign_kind
 from .json_v1 import convert_json_v1
 
 __all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
@@ -33,7 +41,8 @@ class Source(Protocol):
     """A migration's source."""
 
     kind: str
-    """``json-v1``, ``file`` or ``sqlite``."""
+    """A key of :data:`~agentlog.migrate.SOURCE_FORMATS` (``json-v1``, ``file``,
+    ``sqlite``, a framework's store)."""
 
     def units(self) -> Iterator[Unit]:
         """Every unit, converted as the apply would convert it, one at a time."""
@@ -255,12 +264,35 @@ class SqliteSource:
         return read[1]
 
 
-def open_source(source: Path, tenant: str, engine: str | None) -> Source:
-    """The source at ``source``: a directory of files, or an agentlog SQLite file."""
-    if source.is_dir():
-        return FileSource(source)
-    if source.is_file():
-        return SqliteSource(source, tenant, engine)
+def open_source(
+    source: Path,
+    tenant: str,
+    engine: str | None,
+    kind: str | None = None,
+    allow_pickle: bool = False,
+) -> Source:
+    """The source at ``source``: a directory of files, an agentlog SQLite file
+    or a framework's SQLite store, detected from what it holds unless ``kind``
+    (one of :data:`~agentlog.migrate.SOURCE_FORMATS`) names it. ``allow_pickle``
+    lets a LangGraph source carry pickled values."""
+    if kind is not None and kind not in SOURCE_FORMATS:
+        known = ", ".join(SOURCE_FORMATS)
+        raise MigrationError(f"unknown source kind {kind!r} (known: {known})")
     if not source.exists():
         raise MigrationError(f"{source}: no such file or directory")
-    raise MigrationError(f"{source} is neither a directory nor an agentlog SQLite file")
+    if source.is_dir():
+        found: Source = FileSource(source)
+        if kind is not None and found.kind != kind:
+            raise MigrationError(f"{source} is a {found.kind} source, not {kind}")
+        return found
+    if not source.is_file():
+        raise MigrationError(f"{source} is neither a directory nor an agentlog SQLite file")
+    if kind is None:
+        kind = foreign_kind(source) or "sqlite"
+    if kind == "openai-sqlite":
+        return OpenAISqliteSource(source)
+    if kind == "langgraph-sqlite":
+        return LangGraphSqliteSource(source, allow_pickle)
+    if kind != "sqlite":
+        raise MigrationError(f"{source} is a file: not a {kind} source")
+    return SqliteSource(source, tenant, engine)

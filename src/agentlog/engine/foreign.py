@@ -1,0 +1,167 @@
+"""Another application's SQLite file, read-only: the rows ``agentlog migrate``
+reads from the frameworks' own stores.
+
+The OpenAI Agents SDK's ``SQLiteSession`` (``agent_sessions`` and
+``agent_messages``) and LangGraph's ``SqliteSaver`` (``checkpoints`` and
+``writes``). The file is opened through the standard library's ``sqlite3``
+with ``mode=ro`` (and ``immutable`` when no process has it open, so nothing is
+created beside it): it is never written, not even its journal mode. Every
+statement lives here, as every other SQL statement of agentlog lives in
+:mod:`agentlog.engine`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from ..errors import StorageDataError
+
+__all__ = [
+    "ForeignDatabase",
+    "ForeignRows",
+    "langgraph_checkpoints",
+    "langgraph_threads",
+    "langgraph_writes",
+    "openai_messages",
+    "openai_session",
+    "openai_session_ids",
+]
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+_USER_VERSION = "PRAGMA user_version"
+
+
+class ForeignRows:
+    """The connection of one read transaction (a snapshot) of a foreign file."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        """Every row ``sql`` gives."""
+        return list(self._conn.execute(sql, params))
+
+
+class ForeignDatabase:
+    """A SQLite file another application wrote, opened read-only.
+
+    A file that is not a SQLite database raises :class:`StorageDataError`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        idle = not any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm", "-journal"))
+        uri = f"file:{quote(os.fspath(path.absolute()))}?mode=ro" + ("&immutable=1" if idle else "")
+        try:
+            self._conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+            self.tables = {row[0] for row in self._conn.execute(_TABLES)}
+            self.user_version = int(self._conn.execute(_USER_VERSION).fetchone()[0])
+        except sqlite3.DatabaseError as exc:
+            self._close_quietly()
+            raise StorageDataError(f"{path} is not a readable SQLite database ({exc})") from None
+
+    def _close_quietly(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+
+    def columns(self, table: str) -> list[str]:
+        """The names of ``table``'s columns, in order (none for a missing table)."""
+        if table not in self.tables:
+            return []
+        return [
+            row[0] for row in self._conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
+        ]
+
+    def read(self, work: Callable[[ForeignRows], T]) -> T:
+        """``work`` in one read transaction: every row it reads is of one state."""
+        try:
+            self._conn.execute("BEGIN")
+            try:
+                return work(ForeignRows(self._conn))
+            finally:
+                self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise StorageDataError(f"{self.path}: cannot be read ({exc})") from None
+
+    def backup_to(self, path: Path) -> None:
+        """A consistent copy of the whole file at the new file ``path``."""
+        if os.path.lexists(path):
+            raise StorageDataError(f"backup target {path} already exists")
+        copy = sqlite3.connect(os.fspath(path))
+        try:
+            self._conn.backup(copy)
+        except sqlite3.DatabaseError as exc:
+            raise StorageDataError(f"{self.path}: cannot be copied ({exc})") from None
+        finally:
+            copy.close()
+
+    def close(self) -> None:
+        """Let go of the file."""
+        self._conn.close()
+
+
+# -- the OpenAI Agents SDK's SQLiteSession ------------------------------------------------
+
+
+def openai_session_ids(conn: ForeignRows) -> list[str]:
+    """Every session id, with a session row or only messages, in order."""
+    sql = (
+        "SELECT session_id FROM agent_sessions UNION "
+        "SELECT DISTINCT session_id FROM agent_messages ORDER BY 1"
+    )
+    return [row[0] for row in conn.rows(sql)]
+
+
+def openai_session(conn: ForeignRows, session_id: str) -> Row | None:
+    """``(created_at, updated_at)`` of a session's row, or None."""
+    sql = "SELECT created_at, updated_at FROM agent_sessions WHERE session_id = ?"
+    found = conn.rows(sql, (session_id,))
+    return found[0] if found else None
+
+
+def openai_messages(conn: ForeignRows, session_id: str) -> list[Row]:
+    """``(id, message_data, created_at)`` of a session's messages, in the order
+    ``get_items`` returns them."""
+    sql = "SELECT id, message_data, created_at FROM agent_messages WHERE session_id = ? ORDER BY id"
+    return conn.rows(sql, (session_id,))
+
+
+# -- LangGraph's SqliteSaver --------------------------------------------------------------
+
+
+def langgraph_threads(conn: ForeignRows) -> list[Row]:
+    """Every ``(thread_id, checkpoint_ns)`` with a checkpoint or a write, in order."""
+    sql = (
+        "SELECT thread_id, checkpoint_ns FROM checkpoints UNION "
+        "SELECT thread_id, checkpoint_ns FROM writes ORDER BY 1, 2"
+    )
+    return conn.rows(sql)
+
+
+def langgraph_checkpoints(conn: ForeignRows, thread_id: str, ns: str) -> list[Row]:
+    """``(checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)`` of
+    a thread's namespace, oldest first."""
+    sql = (
+        "SELECT checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata "
+        "FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY checkpoint_id"
+    )
+    return conn.rows(sql, (thread_id, ns))
+
+
+def langgraph_writes(conn: ForeignRows, thread_id: str, ns: str) -> list[Row]:
+    """``(checkpoint_id, task_id, idx, channel, type, value, task_path)`` of a
+    thread's namespace, by checkpoint, task and index."""
+    sql = (
+        "SELECT checkpoint_id, task_id, idx, channel, type, value, task_path "
+        "FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
+        "ORDER BY checkpoint_id, task_id, idx"
+    )
+    return conn.rows(sql, (thread_id, ns))
