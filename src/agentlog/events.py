@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import numbers
+import re
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -233,6 +234,10 @@ _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACL
 _strict_dumps = json.JSONEncoder(allow_nan=False, check_circular=True).encode
 _dumps = orjson.dumps
 decode_json = orjson.loads
+# Whether an encoding holds ``null`` (where orjson wrote NaN or Infinity): the
+# regular expression's literal search scans an event in about two thirds of
+# the time of ``b"null" in payload``, and this check runs on every event.
+_holds_null = re.compile(b"null").search
 
 
 def _refuse(value: object) -> NoReturn:
@@ -250,7 +255,7 @@ def encode_json(value: object) -> bytes:
         payload = _dumps(value, default=_refuse, option=_DUMPS_OPTIONS)
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise TypeError(f"cannot be encoded as JSON: {exc}") from None
-    if b"null" in payload:
+    if _holds_null(payload) is not None:
         try:
             _strict_dumps(value)
         except ValueError as exc:
@@ -298,6 +303,8 @@ _REQUIRED_FIELD_GET = {kind: fields[0] for kind, fields in REQUIRED_FIELDS.items
 # From the 16th event of a batch on, each encoding is copied into bytes of its
 # own size (~0.1 µs), so a batch's memory follows its encoded size; the first
 # ones, all a one-event append ever has, are left as they are (a few KiB).
+# ``b"%b" % payload`` makes that copy in less than half the time of
+# ``bytes(memoryview(payload))``.
 _EXACT_FROM = 16
 
 #: The largest event, encoded, that any backend takes: what SQLite stores in
@@ -340,14 +347,14 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
                     except TypeError:
                         pass
                     else:
-                        if b"null" not in encoded_event:
+                        if _holds_null(encoded_event) is None:
                             kind, payload = given, encoded_event
         if payload is None:
             kind, payload = _encode_one(index, event)
         if len(payload) > MAX_EVENT_BYTES:
             raise _oversized(index, len(payload))
         if index >= _EXACT_FROM:
-            payload = bytes(memoryview(payload))
+            payload = b"%b" % payload
         add((kind, payload))
     return encoded
 
