@@ -11,7 +11,9 @@ and keep no connection it lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +28,7 @@ from agentlog import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
+from agentlog.aio import AsyncPostgresCheckpointer
 
 from ..conftest import OnPostgres, postgres_conninfo
 from ..fault_proxy import CLIENT, SERVER, FaultProxy
@@ -252,3 +255,95 @@ class TestBlackHolesAndDelays(OnPostgres):
             proxy.arm(SERVER, 1, "delay", delay=0.05)
             assert log.append("s", EVENTS, key="late") == 4
             assert direct.head("s") == 4
+
+
+@contextlib.contextmanager
+def async_through(
+    proxy: FaultProxy, schema: str, **options: Any
+) -> Iterator[tuple[asyncio.AbstractEventLoop, AsyncPostgresCheckpointer]]:
+    """An async checkpointer on ``schema`` through ``proxy``, and the one loop
+    it runs on (each sweep's write is one ``run_until_complete``)."""
+    options.setdefault("client_timeout", 5.0)
+    options.setdefault("pool_max_size", 2)
+    loop = asyncio.new_event_loop()
+    try:
+        log = AsyncPostgresCheckpointer(
+            proxy.conninfo(postgres_conninfo()), schema=schema, **options
+        )
+        try:
+            yield loop, log
+        finally:
+            loop.run_until_complete(log.aclose())
+    finally:
+        loop.close()
+
+
+class TestAsyncUnderFaults(OnPostgres):
+    """The async driver: the same outcomes as the synchronous one's."""
+
+    def test_a_keyed_append_is_stored_exactly_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        with async_through(proxy, schema) as (loop, log):
+            keys = itertools.count()
+
+            async def append_twice() -> None:
+                before = direct.head("s")
+                key = f"k-{next(keys)}"
+                head = await log.append("s", EVENTS, key=key)  # resolved: never an error
+                assert head == before + len(EVENTS) == direct.head("s")
+                assert await log.append("s", EVENTS, key=key) == head  # a retry: a no-op
+
+            fired = sweep(proxy, "cut", lambda point: loop.run_until_complete(append_twice()))
+            assert fired >= 6
+            stored = [e.event["content"] for e in direct.read("s")]
+            assert stored == ["hello", "hi"] * next(keys)
+            assert wait_until(lambda: proxy.connections() <= 2)
+
+    def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        outcomes: set[str] = set()
+        with async_through(proxy, schema) as (loop, log):
+
+            async def append() -> None:
+                before = direct.head("s")
+                try:
+                    head = await log.append("s", EVENTS)
+                except OutcomeUnknownError:
+                    assert wait_until(lambda: settled(direct))
+                    assert direct.head("s") in (before, before + len(EVENTS))
+                    outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
+                    return
+                assert head == before + len(EVENTS) == direct.head("s")
+                outcomes.add("ok")
+
+            sweep(proxy, "cut", lambda point: loop.run_until_complete(append()))
+            assert {"unknown-out", "unknown-in"} <= outcomes
+            assert loop.run_until_complete(log.append("s", EVENTS)) == direct.head("s")
+            heads = [e.seq for e in direct.read("s")]
+            assert heads == list(range(1, len(heads) + 1))
+
+    def test_a_black_holed_append_is_given_up_at_the_deadline(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        options = {"client_timeout": 1.0, "pool_min_size": 1, "pool_max_size": 1}
+        with async_through(proxy, schema, **options) as (loop, log):
+            for direction in (CLIENT, SERVER):
+                loop.run_until_complete(log.append("s", EVENTS))
+                assert wait_until(lambda: proxy.connections() == 1)
+                proxy.arm(direction, 2, "blackhole")
+                with pytest.raises(OutcomeUnknownError, match="client-side deadline"):
+                    loop.run_until_complete(log.append("s", EVENTS))
+                proxy.heal()
+                assert wait_until(lambda: settled(direct))
+            loop.run_until_complete(log.append("s", EVENTS))
+            assert wait_until(lambda: proxy.connections() == 1)
+            proxy.arm(SERVER, 2, "blackhole")
+            before = direct.head("s")
+            keyed = log.append("s", EVENTS, key="through-the-hole")
+            assert loop.run_until_complete(keyed) == before + 2
+            proxy.heal()
+            assert direct.head("s") == before + 2
+            # The pool replaced what the deadline gave up: reads answer.
+            assert loop.run_until_complete(log.head("s")) == before + 2
