@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from agentlog import (
+    IdempotencyKeyError,
     OutcomeUnknownError,
     PostgresCheckpointer,
     PostgresStorage,
@@ -347,3 +348,66 @@ class TestAsyncUnderFaults(OnPostgres):
             assert direct.head("s") == before + 2
             # The pool replaced what the deadline gave up: reads answer.
             assert loop.run_until_complete(log.head("s")) == before + 2
+
+
+class TestAdaptersUnderCuts(OnPostgres):
+    """An adapter's write cut at every point, then retried: stored exactly once."""
+
+    def test_an_openai_agents_add_is_stored_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        pytest.importorskip("agents")
+        from agentlog.integrations.openai_agents import AgentlogSession
+
+        with async_through(proxy, schema) as (loop, log):
+            session = AgentlogSession("chat", log)
+            added: list[str] = []
+
+            async def add() -> None:
+                content = f"m{len(added)}"
+                # Its lost commits resolved by the add's key: never an error.
+                await session.add_items([{"role": "user", "content": content}])
+                added.append(content)
+                assert direct.head("chat") == len(added)
+
+            assert sweep(proxy, "cut", lambda point: loop.run_until_complete(add())) >= 6
+            items = loop.run_until_complete(session.get_items())
+            assert [item["content"] for item in items] == added
+
+    def test_a_langgraph_put_is_stored_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        pytest.importorskip("langgraph")
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        from agentlog.integrations.langgraph import AgentlogSaver
+
+        with through(proxy, schema) as log:
+            saver = AgentlogSaver(log)
+            parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            put: list[str] = []
+
+            def put_and_retry(point: int) -> None:
+                nonlocal parent
+                n = len(put)
+                checkpoint = empty_checkpoint()
+                checkpoint["channel_values"] = {"n": n}
+                checkpoint["channel_versions"] = {"n": n + 1}
+                args = (parent, checkpoint, {"step": n}, {"n": n + 1})
+                stored = saver.put(*args)  # its lost commits resolved by the id's key
+                put.append(checkpoint["id"])
+                [(session, head)] = [(info.id, info.head) for info in direct.list()]
+                # The host did not hear (say) and puts it again: its events
+                # (offsets and seqs in them) differ, so the key refuses it.
+                with pytest.raises(IdempotencyKeyError):
+                    saver.put(*args)
+                assert direct.head(session) == head  # nothing more stored
+                parent = stored
+
+            assert sweep(proxy, "cut", put_and_retry) >= 6
+            [info] = direct.list()
+            assert info.head == len(put) + 1  # the thread's header, then one event each
+            listed = [t.checkpoint["id"] for t in saver.list(None)]
+            assert listed == put[::-1]  # each once, newest first
+            fresh = AgentlogSaver(direct)  # what the store holds, read anew
+            assert [t.checkpoint["id"] for t in fresh.list(None)] == put[::-1]
