@@ -219,6 +219,96 @@ class TestOtherWritesUnderCuts(OnPostgres):
 
             assert sweep(proxy, "cut", write) >= 4
 
+    @pytest.mark.parametrize("kind", ["checkpoints", "artifacts"])
+    def test_checkpoint_and_artifact_compare_and_set_writes(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, kind: str
+    ) -> None:
+        """A create and a replace at its revision, cut at every point: each
+        returns or raises ``StorageUnavailableError``, and what is stored is
+        exactly the state before the write or after it (after, if it returned)."""
+        with (
+            PostgresStorage.open(postgres_conninfo(), schema=schema, pool_max_size=2) as truth,
+            PostgresStorage.open(
+                proxy.conninfo(postgres_conninfo()),
+                schema=schema,
+                client_timeout=5.0,
+                pool_max_size=2,
+            ) as storage,
+        ):
+            writes, looks = _compare_and_set(kind, storage, truth)
+            counter = itertools.count()
+
+            def write(point: int) -> None:
+                n = next(counter)
+                writes["seed"](n)  # directly: revision 0, the state before
+                for step in ("create", "replace"):
+                    try:
+                        writes[step](n)
+                    except StorageUnavailableError:
+                        assert wait_until(lambda: settled(direct))
+                        assert looks[step](n) in ("before", "after"), (point, step)
+                    else:
+                        assert looks[step](n) == "after", (point, step)
+
+            assert sweep(proxy, "cut", write) >= 6
+            assert wait_until(lambda: proxy.connections() <= 2)  # no lost connection kept
+
+
+def _compare_and_set(
+    kind: str, storage: PostgresStorage, truth: PostgresStorage
+) -> tuple[dict[str, Callable[[int], object]], dict[str, Callable[[int], str]]]:
+    """For a store of ``kind``: the writes (``seed`` on ``truth``; ``create``
+    and ``replace`` through ``storage``) and, per write, a look at the truth
+    that says ``"before"`` or ``"after"`` (anything else is neither)."""
+    if kind == "checkpoints":
+
+        def save(store: PostgresStorage, run: str, revision: int | None, state: int) -> object:
+            return store.checkpoints.save("t", run, revision, status="running", state=state)
+
+        def checkpoint(run: str, before: tuple[int, int] | None, after: tuple[int, int]) -> str:
+            try:
+                found = truth.checkpoints.load("t", run)
+            except StorageNotFoundError:
+                return "before" if before is None else "missing"
+            stored = (found.revision, found.state)
+            return {before: "before", after: "after"}.get(stored, repr(stored))
+
+        return (
+            {
+                "seed": lambda n: save(truth, f"r{n}", None, 0),
+                "create": lambda n: save(storage, f"c{n}", None, 1),
+                "replace": lambda n: save(storage, f"r{n}", 0, 1),
+            },
+            {
+                "create": lambda n: checkpoint(f"c{n}", None, (0, 1)),
+                "replace": lambda n: checkpoint(f"r{n}", (0, 0), (1, 1)),
+            },
+        )
+
+    def put(store: PostgresStorage, name: str, revision: int | None, data: bytes) -> object:
+        return store.artifacts.put("t", name, data, "text/plain", revision, {"size": len(data)})
+
+    def artifact(name: str, before: tuple[int, bytes] | None, after: tuple[int, bytes]) -> str:
+        try:
+            info, data = truth.artifacts.get("t", name)
+        except StorageNotFoundError:
+            return "before" if before is None else "missing"
+        stored = (info.revision, data)
+        return {before: "before", after: "after"}.get(stored, repr(stored))
+
+    old, new = b"old " * 64, b"new " * 256
+    return (
+        {
+            "seed": lambda n: put(truth, f"a{n}", None, old),
+            "create": lambda n: put(storage, f"c{n}", None, new),
+            "replace": lambda n: put(storage, f"a{n}", 0, new),
+        },
+        {
+            "create": lambda n: artifact(f"c{n}", None, (0, new)),
+            "replace": lambda n: artifact(f"a{n}", (0, old), (1, new)),
+        },
+    )
+
 
 class TestBlackHolesAndDelays(OnPostgres):
     def test_a_black_holed_append_is_given_up_at_the_deadline(
