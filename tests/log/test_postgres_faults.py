@@ -101,6 +101,33 @@ def settled(direct: PostgresCheckpointer) -> bool:
     return row is not None and row[0] == 0
 
 
+def sweep_unkeyed(
+    proxy: FaultProxy, mode: str, direct: PostgresCheckpointer, append: Callable[[], int]
+) -> None:
+    """Sweep ``append()`` (an unkeyed append of ``EVENTS`` to ``"s"``): each
+    whole or absent, an unknown outcome said so, and the pool recovered."""
+    outcomes: set[str] = set()
+
+    def write(point: int) -> None:
+        before = direct.head("s")
+        try:
+            head = append()
+        except OutcomeUnknownError:
+            assert wait_until(lambda: settled(direct))
+            assert direct.head("s") in (before, before + len(EVENTS))
+            outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
+            return
+        assert head == before + len(EVENTS) == direct.head("s")
+        outcomes.add("ok")
+
+    sweep(proxy, mode, write)
+    # Cut before the statement: never written; after its commit: written, unknown.
+    assert {"unknown-out", "unknown-in"} <= outcomes
+    assert append() == direct.head("s")  # the pool recovered
+    heads = [e.seq for e in direct.read("s")]
+    assert heads == list(range(1, len(heads) + 1))
+
+
 class TestAppendUnderCuts(OnPostgres):
     @pytest.mark.parametrize("mode", ["cut", "reset"])
     def test_a_keyed_append_is_stored_exactly_once_at_every_cut(
@@ -127,27 +154,8 @@ class TestAppendUnderCuts(OnPostgres):
     def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
         self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, mode: str
     ) -> None:
-        outcomes: set[str] = set()
         with through(proxy, schema) as log:
-
-            def write(point: int) -> None:
-                before = direct.head("s")
-                try:
-                    head = log.append("s", EVENTS)
-                except OutcomeUnknownError:
-                    assert wait_until(lambda: settled(direct))
-                    assert direct.head("s") in (before, before + len(EVENTS))
-                    outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
-                    return
-                assert head == before + len(EVENTS) == direct.head("s")
-                outcomes.add("ok")
-
-            sweep(proxy, mode, write)
-            # Cut before the statement: never written; after its commit: written, unknown.
-            assert {"unknown-out", "unknown-in"} <= outcomes
-            assert log.append("s", EVENTS) == direct.head("s")  # the pool recovered
-            heads = [e.seq for e in direct.read("s")]
-            assert heads == list(range(1, len(heads) + 1))
+            sweep_unkeyed(proxy, mode, direct, lambda: log.append("s", EVENTS))
 
 
 class TestOtherWritesUnderCuts(OnPostgres):
@@ -394,26 +402,12 @@ class TestAsyncUnderFaults(OnPostgres):
     def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
         self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
     ) -> None:
-        outcomes: set[str] = set()
         with async_through(proxy, schema) as (loop, log):
 
-            async def append() -> None:
-                before = direct.head("s")
-                try:
-                    head = await log.append("s", EVENTS)
-                except OutcomeUnknownError:
-                    assert wait_until(lambda: settled(direct))
-                    assert direct.head("s") in (before, before + len(EVENTS))
-                    outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
-                    return
-                assert head == before + len(EVENTS) == direct.head("s")
-                outcomes.add("ok")
+            def append() -> int:
+                return loop.run_until_complete(log.append("s", EVENTS))
 
-            sweep(proxy, "cut", lambda point: loop.run_until_complete(append()))
-            assert {"unknown-out", "unknown-in"} <= outcomes
-            assert loop.run_until_complete(log.append("s", EVENTS)) == direct.head("s")
-            heads = [e.seq for e in direct.read("s")]
-            assert heads == list(range(1, len(heads) + 1))
+            sweep_unkeyed(proxy, "cut", direct, append)
 
     def test_a_black_holed_append_is_given_up_at_the_deadline(
         self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
