@@ -11,7 +11,9 @@ and keep no connection it lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 
 from agentlog import (
+    IdempotencyKeyError,
     OutcomeUnknownError,
     PostgresCheckpointer,
     PostgresStorage,
@@ -26,6 +29,7 @@ from agentlog import (
     StorageNotFoundError,
     StorageUnavailableError,
 )
+from agentlog.aio import AsyncPostgresCheckpointer
 
 from ..conftest import OnPostgres, postgres_conninfo
 from ..fault_proxy import CLIENT, SERVER, FaultProxy
@@ -97,6 +101,33 @@ def settled(direct: PostgresCheckpointer) -> bool:
     return row is not None and row[0] == 0
 
 
+def sweep_unkeyed(
+    proxy: FaultProxy, mode: str, direct: PostgresCheckpointer, append: Callable[[], int]
+) -> None:
+    """Sweep ``append()`` (an unkeyed append of ``EVENTS`` to ``"s"``): each
+    whole or absent, an unknown outcome said so, and the pool recovered."""
+    outcomes: set[str] = set()
+
+    def write(point: int) -> None:
+        before = direct.head("s")
+        try:
+            head = append()
+        except OutcomeUnknownError:
+            assert wait_until(lambda: settled(direct))
+            assert direct.head("s") in (before, before + len(EVENTS))
+            outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
+            return
+        assert head == before + len(EVENTS) == direct.head("s")
+        outcomes.add("ok")
+
+    sweep(proxy, mode, write)
+    # Cut before the statement: never written; after its commit: written, unknown.
+    assert {"unknown-out", "unknown-in"} <= outcomes
+    assert append() == direct.head("s")  # the pool recovered
+    heads = [e.seq for e in direct.read("s")]
+    assert heads == list(range(1, len(heads) + 1))
+
+
 class TestAppendUnderCuts(OnPostgres):
     @pytest.mark.parametrize("mode", ["cut", "reset"])
     def test_a_keyed_append_is_stored_exactly_once_at_every_cut(
@@ -123,27 +154,8 @@ class TestAppendUnderCuts(OnPostgres):
     def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
         self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, mode: str
     ) -> None:
-        outcomes: set[str] = set()
         with through(proxy, schema) as log:
-
-            def write(point: int) -> None:
-                before = direct.head("s")
-                try:
-                    head = log.append("s", EVENTS)
-                except OutcomeUnknownError:
-                    assert wait_until(lambda: settled(direct))
-                    assert direct.head("s") in (before, before + len(EVENTS))
-                    outcomes.add("unknown-" + ("in" if direct.head("s") > before else "out"))
-                    return
-                assert head == before + len(EVENTS) == direct.head("s")
-                outcomes.add("ok")
-
-            sweep(proxy, mode, write)
-            # Cut before the statement: never written; after its commit: written, unknown.
-            assert {"unknown-out", "unknown-in"} <= outcomes
-            assert log.append("s", EVENTS) == direct.head("s")  # the pool recovered
-            heads = [e.seq for e in direct.read("s")]
-            assert heads == list(range(1, len(heads) + 1))
+            sweep_unkeyed(proxy, mode, direct, lambda: log.append("s", EVENTS))
 
 
 class TestOtherWritesUnderCuts(OnPostgres):
@@ -215,6 +227,96 @@ class TestOtherWritesUnderCuts(OnPostgres):
 
             assert sweep(proxy, "cut", write) >= 4
 
+    @pytest.mark.parametrize("kind", ["checkpoints", "artifacts"])
+    def test_checkpoint_and_artifact_compare_and_set_writes(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer, kind: str
+    ) -> None:
+        """A create and a replace at its revision, cut at every point: each
+        returns or raises ``StorageUnavailableError``, and what is stored is
+        exactly the state before the write or after it (after, if it returned)."""
+        with (
+            PostgresStorage.open(postgres_conninfo(), schema=schema, pool_max_size=2) as truth,
+            PostgresStorage.open(
+                proxy.conninfo(postgres_conninfo()),
+                schema=schema,
+                client_timeout=5.0,
+                pool_max_size=2,
+            ) as storage,
+        ):
+            writes, looks = _compare_and_set(kind, storage, truth)
+            counter = itertools.count()
+
+            def write(point: int) -> None:
+                n = next(counter)
+                writes["seed"](n)  # directly: revision 0, the state before
+                for step in ("create", "replace"):
+                    try:
+                        writes[step](n)
+                    except StorageUnavailableError:
+                        assert wait_until(lambda: settled(direct))
+                        assert looks[step](n) in ("before", "after"), (point, step)
+                    else:
+                        assert looks[step](n) == "after", (point, step)
+
+            assert sweep(proxy, "cut", write) >= 6
+            assert wait_until(lambda: proxy.connections() <= 2)  # no lost connection kept
+
+
+def _compare_and_set(
+    kind: str, storage: PostgresStorage, truth: PostgresStorage
+) -> tuple[dict[str, Callable[[int], object]], dict[str, Callable[[int], str]]]:
+    """For a store of ``kind``: the writes (``seed`` on ``truth``; ``create``
+    and ``replace`` through ``storage``) and, per write, a look at the truth
+    that says ``"before"`` or ``"after"`` (anything else is neither)."""
+    if kind == "checkpoints":
+
+        def save(store: PostgresStorage, run: str, revision: int | None, state: int) -> object:
+            return store.checkpoints.save("t", run, revision, status="running", state=state)
+
+        def checkpoint(run: str, before: tuple[int, int] | None, after: tuple[int, int]) -> str:
+            try:
+                found = truth.checkpoints.load("t", run)
+            except StorageNotFoundError:
+                return "before" if before is None else "missing"
+            stored = (found.revision, found.state)
+            return {before: "before", after: "after"}.get(stored, repr(stored))
+
+        return (
+            {
+                "seed": lambda n: save(truth, f"r{n}", None, 0),
+                "create": lambda n: save(storage, f"c{n}", None, 1),
+                "replace": lambda n: save(storage, f"r{n}", 0, 1),
+            },
+            {
+                "create": lambda n: checkpoint(f"c{n}", None, (0, 1)),
+                "replace": lambda n: checkpoint(f"r{n}", (0, 0), (1, 1)),
+            },
+        )
+
+    def put(store: PostgresStorage, name: str, revision: int | None, data: bytes) -> object:
+        return store.artifacts.put("t", name, data, "text/plain", revision, {"size": len(data)})
+
+    def artifact(name: str, before: tuple[int, bytes] | None, after: tuple[int, bytes]) -> str:
+        try:
+            info, data = truth.artifacts.get("t", name)
+        except StorageNotFoundError:
+            return "before" if before is None else "missing"
+        stored = (info.revision, data)
+        return {before: "before", after: "after"}.get(stored, repr(stored))
+
+    old, new = b"old " * 64, b"new " * 256
+    return (
+        {
+            "seed": lambda n: put(truth, f"a{n}", None, old),
+            "create": lambda n: put(storage, f"c{n}", None, new),
+            "replace": lambda n: put(storage, f"a{n}", 0, new),
+        },
+        {
+            "create": lambda n: artifact(f"c{n}", None, (0, new)),
+            "replace": lambda n: artifact(f"a{n}", (0, old), (1, new)),
+        },
+    )
+
 
 class TestBlackHolesAndDelays(OnPostgres):
     def test_a_black_holed_append_is_given_up_at_the_deadline(
@@ -252,3 +354,144 @@ class TestBlackHolesAndDelays(OnPostgres):
             proxy.arm(SERVER, 1, "delay", delay=0.05)
             assert log.append("s", EVENTS, key="late") == 4
             assert direct.head("s") == 4
+
+
+@contextlib.contextmanager
+def async_through(
+    proxy: FaultProxy, schema: str, **options: Any
+) -> Iterator[tuple[asyncio.AbstractEventLoop, AsyncPostgresCheckpointer]]:
+    """An async checkpointer on ``schema`` through ``proxy``, and the one loop
+    it runs on (each sweep's write is one ``run_until_complete``)."""
+    options.setdefault("client_timeout", 5.0)
+    options.setdefault("pool_max_size", 2)
+    loop = asyncio.new_event_loop()
+    try:
+        log = AsyncPostgresCheckpointer(
+            proxy.conninfo(postgres_conninfo()), schema=schema, **options
+        )
+        try:
+            yield loop, log
+        finally:
+            loop.run_until_complete(log.aclose())
+    finally:
+        loop.close()
+
+
+class TestAsyncUnderFaults(OnPostgres):
+    """The async driver: the same outcomes as the synchronous one's."""
+
+    def test_a_keyed_append_is_stored_exactly_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        with async_through(proxy, schema) as (loop, log):
+            keys = itertools.count()
+
+            async def append_twice() -> None:
+                before = direct.head("s")
+                key = f"k-{next(keys)}"
+                head = await log.append("s", EVENTS, key=key)  # resolved: never an error
+                assert head == before + len(EVENTS) == direct.head("s")
+                assert await log.append("s", EVENTS, key=key) == head  # a retry: a no-op
+
+            fired = sweep(proxy, "cut", lambda point: loop.run_until_complete(append_twice()))
+            assert fired >= 6
+            stored = [e.event["content"] for e in direct.read("s")]
+            assert stored == ["hello", "hi"] * next(keys)
+            assert wait_until(lambda: proxy.connections() <= 2)
+
+    def test_an_unkeyed_append_is_whole_or_absent_and_says_so(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        with async_through(proxy, schema) as (loop, log):
+
+            def append() -> int:
+                return loop.run_until_complete(log.append("s", EVENTS))
+
+            sweep_unkeyed(proxy, "cut", direct, append)
+
+    def test_a_black_holed_append_is_given_up_at_the_deadline(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        options = {"client_timeout": 1.0, "pool_min_size": 1, "pool_max_size": 1}
+        with async_through(proxy, schema, **options) as (loop, log):
+            for direction in (CLIENT, SERVER):
+                loop.run_until_complete(log.append("s", EVENTS))
+                assert wait_until(lambda: proxy.connections() == 1)
+                proxy.arm(direction, 2, "blackhole")
+                with pytest.raises(OutcomeUnknownError, match="client-side deadline"):
+                    loop.run_until_complete(log.append("s", EVENTS))
+                proxy.heal()
+                assert wait_until(lambda: settled(direct))
+            loop.run_until_complete(log.append("s", EVENTS))
+            assert wait_until(lambda: proxy.connections() == 1)
+            proxy.arm(SERVER, 2, "blackhole")
+            before = direct.head("s")
+            keyed = log.append("s", EVENTS, key="through-the-hole")
+            assert loop.run_until_complete(keyed) == before + 2
+            proxy.heal()
+            assert direct.head("s") == before + 2
+            # The pool replaced what the deadline gave up: reads answer.
+            assert loop.run_until_complete(log.head("s")) == before + 2
+
+
+class TestAdaptersUnderCuts(OnPostgres):
+    """An adapter's write cut at every point, then retried: stored exactly once."""
+
+    def test_an_openai_agents_add_is_stored_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        pytest.importorskip("agents")
+        from agentlog.integrations.openai_agents import AgentlogSession
+
+        with async_through(proxy, schema) as (loop, log):
+            session = AgentlogSession("chat", log)
+            added: list[str] = []
+
+            async def add() -> None:
+                content = f"m{len(added)}"
+                # Its lost commits resolved by the add's key: never an error.
+                await session.add_items([{"role": "user", "content": content}])
+                added.append(content)
+                assert direct.head("chat") == len(added)
+
+            assert sweep(proxy, "cut", lambda point: loop.run_until_complete(add())) >= 6
+            items = loop.run_until_complete(session.get_items())
+            assert [item["content"] for item in items] == added
+
+    def test_a_langgraph_put_is_stored_once_at_every_cut(
+        self, proxy: FaultProxy, schema: str, direct: PostgresCheckpointer
+    ) -> None:
+        pytest.importorskip("langgraph")
+        from langgraph.checkpoint.base import empty_checkpoint
+
+        from agentlog.integrations.langgraph import AgentlogSaver
+
+        with through(proxy, schema) as log:
+            saver = AgentlogSaver(log)
+            parent: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            put: list[str] = []
+
+            def put_and_retry(point: int) -> None:
+                nonlocal parent
+                n = len(put)
+                checkpoint = empty_checkpoint()
+                checkpoint["channel_values"] = {"n": n}
+                checkpoint["channel_versions"] = {"n": n + 1}
+                args = (parent, checkpoint, {"step": n}, {"n": n + 1})
+                stored = saver.put(*args)  # its lost commits resolved by the id's key
+                put.append(checkpoint["id"])
+                [(session, head)] = [(info.id, info.head) for info in direct.list()]
+                # The host did not hear (say) and puts it again: its events
+                # (offsets and seqs in them) differ, so the key refuses it.
+                with pytest.raises(IdempotencyKeyError):
+                    saver.put(*args)
+                assert direct.head(session) == head  # nothing more stored
+                parent = stored
+
+            assert sweep(proxy, "cut", put_and_retry) >= 6
+            [info] = direct.list()
+            assert info.head == len(put) + 1  # the thread's header, then one event each
+            listed = [t.checkpoint["id"] for t in saver.list(None)]
+            assert listed == put[::-1]  # each once, newest first
+            fresh = AgentlogSaver(direct)  # what the store holds, read anew
+            assert [t.checkpoint["id"] for t in fresh.list(None)] == put[::-1]

@@ -114,6 +114,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     * Errors are the synchronous backend's: ``StorageUnavailableError`` for
       a lost or unreachable server and for timeouts; reads are tried again
       on the pool's next connection when the server dropped theirs.
+      ``client_timeout`` (seconds, 60 unless told; ``None``: none) gives up
+      a call whose connection stops answering, as a lost connection.
     * ``follow()`` is an async iterator woken by this object's writes at once
       and by other processes' through ``NOTIFY``; it polls the head every
       ``poll_interval`` while the listening connection is down.
@@ -134,6 +136,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         connect_timeout: float = 10.0,
         statement_timeout_ms: int | None = 30_000,
         notify: bool = True,
+        client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
         self._schema = check_schema_name(schema)
@@ -141,7 +144,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._closed = False
         sizes = (pool_min_size, pool_max_size, pool_timeout)
         options = PoolOptions(*sizes, connect_timeout, statement_timeout_ms)
-        self._db = AsyncDatabase(target, self._schema, options, notify)
+        self._db = AsyncDatabase(target, self._schema, options, notify, client_timeout)
         self._opening: asyncio.Future[None] | None = None
         self._running = 0
         self._drained: asyncio.Event | None = None

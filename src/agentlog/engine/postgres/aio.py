@@ -24,6 +24,7 @@ from .connect import (
     translate_errors,
     translated,
 )
+from .deadline import Deadlines
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
 from .schema import check_schema_name, migrate
 from .statements import Statements
@@ -85,6 +86,11 @@ class AsyncDatabase:
     :class:`psycopg_pool.AsyncConnectionPool` (autocommit connections; used,
     never opened or closed here). The schema is created or migrated when the
     object is made, on a short-lived connection of its own.
+
+    ``client_timeout`` (seconds; ``None``: none) bounds each call on a
+    connection on the client's side, as the synchronous driver's does (see
+    :mod:`.deadline`): a connection that stops answering is given up, as a
+    lost connection, and the pool discards it.
     """
 
     def __init__(
@@ -93,7 +99,9 @@ class AsyncDatabase:
         schema: str,
         options: PoolOptions,
         notify: bool = True,
+        client_timeout: float | None = 60.0,
     ) -> None:
+        self.deadlines = Deadlines(client_timeout)
         self.schema = check_schema_name(schema)
         self.q = Statements(self.schema)
         self.notify = notify
@@ -154,7 +162,8 @@ class AsyncDatabase:
         """A pooled connection (autocommit), with errors translated."""
         with translate_errors(what):
             async with self._pool.connection() as conn:
-                yield conn
+                with self.deadlines.watch(conn):
+                    yield conn
 
     async def read(
         self, what: str, work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]]
@@ -168,7 +177,8 @@ class AsyncDatabase:
             with translate_errors(what):
                 try:
                     async with self._pool.connection() as conn:
-                        return await work(conn)
+                        with self.deadlines.watch(conn):
+                            return await work(conn)
                 except psycopg.Error as exc:
                     if not read_again(exc, attempt, attempts):
                         raise
@@ -193,7 +203,8 @@ class AsyncDatabase:
         # The hot path (every append): no context manager but the pool's.
         try:
             async with self._pool.connection() as conn:
-                return await drive_async(conn, operation)
+                with self.deadlines.watch(conn):
+                    return await drive_async(conn, operation)
         except psycopg.Error as exc:
             raise translated(what, exc) from exc
 

@@ -26,9 +26,19 @@ import psycopg
 
 __all__ = ["Deadlines"]
 
+#: A connection of either driver: both give their socket's descriptor.
+_Connection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+
 
 class Deadlines:
     """The deadlines of the calls under way on a store's connections.
+
+    The async driver's calls are watched by the same thread: the watch is
+    entered and left without awaiting, and shutting the socket down wakes
+    the event loop's wait on it as it wakes a blocking one. (Cancelling the
+    awaited call instead would not do: psycopg answers a cancellation by
+    asking the server to cancel the query, then waits again on the same
+    silent socket — seconds more, or for ever in older releases.)
 
     ``timeout`` is the seconds a call may take, from when it has its
     connection; ``None`` watches nothing (each :meth:`watch` costs nothing).
@@ -43,13 +53,13 @@ class Deadlines:
             raise ValueError(f"client_timeout must be a number of seconds > 0, not {timeout!r}")
         self.timeout = timeout
         self._lock = threading.Condition(threading.Lock())
-        self._calls: OrderedDict[int, tuple[float, psycopg.Connection[Any]]] = OrderedDict()
+        self._calls: OrderedDict[int, tuple[float, _Connection]] = OrderedDict()
         self._expired: set[int] = set()
         self._count = itertools.count()
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def watch(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+    def watch(self, conn: _Connection) -> Iterator[None]:
         """Around one call on ``conn``: past the deadline its socket is shut down,
         and the lost connection is raised as a ``psycopg.OperationalError``
         that says the deadline gave it up."""
@@ -98,7 +108,7 @@ class Deadlines:
                 _shut_down(conn)
 
 
-def _shut_down(conn: psycopg.Connection[Any]) -> None:
+def _shut_down(conn: _Connection) -> None:
     """Shut ``conn``'s socket down (both ways): its waiting call wakes at once."""
     with contextlib.suppress(OSError, psycopg.Error, ValueError):
         fd = conn.fileno()
