@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from agentlog import CheckpointConflictError, StorageUnavailableError
+from agentlog import CheckpointConflictError, IdempotencyKeyError, StorageUnavailableError
 from agentlog.aio import AsyncBaseCheckpointer, AsyncSqliteCheckpointer
 
 from .core import RETRIES, Core
@@ -83,6 +83,8 @@ class AsyncAgentlogSaver(SaverBase):
                 await self.log.append(
                     plan.sess.sid, events, expected_head=plan.expected, key=core.append_key(plan)
                 )
+            except IdempotencyKeyError:
+                return  # a retry of a put that landed: nothing written (see the sync saver)
             except CheckpointConflictError:
                 with core.lock:
                     core.conflicted(plan)

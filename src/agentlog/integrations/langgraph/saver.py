@@ -20,6 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from agentlog import (
     BaseCheckpointer,
     CheckpointConflictError,
+    IdempotencyKeyError,
     SqliteCheckpointer,
     SqliteStorage,
     StorageUnavailableError,
@@ -156,6 +157,11 @@ class AgentlogSaver(SaverBase):
                         expected_head=plan.expected,
                         key=core.append_key(plan),
                     )
+                except IdempotencyKeyError:
+                    # This checkpoint id is in the log already: a host's retry
+                    # of a put that landed writes nothing (exactly once). An
+                    # index behind the log catches up at its next conflict.
+                    return
                 except CheckpointConflictError:
                     core.conflicted(plan)
                     continue
