@@ -173,6 +173,9 @@ class ForeignSource:
             if read is not None:
                 yield key, key, read[0], read[1]
 
+    def check_backup(self, into: Path) -> None:
+        """Nothing to refuse: a file holds no directory."""
+
     def backup(self, into: Path) -> ForeignSource:
         into.mkdir(mode=0o700)
         copy = into / self.path.name
