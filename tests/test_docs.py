@@ -176,6 +176,7 @@ EXTRAS = {
     "agentlog.integrations.langgraph": ("langgraph", "langgraph"),
     "agentlog.integrations.google_adk": ("google.adk", "google-adk"),
     "agentlog.integrations.pydantic_ai": ("pydantic_ai", "pydantic-ai"),
+    "DatabaseSessionService": ("aiosqlite", "test"),
 }
 
 

@@ -39,16 +39,6 @@ from .langgraph_child import build_graph, first_input, transcript
 THREADS = ("t-1", "t-2")
 
 
-class Resuming(AgentlogSaver):
-    """The agentlog saver, numbering new versions as SqliteSaver does.
-
-    SqliteSaver's channel versions are strings; until the agentlog saver's
-    own ``get_next_version`` continues from a string version (a fix in
-    flight beside this one), a resumed step compares an int with a str."""
-
-    get_next_version = SqliteSaver.get_next_version  # type: ignore[assignment]
-
-
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -138,7 +128,7 @@ def test_a_graph_reads_back_and_resumes_as_on_sqlitesaver(
     # Resuming: the next step is the same on both (each on its own copy).
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())
-    with sqlite_saver(their_copy) as theirs, Resuming(target, engine=engine) as ours:
+    with sqlite_saver(their_copy) as theirs, AgentlogSaver(target, engine=engine) as ours:
         for thread in THREADS:
             mine = build_graph(ours).invoke(Command(resume="yes"), config(thread))
             their = build_graph(theirs).invoke(Command(resume="yes"), config(thread))
@@ -151,7 +141,7 @@ def test_time_travel_to_an_old_checkpoint(saver_db: Path, tmp_path: Path) -> Non
     migrate(saver_db, target)
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())
-    with sqlite_saver(their_copy) as theirs, Resuming(target) as ours:
+    with sqlite_saver(their_copy) as theirs, AgentlogSaver(target) as ours:
         old = [s for s in build_graph(theirs).get_state_history(config("t-1")) if s.next][-2]
         at = config("t-1", checkpoint_id=old.config["configurable"]["checkpoint_id"])
         assert transcript(build_graph(ours).get_state(at).values) == transcript(old.values)
@@ -243,7 +233,7 @@ def test_into_postgresql_resumes_as_on_sqlitesaver(
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())
     log = PostgresCheckpointer(postgres_server, tenant="langgraph", schema=schema)
-    with log, sqlite_saver(their_copy) as theirs, Resuming(log) as ours:
+    with log, sqlite_saver(their_copy) as theirs, AgentlogSaver(log) as ours:
         assert history(ours, "t-1") == history(theirs, "t-1")
         mine = build_graph(ours).invoke(Command(resume="yes"), config("t-1"))
         their = build_graph(theirs).invoke(Command(resume="yes"), config("t-1"))

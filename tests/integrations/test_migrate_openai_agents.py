@@ -31,6 +31,7 @@ from agentlog.integrations.openai_agents import AgentlogSession
 from agentlog.migrate import MigrationError, migrate
 
 from . import openai_agents_child as child
+from .migrating import assert_refused
 
 
 def digest(path: Path) -> str:
@@ -206,17 +207,7 @@ def test_bad_sources_are_one_line_and_write_nothing(
             else:
                 conn.execute("CREATE TABLE other (x)")
         conn.close()
-    before = digest(source)
-    target = tmp_path / "agentlog.db"
-    args = ["migrate", str(source), str(target), *(["--from", kind] if kind else [])]
-    with pytest.raises(SystemExit) as exited:
-        main(args)
-    assert exited.value.code != 0
-    err = capsys.readouterr().err
-    assert message in err
-    assert len(err.strip().splitlines()) == 1
-    assert not target.exists()
-    assert digest(source) == before
+    assert_refused(capsys, source, tmp_path / "agentlog.db", kind, message)
 
 
 def test_into_postgresql_reads_back_item_for_item(

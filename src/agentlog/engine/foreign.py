@@ -2,12 +2,13 @@
 reads from the frameworks' own stores.
 
 The OpenAI Agents SDK's ``SQLiteSession`` (``agent_sessions`` and
-``agent_messages``) and LangGraph's ``SqliteSaver`` (``checkpoints`` and
-``writes``). The file is opened through the standard library's ``sqlite3``
-with ``mode=ro`` (and ``immutable`` when no process has it open, so nothing is
-created beside it): it is never written, not even its journal mode. Every
-statement lives here, as every other SQL statement of agentlog lives in
-:mod:`agentlog.engine`.
+``agent_messages``), LangGraph's ``SqliteSaver`` (``checkpoints`` and
+``writes``) and Google ADK's ``DatabaseSessionService`` (``sessions``,
+``events``, ``app_states`` and ``user_states``). The file is opened through
+the standard library's ``sqlite3`` with ``mode=ro`` (and ``immutable`` when
+no process has it open, so nothing is created beside it): it is never
+written, not even its journal mode. Every statement lives here, as every
+other SQL statement of agentlog lives in :mod:`agentlog.engine`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from ..errors import StorageDataError
 __all__ = [
     "ForeignDatabase",
     "ForeignRows",
+    "adk_app_states",
+    "adk_events",
+    "adk_session",
+    "adk_session_keys",
+    "adk_user_states",
     "langgraph_checkpoints",
     "langgraph_threads",
     "langgraph_writes",
@@ -165,3 +171,42 @@ def langgraph_writes(conn: ForeignRows, thread_id: str, ns: str) -> list[Row]:
         "ORDER BY checkpoint_id, task_id, idx"
     )
     return conn.rows(sql, (thread_id, ns))
+
+
+# -- Google ADK's DatabaseSessionService --------------------------------------------------
+
+
+def adk_session_keys(conn: ForeignRows) -> list[Row]:
+    """Every session's ``(app_name, user_id, id)``, in order."""
+    return conn.rows("SELECT app_name, user_id, id FROM sessions ORDER BY 1, 2, 3")
+
+
+def adk_session(conn: ForeignRows, app_name: str, user_id: str, session_id: str) -> Row | None:
+    """``(state, create_time, update_time)`` of a session's row, or None."""
+    sql = (
+        "SELECT state, create_time, update_time FROM sessions "
+        "WHERE app_name = ? AND user_id = ? AND id = ?"
+    )
+    found = conn.rows(sql, (app_name, user_id, session_id))
+    return found[0] if found else None
+
+
+def adk_events(conn: ForeignRows, app_name: str, user_id: str, session_id: str) -> list[Row]:
+    """``(id, invocation_id, timestamp, event_data)`` of a session's events, in
+    the order ``get_session`` returns them (by time, then id)."""
+    sql = (
+        "SELECT id, invocation_id, timestamp, event_data FROM events "
+        "WHERE app_name = ? AND user_id = ? AND session_id = ? ORDER BY timestamp, id"
+    )
+    return conn.rows(sql, (app_name, user_id, session_id))
+
+
+def adk_app_states(conn: ForeignRows) -> list[Row]:
+    """Every ``(app_name, state, update_time)`` of the ``app:`` state, in order."""
+    return conn.rows("SELECT app_name, state, update_time FROM app_states ORDER BY 1")
+
+
+def adk_user_states(conn: ForeignRows) -> list[Row]:
+    """Every ``(app_name, user_id, state, update_time)`` of the ``user:`` state, in order."""
+    sql = "SELECT app_name, user_id, state, update_time FROM user_states ORDER BY 1, 2"
+    return conn.rows(sql)

@@ -75,6 +75,11 @@ __all__ = [
     "STALE_SESSION_MESSAGE",
     "AgentlogListSessionsResponse",
     "AgentlogSessionService",
+    "event_record",
+    "session_key",
+    "session_metadata",
+    "shared_key",
+    "shared_metadata",
 ]
 
 #: The agentlog event field that holds the ADK event as it was appended.
@@ -118,6 +123,60 @@ def _app_key(app_name: str) -> str:
 
 def _user_key(app_name: str, user_id: str) -> str:
     return _checked_key(f"adk-user|{_part(app_name)}|{_part(user_id)}", "app name and user id")
+
+
+# -- the layout, for writers other than the service (``agentlog migrate``) --------------
+
+
+def session_key(app_name: str, user_id: str, session_id: str) -> str:
+    """The agentlog session id that holds an ADK session's events (ids as given)."""
+    return _session_key(app_name, user_id, session_id)
+
+
+def shared_key(app_name: str, user_id: str | None = None) -> str:
+    """The agentlog session id whose metadata holds an app's ``app:`` state
+    or, with ``user_id``, that user's ``user:`` state."""
+    return _app_key(app_name) if user_id is None else _user_key(app_name, user_id)
+
+
+def shared_metadata(app_name: str, user_id: str | None, state: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of :func:`shared_key`'s log: ``state`` keys without their prefix."""
+    names = (
+        {"app_name": app_name} if user_id is None else {"app_name": app_name, "user_id": user_id}
+    )
+    return {"format": _FORMAT, **names, "state": _json_safe(state)}
+
+
+def session_metadata(
+    app_name: str,
+    user_id: str,
+    session_id: str,
+    *,
+    initial: Mapping[str, Any],
+    state: Mapping[str, Any],
+    through: int,
+    updated: float,
+) -> dict[str, Any]:
+    """The metadata of a session's log: its identity, its session-scoped
+    ``initial`` state (at creation), its ``state`` after the first ``through``
+    events and the time of that state (``last_update_time``)."""
+    return {
+        "format": _FORMAT,
+        "app_name": app_name,
+        "user_id": user_id,
+        "id": session_id,
+        "initial": _json_safe(initial),
+        "state": _json_safe(state),
+        "through": through,
+        "updated": updated,
+    }
+
+
+def event_record(event: Event | Mapping[str, Any]) -> dict[str, Any]:
+    """The agentlog event that stores one ADK event, given as an ``Event`` or
+    its JSON form (as ADK's database keeps it; a malformed one raises
+    pydantic's ``ValidationError``). A copy: later changes do not reach it."""
+    return _record_of(event if isinstance(event, Event) else Event.model_validate(event))
 
 
 def _normalized(session_id: str) -> str:
@@ -250,16 +309,9 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         key = _session_key(app_name, user_id, session_id)
         app, user, own = (_json_safe(part) for part in _scopes(state or {}))
         now = time.time()
-        meta = {
-            "format": _FORMAT,
-            "app_name": app_name,
-            "user_id": user_id,
-            "id": session_id,
-            "initial": own,
-            "state": own,
-            "through": 0,
-            "updated": now,
-        }
+        meta = session_metadata(
+            app_name, user_id, session_id, initial=own, state=own, through=0, updated=now
+        )
         try:
             await self._log.set_metadata(key, meta, 0)  # revision 0: only a new session
         except StorageConflictError:
@@ -551,16 +603,15 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         self, app_name: str, user_id: str, app: dict[str, Any], user: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Merge the deltas into the app's and the user's state; return both states."""
-        app_state = await self._merge(_app_key(app_name), app, {"app_name": app_name})
-        user_state = await self._merge(
-            _user_key(app_name, user_id), user, {"app_name": app_name, "user_id": user_id}
-        )
+        app_state = await self._merge(app_name, None, app)
+        user_state = await self._merge(app_name, user_id, user)
         return app_state, user_state
 
     async def _merge(
-        self, key: str, delta: dict[str, Any], names: dict[str, str]
+        self, app_name: str, user_id: str | None, delta: dict[str, Any]
     ) -> dict[str, Any]:
         """Key by key, compare-and-set: a concurrent writer's keys are never lost."""
+        key = shared_key(app_name, user_id)
         for _ in range(_CAS_ROUNDS):
             current = await self._log.metadata(key)
             state = dict(current.value["state"]) if _ours(current.value) else {}
@@ -569,7 +620,7 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
             state.update(delta)
             try:
                 await self._log.set_metadata(
-                    key, {"format": _FORMAT, **names, "state": state}, current.revision
+                    key, shared_metadata(app_name, user_id, state), current.revision
                 )
                 return state
             except StorageConflictError:

@@ -28,6 +28,7 @@ SOURCE_FORMATS = {
     "sqlite": "agentlog-sqlite",
     "openai-sqlite": "openai-agents-sqlite-session",
     "langgraph-sqlite": "langgraph-sqlite-saver",
+    "adk-database": "google-adk-database-session-service",
 }
 
 #: ``(ts, type, payload, item id)``: one event as the apply writes it.

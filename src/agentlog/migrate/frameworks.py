@@ -1,5 +1,6 @@
 """Where a migration reads a framework's own SQLite store: the OpenAI Agents
-SDK's ``SQLiteSession`` database and LangGraph's ``SqliteSaver`` database.
+SDK's ``SQLiteSession`` database, LangGraph's ``SqliteSaver`` database and
+Google ADK's ``DatabaseSessionService`` database.
 
 Each is a :class:`~agentlog.migrate.sources.Source` like the others: it plans
 unit by unit (an SDK session, a LangGraph thread's namespace), each unit's
@@ -14,6 +15,7 @@ import hashlib
 import importlib
 import json
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from .json_v1 import epoch_seconds
 
 __all__ = [
     "FOREIGN_KINDS",
+    "AdkDatabaseSource",
     "ForeignSource",
     "LangGraphSqliteSource",
     "OpenAISqliteSource",
@@ -59,11 +62,30 @@ _LANGGRAPH_COLUMNS = {
         "value",
     },
 }
+_ADK_COLUMNS = {
+    "sessions": {"app_name", "user_id", "id", "state", "create_time", "update_time"},
+    "events": {
+        "id",
+        "app_name",
+        "user_id",
+        "session_id",
+        "invocation_id",
+        "timestamp",
+        "event_data",
+    },
+    "app_states": {"app_name", "state", "update_time"},
+    "user_states": {"app_name", "user_id", "state", "update_time"},
+}
 #: Each foreign SQLite kind and the tables that make it.
-FOREIGN_KINDS = {"openai-sqlite": _OPENAI_COLUMNS, "langgraph-sqlite": _LANGGRAPH_COLUMNS}
+FOREIGN_KINDS = {
+    "openai-sqlite": _OPENAI_COLUMNS,
+    "langgraph-sqlite": _LANGGRAPH_COLUMNS,
+    "adk-database": _ADK_COLUMNS,
+}
 _NAMES = {
     "openai-sqlite": "an OpenAI Agents SQLiteSession",
     "langgraph-sqlite": "a LangGraph SqliteSaver",
+    "adk-database": "a Google ADK DatabaseSessionService",
 }
 
 
@@ -384,6 +406,125 @@ class LangGraphSqliteSource(ForeignSource):
         if not isinstance(body, dict) or "id" not in body or "channel_versions" not in body:
             raise MigrationError(f"thread {thread_id!r}: checkpoint {cid} is not a checkpoint")
         return body
+
+
+def _adk_time(value: object, what: str) -> float:
+    """A ``DatabaseSessionService`` time column (naive UTC) in epoch seconds,
+    computed as ADK computes ``last_update_time`` from it."""
+    try:
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    except ValueError:
+        raise MigrationError(f"{what}: {value!r} is not a time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def _adk_state(text: str | bytes | None, what: str) -> dict[str, Any]:
+    try:
+        state = json.loads(text) if text is not None else {}
+    except (TypeError, ValueError):
+        raise MigrationError(f"{what}: the state is not JSON") from None
+    if not isinstance(state, dict):
+        raise MigrationError(f"{what}: the state is not an object")
+    return state
+
+
+class AdkDatabaseSource(ForeignSource):
+    """Google ADK's ``DatabaseSessionService`` database on SQLite (its schema
+    v1: ``sessions``, ``events`` with ``event_data``, ``app_states``,
+    ``user_states``): every session, and every app's ``app:`` and user's
+    ``user:`` state, in the layout of
+    :class:`~agentlog.integrations.google_adk.AgentlogSessionService`, so
+    its ``get_session`` returns what ADK's own returns (events, merged
+    state, ``last_update_time``). ADK keeps only a session's current state,
+    not the one it was created with: the created state is taken to be the
+    keys no event's delta sets (what a fork back to an early event starts
+    from). Needs the ``google-adk`` extra."""
+
+    kind = "adk-database"
+    adapter, extra = "agentlog.integrations.google_adk", "google-adk"
+
+    def _keys(self, conn: F.ForeignRows) -> list[str]:
+        keys = [["session", *map(str, row)] for row in F.adk_session_keys(conn)]
+        keys += [["app", str(row[0])] for row in F.adk_app_states(conn)]
+        keys += [["user", str(row[0]), str(row[1])] for row in F.adk_user_states(conn)]
+        return [json.dumps(key, ensure_ascii=False) for key in keys]
+
+    def _convert(self, conn: F.ForeignRows, key: str) -> tuple[str, Converted] | None:
+        A = self._adapter()
+        scope, *names = json.loads(key)
+        if scope != "session":
+            return self._shared(conn, A, key, names)
+        app_name, user_id, session_id = names
+        what = f"session {session_id!r} of {app_name!r}/{user_id!r}"
+        row = F.adk_session(conn, app_name, user_id, session_id)
+        if row is None:
+            return None
+        digest = hashlib.sha256(repr(row).encode("utf-8", "surrogatepass"))
+        state = _adk_state(row[0], what)
+        events: list[Event] = []
+        touched: set[str] = set()
+        for event_id, invocation_id, at, data in F.adk_events(conn, app_name, user_id, session_id):
+            digest.update(
+                repr((event_id, invocation_id, at, data)).encode("utf-8", "surrogatepass")
+            )
+            fields = _adk_state(data, f"{what}: event {event_id!r}")
+            stamp = fields.get("timestamp")
+            moment = float(stamp) if stamp is not None else _adk_time(at, what)
+            fields = {**fields, "id": event_id, "invocation_id": invocation_id, "timestamp": moment}
+            try:
+                record = A.event_record(fields)
+            except ValueError as exc:
+                first = str(exc).splitlines()[0]
+                raise MigrationError(
+                    f"{what}: event {event_id!r} is not an ADK event ({first})"
+                ) from None
+            delta = (record[A.EVENT_FIELD].get("actions") or {}).get("state_delta") or {}
+            touched.update(delta)
+            ((type_, payload),) = encode_events([record])
+            events.append((moment, type_, payload, None))
+        initial = {name: value for name, value in state.items() if name not in touched}
+        updated = _adk_time(row[2], what)
+        try:
+            sid = A.session_key(app_name, user_id, session_id)
+        except ValueError as exc:
+            raise MigrationError(f"{what}: {exc}") from None
+        meta = A.session_metadata(
+            app_name,
+            user_id,
+            session_id,
+            initial=initial,
+            state=state,
+            through=len(events),
+            updated=updated,
+        )
+        created = _adk_time(row[1], what)
+        converted = Converted(sid, None, events, encode_value(meta), created, updated, 1)
+        return digest.hexdigest(), converted
+
+    def _shared(
+        self, conn: F.ForeignRows, A: Any, key: str, names: list[str]
+    ) -> tuple[str, Converted] | None:
+        """The unit of an app's (``[app]``) or a user's (``[app, user]``) state."""
+        if len(names) == 1:
+            rows = [r[1:] for r in F.adk_app_states(conn) if r[0] == names[0]]
+        else:
+            rows = [r[2:] for r in F.adk_user_states(conn) if list(r[:2]) == names]
+        if not rows:
+            return None
+        ((text, at),) = rows
+        what = "the state of " + "/".join(repr(name) for name in names)
+        user_id = names[1] if len(names) > 1 else None
+        try:
+            sid = A.shared_key(names[0], user_id)
+        except ValueError as exc:
+            raise MigrationError(f"{what}: {exc}") from None
+        meta = A.shared_metadata(names[0], user_id, _adk_state(text, what))
+        moment = _adk_time(at, what)
+        digest = hashlib.sha256(repr((text, at)).encode("utf-8", "surrogatepass"))
+        converted = Converted(sid, None, [], encode_value(meta), moment, moment, 1)
+        return digest.hexdigest(), converted
 
 
 def _checkpoint_ts(event: dict[str, Any], checkpoints: list[Any]) -> object:

@@ -27,7 +27,12 @@ from .common import (
     PlannedSession,
     open_read_only,
 )
-from .frameworks import LangGraphSqliteSource, OpenAISqliteSource, foreign_kind
+from .frameworks import (
+    AdkDatabaseSource,
+    LangGraphSqliteSource,
+    OpenAISqliteSource,
+    foreign_kind,
+)
 from .json_v1 import convert_json_v1
 
 __all__ = ["FileSource", "Source", "SqliteSource", "Unit", "convert", "open_source"]
@@ -293,6 +298,8 @@ def open_source(
         return OpenAISqliteSource(source)
     if kind == "langgraph-sqlite":
         return LangGraphSqliteSource(source, allow_pickle)
+    if kind == "adk-database":
+        return AdkDatabaseSource(source)
     if kind != "sqlite":
         raise MigrationError(f"{source} is a file: not a {kind} source")
     return SqliteSource(source, tenant, engine)
