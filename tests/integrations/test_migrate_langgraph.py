@@ -181,7 +181,8 @@ def test_pickled_and_extension_values_are_never_decoded(saver_db: Path, tmp_path
             " WHERE thread_id = 't-1' AND checkpoint_ns = '' ORDER BY checkpoint_id DESC"
         ).fetchone()
         conn.execute(
-            "INSERT INTO writes VALUES (?, ?, ?, 'task-x', '', 0, 'decision', 'pickle', ?)",
+            "INSERT INTO writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx,"
+            " channel, type, value) VALUES (?, ?, ?, 'task-x', 0, 'decision', 'pickle', ?)",
             (*row, payload),
         )
     conn.close()

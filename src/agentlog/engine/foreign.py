@@ -164,9 +164,13 @@ def langgraph_checkpoints(conn: ForeignRows, thread_id: str, ns: str) -> list[Ro
 
 def langgraph_writes(conn: ForeignRows, thread_id: str, ns: str) -> list[Row]:
     """``(checkpoint_id, task_id, idx, channel, type, value, task_path)`` of a
-    thread's namespace, by checkpoint, task and index."""
+    thread's namespace, by checkpoint, task and index. A file of a saver
+    release before ``task_path`` was stored gives ``''``, the path LangGraph
+    passes for a write that names none."""
+    columns = conn.rows("SELECT name FROM pragma_table_info('writes')")
+    task_path = "task_path" if ("task_path",) in columns else "''"
     sql = (
-        "SELECT checkpoint_id, task_id, idx, channel, type, value, task_path "
+        f"SELECT checkpoint_id, task_id, idx, channel, type, value, {task_path} "
         "FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "
         "ORDER BY checkpoint_id, task_id, idx"
     )

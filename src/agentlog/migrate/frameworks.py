@@ -50,12 +50,13 @@ _LANGGRAPH_COLUMNS = {
         "checkpoint",
         "metadata",
     },
+    # task_path too, in files of langgraph-checkpoint-sqlite after 3.1.0; older
+    # files are read without it (engine.foreign.langgraph_writes).
     "writes": {
         "thread_id",
         "checkpoint_ns",
         "checkpoint_id",
         "task_id",
-        "task_path",
         "idx",
         "channel",
         "type",
