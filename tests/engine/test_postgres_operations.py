@@ -13,6 +13,7 @@ pytest.importorskip("psycopg")
 
 from agentlog.engine.postgres import Statements, oversized_batch
 from agentlog.engine.postgres import operations as ops
+from agentlog.engine.postgres.arrays import ByteaArray
 from agentlog.engine.postgres.protocol import Execute, Operation, Pipeline
 from agentlog.errors import CheckpointConflictError, EventsPrunedError
 
@@ -35,7 +36,9 @@ def test_an_append_is_one_statement_and_its_row_is_the_new_head() -> None:
     steps, head = play(ops.append(Q, "t", ("s", 2, BATCH), 1.0, True), [(3, "")])
     assert len(steps) == 1 and isinstance(steps[0], Execute)
     assert steps[0].statement == Q.append[False, True]
-    assert steps[0].params["exp"] == 2 and steps[0].params["payloads"] == [BATCH[0][1]]
+    # The payloads go out already dumped as one binary bytea[] (engine/postgres/arrays.py).
+    payloads = steps[0].params["payloads"]
+    assert steps[0].params["exp"] == 2 and payloads.data == ByteaArray([BATCH[0][1]]).data
     assert head == 3
 
 
