@@ -10,15 +10,19 @@ from __future__ import annotations
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from agentlog import PostgresCheckpointer
 
-from ..conftest import PYTHON, postgres_required
+from ..conftest import PYTHON, child_env, postgres_required
 from ..postgres_server import PostgresServer, missing_reason
 from ..waiting import wait_until
 
+# By path: the test command runs pytest outside the checkout, where no
+# `tests` package is importable for `python -m`.
+CHILD = Path(__file__).with_name("postgres_writer_child.py")
 WRITERS = 3
 COUNT = 150
 
@@ -47,8 +51,7 @@ def test_a_crash_under_load_loses_and_duplicates_nothing_acknowledged(
         subprocess.Popen(
             [
                 PYTHON,
-                "-m",
-                "tests.log.postgres_writer_child",
+                str(CHILD),
                 server.conninfo,
                 schema,
                 str(worker),
@@ -57,6 +60,7 @@ def test_a_crash_under_load_loses_and_duplicates_nothing_acknowledged(
             ],
             stdout=subprocess.PIPE,
             text=True,
+            env=child_env(),
         )
         for worker in range(WRITERS)
     ]
