@@ -63,6 +63,7 @@ class ForeignDatabase:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._columns: dict[str, list[str]] = {}
         idle = not any(Path(f"{path}{end}").exists() for end in ("-wal", "-shm", "-journal"))
         uri = f"file:{quote(os.fspath(path.absolute()))}?mode=ro" + ("&immutable=1" if idle else "")
         try:
@@ -82,9 +83,12 @@ class ForeignDatabase:
         """The names of ``table``'s columns, in order (none for a missing table)."""
         if table not in self.tables:
             return []
-        return [
-            row[0] for row in self._conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
-        ]
+        if table not in self._columns:  # read-only: its schema stays as opened
+            self._columns[table] = [
+                row[0]
+                for row in self._conn.execute("SELECT name FROM pragma_table_info(?)", (table,))
+            ]
+        return self._columns[table]
 
     def read(self, work: Callable[[ForeignRows], T]) -> T:
         """``work`` in one read transaction: every row it reads is of one state."""
@@ -162,13 +166,14 @@ def langgraph_checkpoints(conn: ForeignRows, thread_id: str, ns: str) -> list[Ro
     return conn.rows(sql, (thread_id, ns))
 
 
-def langgraph_writes(conn: ForeignRows, thread_id: str, ns: str) -> list[Row]:
+def langgraph_writes(
+    conn: ForeignRows, thread_id: str, ns: str, task_paths: bool = True
+) -> list[Row]:
     """``(checkpoint_id, task_id, idx, channel, type, value, task_path)`` of a
     thread's namespace, by checkpoint, task and index. A file of a saver
-    release before ``task_path`` was stored gives ``''``, the path LangGraph
-    passes for a write that names none."""
-    columns = conn.rows("SELECT name FROM pragma_table_info('writes')")
-    task_path = "task_path" if ("task_path",) in columns else "''"
+    release before ``task_path`` was stored (``task_paths`` false) gives
+    ``''``, the path LangGraph passes for a write that names none."""
+    task_path = "task_path" if task_paths else "''"
     sql = (
         f"SELECT checkpoint_id, task_id, idx, channel, type, value, {task_path} "
         "FROM writes WHERE thread_id = ? AND checkpoint_ns = ? "

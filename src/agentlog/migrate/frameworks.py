@@ -315,7 +315,8 @@ class LangGraphSqliteSource(ForeignSource):
         L = self._adapter()
         thread_id, ns = json.loads(key)
         rows = F.langgraph_checkpoints(conn, thread_id, ns)
-        write_rows = F.langgraph_writes(conn, thread_id, ns)
+        task_paths = "task_path" in self._database().columns("writes")
+        write_rows = F.langgraph_writes(conn, thread_id, ns, task_paths)
         if not rows and not write_rows:
             return None
         digest = hashlib.sha256()
