@@ -58,13 +58,13 @@ from .log import (
     SqliteCheckpointer,
     legacy_store_adapter,
 )
+from .storage import InMemoryStorage, SqliteStorage
 from .stores import (
     DEFAULT_TENANT,
     ArtifactInfo,
     ArtifactStore,
     Checkpoint,
     CheckpointStore,
-    InMemoryStorage,
     MemoryRecord,
     MemoryStore,
     SessionLoad,
@@ -72,13 +72,12 @@ from .stores import (
     SessionStore,
     SideEffect,
     Snapshot,
-    SqliteStorage,
     Storage,
 )
 
 if TYPE_CHECKING:
     from .log.postgres import PostgresCheckpointer
-    from .stores.postgres import PostgresStorage
+    from .storage.postgres import PostgresStorage
 
 __version__ = "0.1.0"
 
@@ -147,5 +146,5 @@ __all__ = [
 # The PostgreSQL classes need psycopg: each is imported when first named.
 __getattr__ = lazy_names(
     __name__,
-    {"PostgresCheckpointer": ".log.postgres", "PostgresStorage": ".stores.postgres"},
+    {"PostgresCheckpointer": ".log.postgres", "PostgresStorage": ".storage.postgres"},
 )

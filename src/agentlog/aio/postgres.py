@@ -76,7 +76,7 @@ from ..log import (
     has_new_events,
 )
 from ..log.postgres import PostgresCheckpointer
-from ..stores.postgres import PostgresStorage
+from ..storage.postgres import PostgresStorage
 from .handle import AsyncSession
 from .stores import AsyncStorage
 from .writer import off_loop
