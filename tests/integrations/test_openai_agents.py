@@ -12,7 +12,7 @@ import copy
 import json
 import math
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib.metadata import requires
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,8 +44,6 @@ from agentlog import (
     CheckpointerClosedError,
     InvalidEventError,
     InvalidSessionIdError,
-    SessionEvent,
-    SessionInfo,
     StoredEvent,
     UnserializableEventError,
     fold_events,
@@ -283,51 +281,18 @@ def test_limit_matches_sqlite_session(tmp_path: Path) -> None:
     run(main)
 
 
-class RecordingLog:
-    """An AsyncCheckpointer that records every read (delegating to a memory one)."""
+class RecordingLog(AsyncMemoryCheckpointer):
+    """An AsyncCheckpointer that records every read (a memory one underneath)."""
 
     def __init__(self) -> None:
-        self.inner = AsyncMemoryCheckpointer()
+        super().__init__()
         self.reads: list[tuple[int, int | None]] = []
-
-    async def append(
-        self,
-        session_id: str,
-        events: Iterable[SessionEvent],
-        expected_head: int | None = None,
-        *,
-        key: str | None = None,
-    ) -> int:
-        return await self.inner.append(session_id, events, expected_head, key=key)
 
     def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
     ) -> AsyncIterator[StoredEvent]:
         self.reads.append((since_seq, limit))
-        return self.inner.read(session_id, since_seq, limit)
-
-    def follow(
-        self, session_id: str, since_seq: int = 0, *, poll_interval: float = 0.01
-    ) -> AsyncIterator[StoredEvent]:
-        return self.inner.follow(session_id, since_seq, poll_interval=poll_interval)
-
-    async def head(self, session_id: str) -> int:
-        return await self.inner.head(session_id)
-
-    async def list(self) -> list[SessionInfo]:
-        return await self.inner.list()
-
-    async def delete(self, session_id: str) -> None:
-        await self.inner.delete(session_id)
-
-    async def truncate(self, session_id: str, to_seq: int) -> int:
-        return await self.inner.truncate(session_id, to_seq)
-
-    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
-        return await self.inner.fork(session_id, at_seq, new_session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        return super().read(session_id, since_seq, limit)
 
 
 def test_a_limit_reads_only_the_tail() -> None:
