@@ -23,7 +23,7 @@ from ..events import (
     StoredEvent,
 )
 from ..log.contract import Checkpointer
-from .harness import make_event
+from .harness import FreshLocation, make_event
 from .races import Race
 
 
@@ -84,7 +84,7 @@ class KeyRace(Race):
         return True
 
 
-class CheckpointerSuite:
+class CheckpointerSuite(FreshLocation):
     """The base of the ``Checkpointer`` suite's parts: what a backend sets
     (:meth:`open_checkpointer`, :attr:`durable`, :attr:`multiprocess` …) and
     the fixtures every test uses."""
@@ -108,13 +108,6 @@ class CheckpointerSuite:
     def open_checkpointer(self, location: Path) -> Checkpointer:
         """Open (or reopen) the store that lives at ``location``, a directory."""
         raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        """A fresh, empty directory for this test's store."""
-        path = tmp_path / "store"
-        path.mkdir()
-        return path
 
     @pytest.fixture
     def cp(self, location: Path) -> Iterator[Checkpointer]:
