@@ -57,12 +57,7 @@ class LogOperations(EngineCore[ConnectionT]):
     """The log's operations on the shared transactions (the hot paths: each twin's)."""
 
     def _append_batch(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append a non-empty batch atomically; return the new head (the hot path)."""
         raise NotImplementedError
@@ -280,12 +275,7 @@ class LogOperations(EngineCore[ConnectionT]):
     # -- the log's cold paths --------------------------------------------------------
 
     def append(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append a batch atomically; return the new head.
 

@@ -77,6 +77,8 @@ class BlockingFacade(Closable):
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
+    # The contract's signatures, spelled again (a facade cannot inherit them);
+    # the docstrings point at the contract's.
     def append(
         self,
         session_id: str,
