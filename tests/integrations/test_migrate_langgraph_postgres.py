@@ -7,6 +7,7 @@ the same calls. The server is only read, in read-only transactions."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ from agentlog.errors import AgentlogError
 from agentlog.integrations.langgraph import AgentlogSaver
 from agentlog.migrate import MigrationError, migrate
 
+from ..benchmark_run import run_benchmark
 from ..test_migrate_postgres import as_url
 from .langgraph_child import build_graph, first_input, transcript
 from .test_migrate_langgraph import (
@@ -188,3 +190,18 @@ def test_the_command_line_and_bad_sources(
         main(["migrate", empty, str(target)])
     assert "no checkpoint_blobs table" in capsys.readouterr().err
     assert not target.exists()
+
+
+def test_the_benchmark_runs(tmp_path: Path, postgres_server: str) -> None:
+    """``python -m benchmarks.migrate_frameworks`` at a tiny size (a smoke
+    test: no timings asserted): every source writes, migrates and is measured."""
+    out = tmp_path / "bench.json"
+    argv = ["--sessions", "3", "--items", "2", "--conninfo", postgres_server, "--json", str(out)]
+    done = run_benchmark(tmp_path, "-m", "benchmarks.migrate_frameworks", *argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert {"langgraph-sqlite", "langgraph-postgres"} <= {row["source"] for row in rows}
+    for row in rows:
+        assert row["units"] >= row["sessions"] == 3 and row["items"] == 6
+        assert row["items_per_s"] > 0 and row["source_bytes"] > 0 and row["agentlog_bytes"] > 0
+    assert "sessions/s" in done.stdout
