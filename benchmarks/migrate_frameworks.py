@@ -195,11 +195,15 @@ def measure(
     }
 
 
-def rows(sessions: int, items: int, conninfo: str | None) -> list[dict[str, Any]]:
-    """One row per source whose framework is installed (PostgreSQL: with a server)."""
+def rows(
+    sessions: int, items: int, conninfo: str | None, sources: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per source (of ``sources``, default all) whose framework is
+    installed (PostgreSQL: with a server)."""
     found = []
     with tempfile.TemporaryDirectory(prefix="agentlog-migrate-bench-") as work:
-        for kind, module in SOURCES.items():
+        for kind in sources or list(SOURCES):
+            module = SOURCES[kind]
             if not installed(module):
                 print(f"{kind}: {module} is not installed: skipped", file=sys.stderr)
                 continue
@@ -207,6 +211,7 @@ def rows(sessions: int, items: int, conninfo: str | None) -> list[dict[str, Any]
                 print(f"{kind}: no --conninfo: skipped", file=sys.stderr)
                 continue
             found.append(measure(kind, sessions, items, conninfo, Path(work)))
+            print(table(found[-1:]).splitlines()[-1], file=sys.stderr, flush=True)  # as it goes
     return found
 
 
@@ -235,12 +240,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", type=int, help="sessions per source (default 1,000)")
     parser.add_argument("--items", type=int, help="items per session (default 100)")
     parser.add_argument("--conninfo", help="a PostgreSQL server for the PostgresSaver source")
+    parser.add_argument(
+        "--sources", help=f"the sources to run, comma-separated (default: {','.join(SOURCES)})"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     sessions = args.sessions or (20 if args.quick else 1_000)
     items = args.items or (10 if args.quick else 100)
     conninfo = args.conninfo or os.environ.get("AGENTLOG_TEST_POSTGRES")
-    results = rows(sessions, items, conninfo)
+    chosen = args.sources.split(",") if args.sources else list(SOURCES)
+    unknown = sorted(set(chosen) - set(SOURCES))
+    if unknown:
+        parser.error(f"unknown source {unknown[0]!r} (known: {', '.join(SOURCES)})")
+    results = rows(sessions, items, conninfo, chosen)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

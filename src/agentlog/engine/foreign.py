@@ -325,6 +325,8 @@ class ForeignPostgres:
                         cursor.execute(select)
                         while batch := cursor.fetchmany(_COPY_BATCH):
                             copy.executemany(insert, batch)
+                    # Built once the rows are in: each thread is read from the copy by it.
+                    copy.execute(f"CREATE INDEX {table}_of ON {table} (thread_id, checkpoint_ns)")
         finally:
             copy.close()
 
