@@ -215,19 +215,29 @@ def rows(
     return found
 
 
+#: The table's columns: heading, width and how a row's value is shown.
+COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
+    ("source", -20, lambda r: r["source"]),
+    ("sessions", 9, lambda r: f"{r['sessions']:,}"),
+    ("items", 9, lambda r: f"{r['items']:,}"),
+    ("dry run s", 11, lambda r: f"{r['dry_run_s']:.2f}"),
+    ("migrate s", 11, lambda r: f"{r['migrate_s']:.2f}"),
+    ("sessions/s", 12, lambda r: f"{r['sessions_per_s']:,.0f}"),
+    ("items/s", 10, lambda r: f"{r['items_per_s']:,.0f}"),
+    ("source MiB", 12, lambda r: f"{r['source_bytes'] / 2**20:.1f}"),
+    ("agentlog MiB", 14, lambda r: f"{r['agentlog_bytes'] / 2**20:.1f}"),
+)
+
+
 def table(results: list[dict[str, Any]]) -> str:
     """The rows as a text table."""
-    head = (
-        f"{'source':<20}{'sessions':>9}{'items':>9}{'dry run s':>11}{'migrate s':>11}"
-        f"{'sessions/s':>12}{'items/s':>10}{'source MiB':>12}{'agentlog MiB':>14}"
+    head = "".join(
+        f"{name:>{width}}" if width > 0 else f"{name:<{-width}}" for name, width, _ in COLUMNS
     )
     lines = [head, "-" * len(head)]
     for r in results:
-        lines.append(
-            f"{r['source']:<20}{r['sessions']:>9,}{r['items']:>9,}{r['dry_run_s']:>11.2f}"
-            f"{r['migrate_s']:>11.2f}{r['sessions_per_s']:>12,.0f}{r['items_per_s']:>10,.0f}"
-            f"{r['source_bytes'] / 2**20:>12.1f}{r['agentlog_bytes'] / 2**20:>14.1f}"
-        )
+        cells = ((show(r), width) for _, width, show in COLUMNS)
+        lines.append("".join(f"{c:>{w}}" if w > 0 else f"{c:<{-w}}" for c, w in cells))
     return "\n".join(lines)
 
 
