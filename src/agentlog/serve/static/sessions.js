@@ -39,7 +39,13 @@
     for (const s of found.sessions) rows.append(row(s));
     cursor = found.next_cursor;
     more.hidden = cursor === null;
-    status.textContent = rows.children.length ? "" : "No sessions" + (filter.value ? " match." : ".");
+    // A filtered request looks at a bounded number of sessions: with a cursor
+    // left, "more sessions" looks further.
+    more.textContent = filter.value ? "search further" : "more sessions";
+    status.textContent = rows.children.length ? ""
+      : !filter.value ? "No sessions."
+      : cursor === null ? "No sessions match."
+      : "No match among the " + found.scanned + " most recently active sessions looked at.";
   }
 
   // The live first page: a session that moved comes to the top, a new one appears.
