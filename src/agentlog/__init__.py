@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .activity import ActivityCursor, SessionPage
 from .engine import engine_info
 from .errors import (
     AgentlogError,
@@ -87,6 +88,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
+    "ActivityCursor",
     "AgentlogError",
     "ArtifactInfo",
     "ArtifactStore",
@@ -120,6 +122,7 @@ __all__ = [
     "SessionLoad",
     "SessionMetadata",
     "SessionNotFoundError",
+    "SessionPage",
     "SessionRecord",
     "SessionStore",
     "SessionTruncatedError",

@@ -212,6 +212,13 @@ class LogEngine(Database, Protocol):
         most recently active first."""
         ...
 
+    def list_sessions_page(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """At most ``limit`` rows of :meth:`list_sessions_metadata`'s shape,
+        ``(mtime, name)`` descending, after ``after`` (None: from the start)."""
+        ...
+
     def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:
         """``(metadata json | None, revision)``; ``(None, 0)`` for an unknown session."""
         ...

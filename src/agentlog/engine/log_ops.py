@@ -343,6 +343,19 @@ class LogOperations(EngineCore[ConnectionT]):
         rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS_METADATA, (tenant,)))
         return [(n, mtime, head, meta, rev) for n, mtime, head, meta, rev in rows]
 
+    def list_sessions_page(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """The first ``limit`` rows of :meth:`list_sessions_metadata`'s shape in
+        ``(mtime, name)`` descending order after ``after`` (None: from the start)."""
+        sql, args = (
+            (Q.LIST_SESSIONS_PAGE, (tenant, limit))
+            if after is None
+            else (Q.LIST_SESSIONS_PAGE_AFTER, (tenant, after[0], after[1], limit))
+        )
+        rows = self.read("list", lambda conn: conn.rows(sql, args))
+        return [(n, mtime, head, meta, rev) for n, mtime, head, meta, rev in rows]
+
     def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:
         """``(metadata json | None, revision)``; ``(None, 0)`` for an unknown session."""
         rows = self.read("metadata", lambda conn: conn.rows(Q.SELECT_METADATA, (tenant, name)))

@@ -18,6 +18,13 @@ from typing import (
     runtime_checkable,
 )
 
+from ..activity import (
+    ActivityCursor,
+    SessionPage,
+    check_page_request,
+    page_in_order,
+    page_of,
+)
 from ..engine.commits import CommitSignal, engine_commits, notify_commit
 from ..errors import (
     CheckpointConflictError,
@@ -64,6 +71,7 @@ __all__ = [
     "check_fork",
     "check_revision",
     "decode_metadata",
+    "listings",
     "metadata_conflict",
 ]
 
@@ -79,6 +87,17 @@ def check_revision(value: object) -> int:
 def metadata_conflict(session_id: str, expected: int, actual: int) -> StorageConflictError:
     """The error every backend raises when ``set_metadata`` names a stale revision."""
     return StorageConflictError(f"session {session_id!r}", expected, actual)
+
+
+def listings(
+    rows: Iterable[tuple[str, float, int, bytes | None, int]],
+) -> builtins.list[SessionListing]:
+    """:class:`SessionListing` rows of ``(name, mtime, head, metadata json |
+    None, revision)`` as an engine lists them."""
+    return [
+        SessionListing(name, mtime, head, decode_metadata(meta), revision)
+        for name, mtime, head, meta, revision in rows
+    ]
 
 
 def decode_metadata(data: bytes | None) -> Any:
@@ -281,6 +300,12 @@ class BaseCheckpointer(Closable, ABC):
             data, revision = self._metadata(info.id)
             listing.append(SessionListing(*info, decode_metadata(data), revision))
         return listing
+
+    def _list_page(self, limit: int, after: ActivityCursor | None) -> builtins.list[SessionListing]:
+        """The first ``limit`` sessions after ``after``, ``(mtime, id)``
+        descending. This one sorts :meth:`_list_metadata`; a backend with an
+        index on activity reads the page alone."""
+        return page_in_order(self._list_metadata(), limit, after)
 
     def _first_retained(self, session_id: str) -> int:
         """The seq of the session's first stored event (``head + 1`` when it holds
@@ -536,6 +561,24 @@ class BaseCheckpointer(Closable, ABC):
         if check_flag("with_metadata", with_metadata):
             return self._list_metadata()
         return self._list()
+
+    def list_page(self, limit: int = 50, *, after: ActivityCursor | None = None) -> SessionPage:
+        """The ``limit`` most recently active sessions after cursor ``after``.
+
+        Returns a :class:`~agentlog.SessionPage`: ``sessions``, rows of
+        :class:`SessionListing` ordered by ``(mtime, id)`` descending, and
+        ``next``, the :class:`~agentlog.ActivityCursor` to pass as ``after``
+        for the page that follows (None after the last page). On a store
+        nobody writes to, the pages list every session exactly once; a
+        session written to meanwhile moves to the front (past a reader who
+        already passed it). SQLite and PostgreSQL read a page from an index
+        on activity, so a page costs the same at ten sessions or a million;
+        the memory and file backends sort every session per page.
+        ``limit`` is from 1 to :data:`~agentlog.activity.MAX_PAGE_LIMIT`.
+        """
+        self._check_open()
+        limit, after = check_page_request(limit, after)
+        return page_of(self._list_page(limit + 1, after), limit)
 
     def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision: ``SessionMetadata(value, revision)``.

@@ -34,6 +34,7 @@ from ..events import (
 from ..fold import fold_events
 from ..log.contract import Checkpointer
 from ..log.handle import Session
+from .activity import ActivityListingConformance
 from .harness import HOSTILE_SESSION_IDS, make_event
 from .log_keys import AppendKeyConformance
 from .log_metadata import MetadataConformance
@@ -41,7 +42,9 @@ from .log_suite import AppendRace, conversation, seqs
 from .races import run_in_threads, run_race
 
 
-class CheckpointerConformance(AppendKeyConformance, MetadataConformance):
+class CheckpointerConformance(
+    AppendKeyConformance, MetadataConformance, ActivityListingConformance
+):
     """The contract of ``Checkpointer`` as tests; subclass to run them.
 
     Implement :meth:`open_checkpointer`, and set :attr:`durable` and
