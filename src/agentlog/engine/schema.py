@@ -20,7 +20,7 @@ import re
 APPLICATION_ID = 0x41474C47
 
 #: ``PRAGMA user_version`` written by this version; a larger one is refused.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: The version from which events carry ``crc`` and ``digest`` and the file has
 #: ``settings`` (a read-only open of an older file reads them as NULL and none).
@@ -199,6 +199,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             head INTEGER NOT NULL,
             PRIMARY KEY (sid, key)
         ) WITHOUT ROWID""",
+    ),
+    12: (
+        # -- fork lineage (step 12) -------------------------------------------
+        # Where a fork came from: one row per session a fork made, written in
+        # the fork's transaction, removed with the session. The source is
+        # named by its id, not its sid: the record outlives the source. A
+        # file's earlier forks have no row (their lineage is absent). The
+        # index finds a session's forks without a scan.
+        """CREATE TABLE fork_origins (
+            sid INTEGER PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            source TEXT NOT NULL,
+            seq INTEGER NOT NULL
+        )""",
+        "CREATE INDEX fork_origins_by_source ON fork_origins (tenant, source)",
+        # -- end of fork lineage ----------------------------------------------
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
