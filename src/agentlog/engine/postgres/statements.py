@@ -129,6 +129,7 @@ class Statements:
             " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
         self._append_keys(s)
+        self._lineage(s)
         self.notify = "SELECT pg_notify(%s, %s)"
         #: The NOTIFY channel of this store (one per schema).
         self.channel = f"agentlog.{schema}"
@@ -252,6 +253,20 @@ class Statements:
             f"INSERT INTO {keys} (tenant, session, key, digest, head)"
             f" SELECT tenant, %s, key, digest, head FROM {keys}"
             " WHERE tenant = %s AND session = %s AND head <= %s"
+        )
+
+    def _lineage(self, s: str) -> None:
+        """Fork lineage (schema version 6): a fork's origin, its source's forks."""
+        origins = f"{s}.fork_origins"
+        #: ``(tenant, fork, source, seq)``, in the fork's transaction.
+        self.insert_fork_origin = (
+            f"INSERT INTO {origins} (tenant, session, source, seq) VALUES (%s, %s, %s, %s)"
+        )
+        self.fork_origin = f"SELECT source, seq FROM {origins} WHERE tenant = %s AND session = %s"
+        self.forks_of = f"SELECT session, seq FROM {origins} WHERE tenant = %s AND source = %s"
+        self.delete_fork_origin = f"DELETE FROM {origins} WHERE tenant = %s AND session = %s"
+        self.delete_fork_origins_of = (
+            f"DELETE FROM {origins} WHERE tenant = %s AND session = ANY(%s)"
         )
 
     def _stores(self, s: str) -> None:
