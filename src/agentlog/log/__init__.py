@@ -19,6 +19,7 @@ from .contract import (
     BaseCheckpointer,
     Checkpointer,
     CommitSignal,
+    LineageCheckpointer,
     MetadataCheckpointer,
     PreparedAppend,
     WouldWait,
@@ -34,6 +35,7 @@ from .file import (
     is_file_store,
     read_metadata_file,
     read_session_file,
+    session_file_origin,
 )
 from .follow import (
     AsyncFollowPort,
@@ -60,6 +62,7 @@ __all__ = [
     "CommitSignal",
     "FileCheckpointer",
     "FollowPort",
+    "LineageCheckpointer",
     "MemoryCheckpointer",
     "MetadataCheckpointer",
     "PostgresCheckpointer",
@@ -82,6 +85,7 @@ __all__ = [
     "metadata_conflict",
     "read_metadata_file",
     "read_session_file",
+    "session_file_origin",
 ]
 
 

@@ -37,7 +37,8 @@ instead: the suites then drive it through :class:`BlockingStorage`;
 The package: :mod:`~agentlog.testing.harness` (``make_event``, the hostile
 ids, the store-suite base), :mod:`~agentlog.testing.races` (the one race
 runner, threads or spawned processes), :mod:`~agentlog.testing.log` (the
-``Checkpointer`` suite) and one module per store suite.
+``Checkpointer`` suite, with :mod:`~agentlog.testing.lineage` mixed in) and
+one module per store suite.
 """
 
 from __future__ import annotations

@@ -22,9 +22,17 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
-from ..aio import AsyncCheckpointer, AsyncMetadataCheckpointer
+from ..aio import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
-from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
+from ..events import (
+    Fork,
+    ForkOrigin,
+    SessionEvent,
+    SessionInfo,
+    SessionListing,
+    SessionMetadata,
+    StoredEvent,
+)
 from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
@@ -145,6 +153,20 @@ class BlockingFacade(Closable):
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """See :meth:`agentlog.Checkpointer.fork`."""
         return self._run(self.target.fork(session_id, at_seq, new_session_id))
+
+    def _with_lineage(self) -> AsyncLineageCheckpointer:
+        target = self.target
+        if not isinstance(target, AsyncLineageCheckpointer):
+            raise NotImplementedError(f"{type(target).__name__} does not record fork lineage")
+        return target
+
+    def lineage(self, session_id: str) -> ForkOrigin | None:
+        """See :meth:`agentlog.BaseCheckpointer.lineage`."""
+        return self._run(self._with_lineage().lineage(session_id))
+
+    def forks(self, session_id: str) -> builtins.list[Fork]:
+        """See :meth:`agentlog.BaseCheckpointer.forks`."""
+        return self._run(self._with_lineage().forks(session_id))
 
     @property
     def closed(self) -> bool:

@@ -41,6 +41,7 @@ from ..fold import fold_events
 from ..log.contract import Checkpointer, MetadataCheckpointer
 from ..log.handle import Session
 from .harness import HOSTILE_SESSION_IDS, make_event
+from .lineage import LineageConformance
 from .races import Race, run_in_threads, run_race
 
 
@@ -101,7 +102,7 @@ class KeyRace(Race):
         return True
 
 
-class CheckpointerConformance:
+class CheckpointerConformance(LineageConformance):
     """The contract of ``Checkpointer`` as tests; subclass to run them.
 
     Implement :meth:`open_checkpointer`, and set :attr:`durable` and
