@@ -67,10 +67,10 @@ def test_a_deleted_source_is_named_and_a_loop_ends(
     sqlite_store: Store, serve: Callable[..., Viewer]
 ) -> None:
     log = sqlite_store.writer()
+    viewer = serve(sqlite_store.source())
     log.append("a", EVENTS)
     log.fork("a", 3, "b")
     log.delete("a")
-    viewer = serve(sqlite_store.source())
     b = _tree(viewer, "b")
     assert (b["origin"]["session_id"], b["origin"]["exists"]) == ("a", False)
     gone = _tree(viewer, "a")  # unknown now, but still named as a source

@@ -6,15 +6,8 @@ import builtins
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal, Protocol, overload, runtime_checkable
 
-from ..events import (
-    Fork,
-    ForkOrigin,
-    SessionEvent,
-    SessionInfo,
-    SessionListing,
-    SessionMetadata,
-    StoredEvent,
-)
+from .. import events as E
+from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 
 __all__ = ["AsyncCheckpointer", "AsyncLineageCheckpointer", "AsyncMetadataCheckpointer"]
 
@@ -113,10 +106,10 @@ class AsyncLineageCheckpointer(AsyncCheckpointer, Protocol):
     """An :class:`AsyncCheckpointer` that records fork lineage, as every built-in
     async backend does (the twin of :class:`agentlog.log.LineageCheckpointer`)."""
 
-    async def lineage(self, session_id: str) -> ForkOrigin | None:
+    async def lineage(self, session_id: str) -> E.ForkOrigin | None:
         """Where ``session_id`` was forked from; None when it was not (or is unknown)."""
         ...
 
-    async def forks(self, session_id: str) -> builtins.list[Fork]:
+    async def forks(self, session_id: str) -> builtins.list[E.Fork]:
         """The sessions forked from ``session_id``, by fork seq then id."""
         ...

@@ -22,17 +22,10 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
+from .. import events as E
 from ..aio import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
-from ..events import (
-    Fork,
-    ForkOrigin,
-    SessionEvent,
-    SessionInfo,
-    SessionListing,
-    SessionMetadata,
-    StoredEvent,
-)
+from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
@@ -160,11 +153,11 @@ class BlockingFacade(Closable):
             raise NotImplementedError(f"{type(target).__name__} does not record fork lineage")
         return target
 
-    def lineage(self, session_id: str) -> ForkOrigin | None:
+    def lineage(self, session_id: str) -> E.ForkOrigin | None:
         """See :meth:`agentlog.BaseCheckpointer.lineage`."""
         return self._run(self._with_lineage().lineage(session_id))
 
-    def forks(self, session_id: str) -> builtins.list[Fork]:
+    def forks(self, session_id: str) -> builtins.list[E.Fork]:
         """See :meth:`agentlog.BaseCheckpointer.forks`."""
         return self._run(self._with_lineage().forks(session_id))
 

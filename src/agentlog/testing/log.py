@@ -40,7 +40,7 @@ from ..events import (
 from ..fold import fold_events
 from ..log.contract import Checkpointer, MetadataCheckpointer
 from ..log.handle import Session
-from .harness import HOSTILE_SESSION_IDS, make_event
+from .harness import HOSTILE_SESSION_IDS, able, make_event
 from .lineage import LineageConformance
 from .races import Race, run_in_threads, run_race
 
@@ -567,11 +567,10 @@ class CheckpointerConformance(LineageConformance):
     def with_metadata(self, cp: Checkpointer) -> MetadataCheckpointer:
         """``cp`` as a :class:`MetadataCheckpointer` (skips the test when this
         backend keeps no metadata: :attr:`stores_metadata` is False)."""
-        if not self.stores_metadata:
-            cp.close()
-            pytest.skip("this backend has no place for session metadata")
-        assert isinstance(cp, MetadataCheckpointer), f"{type(cp).__name__} keeps no metadata"
-        return cp
+        log: MetadataCheckpointer = able(
+            cp, self.stores_metadata, MetadataCheckpointer, "session metadata"
+        )
+        return log
 
     def test_metadata_compare_and_set(self, cp: Checkpointer) -> None:
         log = self.with_metadata(cp)
