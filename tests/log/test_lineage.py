@@ -101,6 +101,9 @@ def test_a_damaged_origin_in_a_file_store_header_is_named(tmp_path: Path) -> Non
         with pytest.raises(CorruptDatabaseError, match="fork origin"):
             log.lineage("copy")
         assert [e.seq for e in log.read("copy")] == [1]  # the events still read
+        assert log.forks("src") == []  # the damaged one cannot be placed
+        ok, detail = log.check_integrity()
+        assert not ok and "fork origin" in detail
 
 
 def test_the_async_twin_and_the_handles_read_lineage(tmp_path: Path) -> None:

@@ -621,11 +621,20 @@ class FileCheckpointer(BaseCheckpointer):
             return None if session is None else self._origin(session)
 
     def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        found = []
         with self._lock:
             self._check_open()
             self._load_all()  # the headers, as list() reads them: no event is decoded
-            origins = [(s.session_id, self._origin(s)) for s in self._sessions.values() if s]
-        return [(name, o[1]) for name, o in origins if o is not None and o[0] == session_id]
+            for session in [s for s in self._sessions.values() if s is not None]:
+                try:
+                    origin = self._origin(session)
+                except CorruptDatabaseError:
+                    # Its own lineage() and check_integrity() name the damage; it
+                    # cannot be told to be a fork of this session or another.
+                    continue
+                if origin is not None and origin[0] == session_id:
+                    found.append((session.session_id, origin[1]))
+        return found
 
     @staticmethod
     def _origin(session: _Session) -> tuple[str, int] | None:
