@@ -148,9 +148,11 @@ class TestCommands(OnPostgres):
         assert ok("list", *pg.args, "--tenant", "acme").startswith("chat-9\t1\t")
 
     def test_stats_counts_sessions_events_and_table_sizes(self, pg: Store) -> None:
+        from agentlog.engine.postgres import SCHEMA_VERSION
+
         figures = json.loads(ok("stats", *pg.args, "--json"))
         assert (figures["sessions"], figures["tenants"], figures["events"]) == (2, 2, 4)
-        assert figures["schema"] == pg.schema and figures["schema_version"] == 5
+        assert figures["schema"] == pg.schema and figures["schema_version"] == SCHEMA_VERSION
         assert [
             (row["tenant"], row["session"], row["events"]) for row in figures["largest_sessions"]
         ] == [("default", "s1", 3), ("acme", "chat-9", 1)]
@@ -158,7 +160,7 @@ class TestCommands(OnPostgres):
         assert figures["total_bytes"] == sum(figures["relation_bytes"].values())
         text = ok("stats", *pg.args).splitlines()
         assert text[0].endswith(
-            f"schema {pg.schema}: version 5, PostgreSQL {figures['server_version']}"
+            f"schema {pg.schema}: version {SCHEMA_VERSION}, PostgreSQL {figures['server_version']}"
         )
         assert text[1] == "sessions 2 in 2 tenant(s), events 4"
         assert text[2].startswith("tables ") and "events " in text[2]

@@ -234,6 +234,7 @@ def test_a_version_2_store_gains_the_ledger_when_migrated_into(
     admin.execute(f"DROP TABLE {schema}.migration_ledger")
     admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # version 4's
     admin.execute(f"DROP TABLE {schema}.append_keys")  # version 5's
+    admin.execute(f"DROP TABLE {schema}.fork_origins")  # version 6's
     admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
     plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
     assert {s.action for s in plan.sessions} == {"migrate"}  # no ledger yet: nothing skipped

@@ -39,6 +39,8 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
     "AppendKey",
+    "Fork",
+    "ForkOrigin",
     "SessionEvent",
     "SessionInfo",
     "SessionListing",
@@ -48,6 +50,7 @@ __all__ = [
     "check_poll_interval",
     "check_seq",
     "check_session_id",
+    "sorted_forks",
     "store_events",
     "to_session_id",
 ]
@@ -113,6 +116,31 @@ class SessionInfo(NamedTuple):
     """When the session last changed (append, truncate, fork), epoch seconds."""
     head: int
     """The seq of the last event; 0 for an empty session."""
+
+
+class ForkOrigin(NamedTuple):
+    """Where a fork came from, as :meth:`~agentlog.BaseCheckpointer.lineage` reads it."""
+
+    session_id: str
+    """The id of the session it was forked from (that session may since have
+    been deleted, truncated below ``seq``, or re-created under the same id)."""
+    seq: int
+    """The seq of the source it was forked at: it began with the source's events 1..seq."""
+
+
+class Fork(NamedTuple):
+    """One fork of a session, as :meth:`~agentlog.BaseCheckpointer.forks` lists them."""
+
+    session_id: str
+    """The fork's id."""
+    seq: int
+    """The seq of the source it was forked at."""
+
+
+def sorted_forks(found: Iterable[tuple[str, int]]) -> list[Fork]:
+    """``(fork id, seq)`` pairs as :class:`Fork` rows, by seq and then id (the
+    order every backend's ``forks()`` answers in)."""
+    return [Fork(name, seq) for seq, name in sorted((seq, name) for name, seq in found)]
 
 
 class SessionMetadata(NamedTuple):

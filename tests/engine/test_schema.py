@@ -155,6 +155,7 @@ def test_a_version_9_file_gets_the_keyset_activity_index_and_nothing_else(
     conn.execute("DROP INDEX sessions_by_activity")  # what step 12 adds
     conn.execute("CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)")
     conn.execute("DROP TABLE append_keys")  # what step 11 adds: a real version-9 file
+    conn.execute("DROP TABLE fork_origins")  # and step 12
     conn.execute("PRAGMA user_version = 9")
     conn.close()
     with SqliteCheckpointer(db, engine=engine) as cp:

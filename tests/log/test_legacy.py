@@ -37,6 +37,7 @@ class DictLegacyStore:
 class TestLegacyStoreAdapter(CheckpointerConformance):
     persistent_mtime = False
     stores_metadata = False  # a whole-array store has no place for it
+    records_lineage = False  # nor for fork lineage
     takes_keys = False  # nor for append keys
 
     def open_checkpointer(self, location: Path) -> Checkpointer:

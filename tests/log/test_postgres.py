@@ -27,7 +27,7 @@ from agentlog.testing import CheckpointerConformance
 from ..conftest import PYTHON, OnPostgres, postgres_conninfo, postgres_schema
 
 EVENT = {"type": "user", "content": "hello"}
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def open_postgres(location: Path, **options: object) -> Checkpointer:

@@ -79,6 +79,14 @@ def test_a_directory_is_no_database(tmp_path: Path, engine: str, read_only: bool
 def corrupt_copy(tmp_path: Path, engine: str) -> Path:
     """A database whose event table pages are overwritten with garbage."""
     db = tmp_path / "corrupt.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    conn = sqlite3.connect(db)
+    # The schema's own pages (page 1, and the leaves it has split into once
+    # it outgrew page 1: the empty file's pages that are no table's root)
+    # stay whole, so that the file still opens and its tables are damaged.
+    roots = {row[0] for row in conn.execute("SELECT rootpage FROM sqlite_master")}
+    schema = set(range(1, conn.execute("PRAGMA page_count").fetchone()[0] + 1)) - roots
+    conn.close()
     with SqliteCheckpointer(db, engine=engine) as cp:
         for i in range(40):
             cp.append(f"s{i}", [dict(EVENT, content="x" * 2000)] * 5)
@@ -86,14 +94,10 @@ def corrupt_copy(tmp_path: Path, engine: str) -> Path:
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.execute("PRAGMA journal_mode = DELETE")
     page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    # The schema's own pages stay whole (it outgrows page 1), so the file opens.
-    schema = {
-        n - 1 for (n,) in conn.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'")
-    }
     conn.close()
     data = bytearray(db.read_bytes())
     for page in range(3, len(data) // page_size, 2):
-        if page in schema:
+        if page + 1 in schema:  # (page numbers count from 1)
             continue
         start = page * page_size
         data[start + 10 : start + 200] = b"\xff" * 190

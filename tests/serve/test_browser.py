@@ -272,3 +272,42 @@ def test_hostile_content_never_runs_and_the_page_stays_responsive(
     assert page.evaluate("1 + 1") == 2  # responsive
     assert watched.dialogs == []
     assert watched.errors == []
+
+
+def test_list_session_fork_tree_and_a_click_to_the_fork(
+    sqlite_store: Store, serve: Callable[..., Viewer], watched: Watched
+) -> None:
+    log = sqlite_store.writer()
+    log.append("trunk", DEMO)
+    log.fork("trunk", 4, HOSTILE_ID)  # a fork whose id is markup
+    log.fork(HOSTILE_ID, 2, "twig")
+    log.append("twig", [{"type": "user", "content": "on the twig"}])
+    viewer = serve(sqlite_store.source())
+    page = watched.page
+    from playwright.sync_api import expect
+
+    page.goto(viewer.url + "/")
+    page.locator("#sessions tr[data-id='trunk'] a.sid").click()
+    tree = page.locator("#forktree")
+    tree.wait_for()
+    assert page.inner_text("#origin").startswith("Not a fork")
+    assert HOSTILE_ID in page.inner_text("#forks")  # shown as text
+    assert page.locator("#lineage img, #lineage script, #lineage b").count() == 0
+
+    # The tree: the fork, and its own fork below it, each one click away.
+    twig = tree.locator("li[data-session='twig']")
+    assert twig.inner_text() == "twig forked at seq 2"
+    assert "forked at seq 4" in tree.locator("li[data-session] > ul > li").first.inner_text()
+    twig.locator("> a.sid").click()
+    page.wait_for_url("**/session?id=twig*")
+    page.locator("#forktree").wait_for()
+    assert "on the twig" in page.inner_text("#events")
+    origin = page.locator("#origin")
+    assert HOSTILE_ID in origin.inner_text() and "seq 2" in origin.inner_text()
+
+    # The fork point: the source, at the event the fork was made at.
+    origin.locator("a.forkpoint").click()
+    expect(page.locator("li.event.target")).to_have_attribute("data-seq", "2")
+    page.locator("#lineage[data-ready='1']").wait_for()
+    assert "trunk" in page.inner_text("#origin")
+    assert watched.dialogs == [] and watched.errors == []

@@ -68,6 +68,7 @@ def test_version_1_is_migrated_forward_in_place(
         conn.execute(f"DROP TABLE {schema}.migration_ledger")
         conn.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # added by version 4
         conn.execute(f"DROP TABLE {schema}.append_keys")  # added by version 5
+        conn.execute(f"DROP TABLE {schema}.fork_origins")  # added by version 6
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 1")
     from agentlog.engine.postgres.schema import SCHEMA_VERSION
 

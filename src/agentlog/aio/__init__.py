@@ -33,7 +33,7 @@ from .checkpointer import (
     AsyncMemoryCheckpointer,
     AsyncSqliteCheckpointer,
 )
-from .contract import AsyncCheckpointer, AsyncMetadataCheckpointer
+from .contract import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 from .handle import AsyncSession
 from .stores import (
     AsyncArtifactStore,
@@ -55,6 +55,7 @@ __all__ = [
     "AsyncCheckpointer",
     "AsyncFileCheckpointer",
     "AsyncInMemoryStorage",
+    "AsyncLineageCheckpointer",
     "AsyncMemoryCheckpointer",
     "AsyncMemoryStore",
     "AsyncMetadataCheckpointer",

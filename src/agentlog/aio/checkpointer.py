@@ -29,6 +29,8 @@ from typing import Any, Literal, TypeVar, overload
 from ..activity import ActivityCursor, SessionPage
 from ..errors import CheckpointerClosedError
 from ..events import (
+    Fork,
+    ForkOrigin,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -504,6 +506,14 @@ class AsyncBaseCheckpointer(AsyncClosable):
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""
         return await self._read(functools.partial(self._backend.metadata, session_id))
+
+    async def lineage(self, session_id: str) -> ForkOrigin | None:
+        """Where the session was forked from (see :meth:`agentlog.BaseCheckpointer.lineage`)."""
+        return await self._read(functools.partial(self._backend.lineage, session_id))
+
+    async def forks(self, session_id: str) -> builtins.list[Fork]:
+        """The session's forks (see :meth:`agentlog.BaseCheckpointer.forks`)."""
+        return await self._read(functools.partial(self._backend.forks, session_id))
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new

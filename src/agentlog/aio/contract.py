@@ -6,9 +6,10 @@ import builtins
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal, Protocol, overload, runtime_checkable
 
+from .. import events as E
 from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 
-__all__ = ["AsyncCheckpointer", "AsyncMetadataCheckpointer"]
+__all__ = ["AsyncCheckpointer", "AsyncLineageCheckpointer", "AsyncMetadataCheckpointer"]
 
 
 @runtime_checkable
@@ -99,4 +100,18 @@ class AsyncMetadataCheckpointer(AsyncCheckpointer, Protocol):
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new one."""
+        ...
+
+
+@runtime_checkable
+class AsyncLineageCheckpointer(AsyncCheckpointer, Protocol):
+    """An :class:`AsyncCheckpointer` that records fork lineage, as every built-in
+    async backend does (the twin of :class:`agentlog.log.LineageCheckpointer`)."""
+
+    async def lineage(self, session_id: str) -> E.ForkOrigin | None:
+        """Where ``session_id`` was forked from; None when it was not (or is unknown)."""
+        ...
+
+    async def forks(self, session_id: str) -> builtins.list[E.Fork]:
+        """The sessions forked from ``session_id``, by fork seq then id."""
         ...

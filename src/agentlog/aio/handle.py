@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..events import SessionEvent
+from ..events import Fork, ForkOrigin, SessionEvent
 from ..log import SessionView
-from .contract import AsyncCheckpointer, AsyncMetadataCheckpointer
+from .contract import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 
 __all__ = ["AsyncSession"]
 
@@ -70,6 +70,20 @@ class AsyncSession(SessionView):
             with contextlib.suppress(NotImplementedError):  # a store with no place for it
                 self.seen_metadata(await log.metadata(session_id))
         return count
+
+    async def lineage(self) -> ForkOrigin | None:
+        """Where this session was forked from (see :meth:`agentlog.Session.lineage`)."""
+        return await self._lineage_log().lineage(self.session_id)
+
+    async def forks(self) -> list[Fork]:
+        """The sessions forked from this one (see :meth:`agentlog.Session.forks`)."""
+        return await self._lineage_log().forks(self.session_id)
+
+    def _lineage_log(self) -> AsyncLineageCheckpointer:
+        log = self._log
+        if not isinstance(log, AsyncLineageCheckpointer):
+            raise NotImplementedError(f"{type(log).__name__} does not record fork lineage")
+        return log
 
     async def set_metadata(self, value: Any) -> int:
         """Compare-and-set the metadata on what this handle saw; return the new

@@ -53,6 +53,8 @@ from ..errors import (
 from ..events import (
     AppendKey,
     EncodedBatch,
+    Fork,
+    ForkOrigin,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -65,6 +67,7 @@ from ..events import (
     check_session_id,
     encode_events,
     encode_metadata,
+    sorted_forks,
 )
 from ..lifecycle import AsyncClosable
 from ..log import (
@@ -437,6 +440,24 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 "reading metadata", operations.session_metadata, self._tenant, session_id
             )
         return SessionMetadata(decode_metadata(data), revision)
+
+    async def lineage(self, session_id: str) -> ForkOrigin | None:
+        """Where the session was forked from (see :meth:`agentlog.BaseCheckpointer.lineage`)."""
+        session_id = check_session_id(session_id) if not self._closed else session_id
+        async with self._call():
+            origin = await self._db.query(
+                "reading lineage", operations.fork_origin, self._tenant, session_id
+            )
+        return None if origin is None else ForkOrigin(*origin)
+
+    async def forks(self, session_id: str) -> builtins.list[Fork]:
+        """The session's forks (see :meth:`agentlog.BaseCheckpointer.forks`)."""
+        session_id = check_session_id(session_id) if not self._closed else session_id
+        async with self._call():
+            found = await self._db.query(
+                "reading lineage", operations.forks_of, self._tenant, session_id
+            )
+        return sorted_forks(found)
 
     async def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
         """Compare-and-set the metadata on the session's revision; return the new

@@ -246,6 +246,14 @@ class LogEngine(Database, Protocol):
         """Create ``new_name`` holding events 1..``at_seq`` of ``name``; return its head."""
         ...
 
+    def fork_origin(self, tenant: str, name: str) -> tuple[str, int] | None:
+        """``(source name, seq)`` the session was forked from, or None."""
+        ...
+
+    def forks_of(self, tenant: str, name: str) -> list[tuple[str, int]]:
+        """``(name, seq)`` of the sessions forked from ``name``."""
+        ...
+
     def first_retained(self, tenant: str, name: str) -> int:
         """The seq of the session's first stored event: 1 unless retention pruned
         the ones before it (``head + 1`` when none is left; 1 when unknown)."""

@@ -26,6 +26,7 @@ from ..integrity import (
     checksum_problem,
     stored_bytes,
 )
+from . import migration_rows as M
 from . import schema as S
 from . import sql as Q
 from .connections import ConnectionT, DriverConnection, EngineCore
@@ -406,6 +407,7 @@ class LogOperations(EngineCore[ConnectionT]):
         conn.rows(Q.DELETE_EVENTS_BETWEEN, (S.event_key(sid, 0), S.event_key(sid, S.MAX_SEQ)))
         conn.rows(Q.DELETE_SNAPSHOTS_AFTER, (sid, -1))
         conn.rows(Q.DELETE_APPEND_KEYS_AFTER, (sid, -1))
+        conn.rows(Q.DELETE_FORK_ORIGIN, (sid,))
         conn.rows(Q.DELETE_SESSION, (sid,))
 
     def truncate(self, tenant: str, name: str, to_seq: int, ts: float) -> int:
@@ -449,9 +451,20 @@ class LogOperations(EngineCore[ConnectionT]):
             conn.rows(Q.COPY_EVENTS, (source, target, source, source + at_seq))
             conn.rows(Q.COPY_SNAPSHOTS, (new_sid, sid, at_seq))
             conn.rows(Q.COPY_APPEND_KEYS, (new_sid, sid, at_seq))
+            M.insert_fork_origin(conn, new_sid, tenant, (name, at_seq))
             return at_seq
 
         return self.write("fork", work)
+
+    def fork_origin(self, tenant: str, name: str) -> tuple[str, int] | None:
+        """``(source name, seq)`` the session was forked from; None when it
+        has no record (not a fork, forked before lineage, or unknown)."""
+        return self.read("lineage", lambda conn: M.source_origin(conn, tenant, name))
+
+    def forks_of(self, tenant: str, name: str) -> list[tuple[str, int]]:
+        """``(name, seq)`` of the sessions whose recorded source is ``name`` (one index range)."""
+        rows = self.read("lineage", lambda conn: conn.rows(Q.FORKS_OF, (tenant, name)))
+        return [(str(fork), int(seq)) for fork, seq in rows]
 
     # -- retention ---------------------------------------------------------------------
 

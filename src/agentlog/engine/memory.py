@@ -40,6 +40,7 @@ class MemorySession:
         "meta",
         "mtime",
         "name",
+        "origin",
         "revision",
         "snapshots",
         "tenant",
@@ -67,6 +68,8 @@ class MemorySession:
         self.revision = revision
         #: The append keys it holds: ``key -> (digest, head after that append)``.
         self.keys: dict[str, tuple[bytes, int]] = {}
+        #: ``(source name, seq)`` when a fork made it (its lineage), else None.
+        self.origin: tuple[str, int] | None = None
 
     def forget_keys_after(self, seq: int) -> None:
         """A truncate to ``seq``: forget the keys of the appends it undoes."""
@@ -127,6 +130,14 @@ class MemoryLog:
         """The tenant's sessions, least recently active first."""
         sessions = self._tenants.get(tenant)
         return [] if sessions is None else list(sessions.values())
+
+    def forks(self, tenant: str, name: str) -> builtins.list[tuple[str, int]]:
+        """``(name, seq)`` of the tenant's sessions whose origin is ``name``."""
+        return [
+            (session.name, session.origin[1])
+            for session in self.sessions(tenant)
+            if session.origin is not None and session.origin[0] == name
+        ]
 
     def clear(self) -> None:
         """Forget every session."""

@@ -15,6 +15,7 @@ from .interface import Connection
 from .store_rows import Row
 
 __all__ = [
+    "insert_fork_origin",
     "insert_snapshot",
     "ledger",
     "record_migration",
@@ -22,6 +23,7 @@ __all__ = [
     "session_names",
     "source_events",
     "source_names",
+    "source_origin",
     "source_session",
     "source_snapshots",
 ]
@@ -52,6 +54,12 @@ def source_snapshots(conn: Connection, sid: int) -> list[Row]:
     return conn.rows(Q.MIGRATE_SNAPSHOTS, (sid,))
 
 
+def source_origin(conn: Connection, tenant: str, name: str) -> tuple[str, int] | None:
+    """``(source name, seq)`` a session was forked from, or None (no record)."""
+    rows = conn.rows(Q.FORK_ORIGIN, (tenant, name))
+    return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+
 # -- a SQLite target ---------------------------------------------------------------------
 
 
@@ -73,6 +81,11 @@ def session_exists(conn: Connection, tenant: str, name: str) -> bool:
 def insert_snapshot(conn: Connection, sid: int, through: int, state: bytes, taken: float) -> None:
     """Save a snapshot of session ``sid`` as it was taken (no revision of its own)."""
     conn.rows(Q.INSERT_SNAPSHOT, (sid, through, state, taken))
+
+
+def insert_fork_origin(conn: Connection, sid: int, tenant: str, origin: tuple[str, int]) -> None:
+    """Record that session ``sid`` was forked from ``origin`` (``(source name, seq)``)."""
+    conn.rows(Q.INSERT_FORK_ORIGIN, (sid, tenant, *origin))
 
 
 def record_migration(conn: Connection, row: tuple[object, ...]) -> None:

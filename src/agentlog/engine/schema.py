@@ -201,8 +201,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (sid, key)
         ) WITHOUT ROWID""",
     ),
-    # ---- activity: step 12 (list_page) -------------------------------------------------
     12: (
+        # Step 12 holds two changes made side by side in one release.
+        # -- activity (list_page) --------------------------------------------
         # Sessions by activity again, for list_page: a page is a range of
         # this index, (mtime, name) descending from the cursor. Without it a
         # page sorts the tenant's every session: at 1,000,000 sessions the
@@ -215,8 +216,22 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # bucket, rewritten only when a session enters a new bucket; a page
         # must then sort a whole bucket, after a burst every session again.
         "CREATE INDEX sessions_by_activity ON sessions (tenant, mtime, name)",
+        # -- end of activity ---------------------------------------------------
+        # -- fork lineage (step 12) -------------------------------------------
+        # Where a fork came from: one row per session a fork made, written in
+        # the fork's transaction, removed with the session. The source is
+        # named by its id, not its sid: the record outlives the source. A
+        # file's earlier forks have no row (their lineage is absent). The
+        # index finds a session's forks without a scan.
+        """CREATE TABLE fork_origins (
+            sid INTEGER PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            source TEXT NOT NULL,
+            seq INTEGER NOT NULL
+        )""",
+        "CREATE INDEX fork_origins_by_source ON fork_origins (tenant, source)",
+        # -- end of fork lineage ----------------------------------------------
     ),
-    # ---- end of activity's step 12 ------------------------------------------------------
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))
 

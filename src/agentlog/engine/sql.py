@@ -53,6 +53,22 @@ COPY_APPEND_KEYS = (
 #: ``(sid, seq)``: forget the keys of the appends a truncate to ``seq`` undoes
 #: (``-1``: all of them, for a delete).
 DELETE_APPEND_KEYS_AFTER = "DELETE FROM append_keys WHERE sid = ? AND head > ?"
+
+# -- fork lineage --------------------------------------------------------------------
+
+#: ``(sid, tenant, source name, seq)``: a fork's origin, in the fork's write.
+INSERT_FORK_ORIGIN = "INSERT INTO fork_origins (sid, tenant, source, seq) VALUES (?, ?, ?, ?)"
+DELETE_FORK_ORIGIN = "DELETE FROM fork_origins WHERE sid = ?"
+FORK_ORIGIN = (
+    "SELECT f.source, f.seq FROM sessions s JOIN fork_origins f ON f.sid = s.sid"
+    " WHERE s.tenant = ? AND s.name = ?"
+)
+#: ``(tenant, source name)``: that session's forks, ``(name, seq)``.
+FORKS_OF = (
+    "SELECT s.name, f.seq FROM fork_origins f JOIN sessions s ON s.sid = f.sid"
+    " WHERE f.tenant = ? AND f.source = ?"
+)
+
 LIST_SESSIONS = (
     "SELECT name, mtime, head FROM sessions WHERE tenant = ? ORDER BY mtime DESC, sid DESC"
 )

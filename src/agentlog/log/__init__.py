@@ -19,6 +19,7 @@ from .contract import (
     BaseCheckpointer,
     Checkpointer,
     CommitSignal,
+    LineageCheckpointer,
     MetadataCheckpointer,
     PreparedAppend,
     WouldWait,
@@ -35,6 +36,7 @@ from .file import (
     is_file_store,
     read_metadata_file,
     read_session_file,
+    session_file_origin,
 )
 from .follow import (
     AsyncFollowPort,
@@ -61,6 +63,7 @@ __all__ = [
     "CommitSignal",
     "FileCheckpointer",
     "FollowPort",
+    "LineageCheckpointer",
     "MemoryCheckpointer",
     "MetadataCheckpointer",
     "PostgresCheckpointer",
@@ -84,6 +87,7 @@ __all__ = [
     "metadata_conflict",
     "read_metadata_file",
     "read_session_file",
+    "session_file_origin",
 ]
 
 

@@ -37,6 +37,8 @@ from ..errors import (
 from ..events import (
     AppendKey,
     EncodedBatch,
+    Fork,
+    ForkOrigin,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -49,6 +51,7 @@ from ..events import (
     decode_json,
     encode_events,
     encode_metadata,
+    sorted_forks,
 )
 from ..lifecycle import Closable
 from .follow import FollowPort, follow_pages, has_new_events
@@ -64,6 +67,7 @@ __all__ = [
     "BaseCheckpointer",
     "Checkpointer",
     "CommitSignal",
+    "LineageCheckpointer",
     "MetadataCheckpointer",
     "PreparedAppend",
     "WouldWait",
@@ -232,6 +236,21 @@ class MetadataCheckpointer(Checkpointer, Protocol):
         ...
 
 
+@runtime_checkable
+class LineageCheckpointer(Checkpointer, Protocol):
+    """A :class:`Checkpointer` that records where each fork came from, as every
+    built-in backend but the legacy adapter does (:class:`BaseCheckpointer`
+    declares it). A separate protocol, as :class:`MetadataCheckpointer` is."""
+
+    def lineage(self, session_id: str) -> ForkOrigin | None:
+        """Where ``session_id`` was forked from; None when it was not (or is unknown)."""
+        ...
+
+    def forks(self, session_id: str) -> builtins.list[Fork]:
+        """The sessions forked from ``session_id``, by fork seq then id."""
+        ...
+
+
 class BaseCheckpointer(Closable, ABC):
     """Argument checking, the closed state and the context manager, shared.
 
@@ -292,6 +311,15 @@ class BaseCheckpointer(Closable, ABC):
         when it is 0 and there is none); return the new revision, or raise
         :func:`metadata_conflict`."""
         raise NotImplementedError(f"{type(self).__name__} does not store session metadata")
+
+    def _lineage(self, session_id: str) -> tuple[str, int] | None:
+        """``(source id, seq)`` that :meth:`_fork` recorded for ``session_id``, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not record fork lineage")
+
+    def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        """``(fork id, seq)`` of every session whose recorded source is ``session_id``
+        (any order: :meth:`forks` sorts them), found without reading events."""
+        raise NotImplementedError(f"{type(self).__name__} does not record fork lineage")
 
     def _list_metadata(self) -> builtins.list[SessionListing]:
         """:meth:`_list` with each session's metadata (a backend may do it in one read)."""
@@ -646,13 +674,42 @@ class BaseCheckpointer(Closable, ABC):
         The source is untouched. Raises :class:`SessionNotFoundError` for an
         unknown source, ``ValueError`` when ``at_seq`` is past its head and
         :class:`SessionExistsError` when the new id is taken. Returns the new
-        session's head (``at_seq``).
+        session's head (``at_seq``). The new session records its origin in
+        the same write: :meth:`lineage` reads it, :meth:`forks` of the source
+        lists it.
         """
         self._check_open()
         session_id, at_seq, new_session_id = check_fork(session_id, at_seq, new_session_id)
         head = self._fork(session_id, at_seq, new_session_id, time.time())
         self._notify_commit()
         return head
+
+    def lineage(self, session_id: str) -> ForkOrigin | None:
+        """Where ``session_id`` was forked from: ``ForkOrigin(session_id, seq)``.
+
+        None for a session that was not made by :meth:`fork`, for one forked
+        before its store recorded lineage (nothing is guessed from the
+        events), and for an unknown session. The record is the fork's own: it
+        stays when the source is later deleted, truncated below ``seq`` or
+        re-created under the same id (then it names that id, whatever it
+        holds now), and goes when the fork itself is deleted. A fork of a
+        fork names its direct source; follow :meth:`lineage` for the rest.
+        """
+        self._check_open()
+        origin = self._lineage(check_session_id(session_id))
+        return None if origin is None else ForkOrigin(*origin)
+
+    def forks(self, session_id: str) -> builtins.list[Fork]:
+        """The sessions whose :meth:`lineage` names ``session_id``, as
+        ``Fork(session_id, seq)``, by fork seq and then id.
+
+        Direct forks only (call again for theirs). Found from the recorded
+        origins, never by reading events. An unknown id lists the forks that
+        still name it (its forks outlive a deleted source); forks of a
+        session deleted and re-created under the same id are listed too.
+        """
+        self._check_open()
+        return sorted_forks(self._forks(check_session_id(session_id)))
 
     # -- following --------------------------------------------------------------
 

@@ -12,9 +12,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageConflictError
-from ..events import SessionEvent, SessionMetadata, StoredEvent, check_session_id, store_events
+from ..events import (
+    Fork,
+    ForkOrigin,
+    SessionEvent,
+    SessionMetadata,
+    StoredEvent,
+    check_session_id,
+    store_events,
+)
 from ..fold import Folder
-from .contract import Checkpointer, MetadataCheckpointer
+from .contract import Checkpointer, LineageCheckpointer, MetadataCheckpointer
 
 __all__ = ["Session", "SessionView"]
 
@@ -206,6 +214,21 @@ class Session(SessionView):
             with contextlib.suppress(NotImplementedError):
                 self.seen_metadata(log.metadata(session_id))
         return count
+
+    def lineage(self) -> ForkOrigin | None:
+        """Where this session was forked from (see :meth:`agentlog.BaseCheckpointer.lineage`);
+        ``NotImplementedError`` on a checkpointer that records no lineage."""
+        return self._lineage_log().lineage(self.session_id)
+
+    def forks(self) -> list[Fork]:
+        """The sessions forked from this one (see :meth:`agentlog.BaseCheckpointer.forks`)."""
+        return self._lineage_log().forks(self.session_id)
+
+    def _lineage_log(self) -> LineageCheckpointer:
+        log = self._log
+        if not isinstance(log, LineageCheckpointer):
+            raise NotImplementedError(f"{type(log).__name__} does not record fork lineage")
+        return log
 
     def set_metadata(self, value: Any) -> int:
         """Replace the session's metadata with ``value`` (any JSON value); return

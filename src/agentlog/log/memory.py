@@ -177,8 +177,18 @@ class MemoryCheckpointer(BaseCheckpointer):
             copy.dropped = source.dropped
             copy.snapshots = {t: s for t, s in source.snapshots.items() if t <= at_seq}
             copy.keys = {k: v for k, v in source.keys.items() if v[1] <= at_seq}
+            copy.origin = (session_id, at_seq)
             log.add(copy)
             return at_seq
+
+    def _lineage(self, session_id: str) -> tuple[str, int] | None:
+        with self._log.lock:
+            session = self._log.get(self._tenant, session_id)
+            return None if session is None else session.origin
+
+    def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        with self._log.lock:
+            return self._log.forks(self._tenant, session_id)
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
         with self._log.lock:

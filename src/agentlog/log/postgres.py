@@ -356,6 +356,12 @@ class PostgresCheckpointer(BaseCheckpointer):
         )
         return db.write("forking", copy)
 
+    def _lineage(self, session_id: str) -> tuple[str, int] | None:
+        return self._db.query("reading lineage", operations.fork_origin, self._tenant, session_id)
+
+    def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        return self._db.query("reading lineage", operations.forks_of, self._tenant, session_id)
+
     def _close(self) -> None:
         with self._watch_lock:
             listener, self._listener = self._listener, None

@@ -404,6 +404,12 @@ class SqliteCheckpointer(BaseCheckpointer):
     def _fork(self, session_id: str, at_seq: int, new_session_id: str, ts: float) -> int:
         return self._engine.copy_prefix(self._tenant, session_id, at_seq, new_session_id, ts)
 
+    def _lineage(self, session_id: str) -> tuple[str, int] | None:
+        return self._engine.fork_origin(self._tenant, session_id)
+
+    def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        return self._engine.forks_of(self._tenant, session_id)
+
     def _change_token(self, session_id: str) -> tuple[int, int]:
         # Any commit to the file, from any connection or process.
         return self._engine.data_version()

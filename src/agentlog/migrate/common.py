@@ -96,6 +96,9 @@ class Converted:
     """The seq of ``events[0]``."""
     snapshots: tuple[tuple[int, bytes, float], ...] = ()
     """``(through seq, state, created)`` of a SQLite source's snapshots."""
+    origin: tuple[str, int] | None = None
+    """``(source id, seq)`` when the session is a fork that records its lineage
+    (a file store's or a SQLite file's; a JSON v1 file records none)."""
 
 
 def open_read_only(path: Path, engine: str | None, error: type[Exception]) -> Engine:

@@ -18,7 +18,7 @@ from ..engine import Connection, Engine
 from ..engine import migration_rows as M
 from ..errors import CorruptDatabaseError
 from ..integrity import payload_problem, stored_bytes
-from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file
+from ..log import METADATA_SUFFIX, read_metadata_file, read_session_file, session_file_origin
 from .common import (
     SOURCE_FORMATS,
     Converted,
@@ -99,15 +99,17 @@ def convert(
         return None
     session_id, stored = parsed
     metadata = None
-    if meta is not None:
-        try:
+    try:
+        origin = session_file_origin(data, key)
+        if meta is not None:
             metadata = read_metadata_file(meta, key + METADATA_SUFFIX, session_id)[1]
-        except CorruptDatabaseError as exc:
-            raise MigrationError(str(exc)) from None
+    except CorruptDatabaseError as exc:
+        raise MigrationError(str(exc)) from None
     created = stored[0][0] if stored else file_time
     active = stored[-1][0] if stored else file_time
     events: list[Event] = [(ts, type_, payload, None) for ts, type_, payload in stored]
-    return Converted(session_id, None, events, metadata, created, active, 1 if events else 0)
+    revision = 1 if events else 0
+    return Converted(session_id, None, events, metadata, created, active, revision, origin=origin)
 
 
 def _digest(data: bytes, meta: bytes | None) -> str:
@@ -212,8 +214,11 @@ class SqliteSource:
             snapshots = tuple(
                 (int(t), bytes(state), float(c)) for t, state, c in M.source_snapshots(conn, sid)
             )
+            origin = M.source_origin(conn, self.tenant, name)
             digest = hashlib.sha256(repr((head, revision, created, mtime)).encode())
             digest.update(bytes(metadata or b""))
+            if origin is not None:  # (only then: an earlier migration's digest stands)
+                digest.update(repr(("origin", origin)).encode())
             for seq, ts, type_, data, item_id, crc in stored:
                 problem = payload_problem(stored_bytes(data), crc)
                 if problem is not None:  # never copied on, under a fresh checksum
@@ -228,7 +233,17 @@ class SqliteSource:
             events = [(float(ts), str(t), bytes(d), i) for _, ts, t, d, i, _ in stored]
             meta = bytes(metadata) if metadata is not None else None
             converted = Converted(
-                name_, None, events, meta, created, mtime, revision, (), first_seq, snapshots
+                name_,
+                None,
+                events,
+                meta,
+                created,
+                mtime,
+                revision,
+                (),
+                first_seq,
+                snapshots,
+                origin,
             )
             return digest.hexdigest(), converted
 

@@ -128,6 +128,8 @@ class SqliteTarget:
                 db.insert_events(conn, sid, unit.first_seq - 1, unit.events)
                 for through, state, taken in unit.snapshots:
                     M.insert_snapshot(conn, sid, through, state, taken)
+                if unit.origin is not None:
+                    M.insert_fork_origin(conn, sid, tenant, unit.origin)
                 M.record_migration(conn, ledger_row(planned, tenant, source_id, source_format))
                 if progress:
                     progress(done, len(pending))
@@ -201,6 +203,7 @@ class PostgresTarget:
                     unit.events,
                     unit.snapshots,
                     ledger_row(planned, tenant, source_id, source_format),
+                    unit.origin,
                 )
                 if not imported:
                     raise MigrationError(f"session {planned.session_id!r} appeared in the target")

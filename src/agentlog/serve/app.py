@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from ..errors import AgentlogError, SessionTruncatedError
 from ..events import MAX_POSITION
+from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
 from .source import MAX_PAGE, BadRequest, Source, check_id, event_bytes
@@ -220,6 +221,15 @@ def create_app(source: Source) -> Starlette:
         return Response(found, media_type="application/json")
 
     @api
+    async def lineage(request: Request) -> Response:
+        tenant = _tenant(request, source)
+        session_id = check_id(request.path_params["session_id"])
+        found = await run_in_threadpool(lambda: lineage_tree(source.log(tenant), session_id))
+        if found is None:
+            return _error(404, f"no session {session_id!r} in tenant {tenant!r}")
+        return _json(found)
+
+    @api
     async def tail(request: Request) -> Response:
         tenant = _tenant(request, source)
         session_id = check_id(request.path_params["session_id"])
@@ -283,6 +293,7 @@ def create_app(source: Source) -> Starlette:
         Route("/api/sessions/{session_id}", session),
         Route("/api/sessions/{session_id}/events", events),
         Route("/api/sessions/{session_id}/tail", tail),
+        Route("/api/sessions/{session_id}/lineage", lineage),
         Route("/api/sessions/{session_id}/{action:str}", write, methods=["POST"]),
         *store_routes(source, api),
     ]

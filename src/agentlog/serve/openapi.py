@@ -95,6 +95,11 @@ def openapi_document() -> dict[str, Any]:
             [_SESSION, _TENANT, _query("after", _SEQ, "start after this seq")],
             _SSE,
         ),
+        "/api/sessions/{session_id}/lineage": _get(
+            "the fork tree: where the session was forked from (origin, and the chain of "
+            "ancestors) and its forks, each with its fork seq and theirs",
+            [_SESSION, _TENANT],
+        ),
         "/api/sessions/{session_id}/{action}": {
             "post": {
                 "summary": "fork ({at, new_session_id}) or truncate ({to}); needs "

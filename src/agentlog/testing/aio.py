@@ -22,8 +22,9 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
+from .. import events as E
 from ..activity import ActivityCursor, SessionPage
-from ..aio import AsyncCheckpointer, AsyncMetadataCheckpointer
+from ..aio import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
 from ..lifecycle import Closable
@@ -156,6 +157,20 @@ class BlockingFacade(Closable):
     def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """See :meth:`agentlog.Checkpointer.fork`."""
         return self._run(self.target.fork(session_id, at_seq, new_session_id))
+
+    def _with_lineage(self) -> AsyncLineageCheckpointer:
+        target = self.target
+        if not isinstance(target, AsyncLineageCheckpointer):
+            raise NotImplementedError(f"{type(target).__name__} does not record fork lineage")
+        return target
+
+    def lineage(self, session_id: str) -> E.ForkOrigin | None:
+        """See :meth:`agentlog.BaseCheckpointer.lineage`."""
+        return self._run(self._with_lineage().lineage(session_id))
+
+    def forks(self, session_id: str) -> builtins.list[E.Fork]:
+        """See :meth:`agentlog.BaseCheckpointer.forks`."""
+        return self._run(self._with_lineage().forks(session_id))
 
     @property
     def closed(self) -> bool:

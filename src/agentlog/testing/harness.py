@@ -46,6 +46,17 @@ HOSTILE_SESSION_IDS: tuple[Any, ...] = (
 )
 
 
+def able(log: Any, promised: bool, protocol: type[object], what: str) -> Any:
+    """``log`` as ``protocol`` for a test of ``what`` it keeps; when the backend
+    promises no place for it (``promised`` is False), ``log`` is closed and
+    the test skipped."""
+    if not promised:
+        log.close()
+        pytest.skip(f"this backend has no place for {what}")
+    assert isinstance(log, protocol), f"{type(log).__name__} keeps no {what}"
+    return log
+
+
 def make_event(kind: str = "user", **fields: Any) -> dict[str, Any]:
     """A small valid event of type ``kind``: the fields its type needs filled in
     (``content``, ``tool_use_id``), then ``fields``."""

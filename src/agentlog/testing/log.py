@@ -36,6 +36,7 @@ from ..log.contract import Checkpointer
 from ..log.handle import Session
 from .activity import ActivityListingConformance
 from .harness import HOSTILE_SESSION_IDS, make_event
+from .lineage import LineageConformance
 from .log_keys import AppendKeyConformance
 from .log_metadata import MetadataConformance
 from .log_suite import AppendRace, conversation, seqs
@@ -43,7 +44,7 @@ from .races import run_in_threads, run_race
 
 
 class CheckpointerConformance(
-    AppendKeyConformance, MetadataConformance, ActivityListingConformance
+    AppendKeyConformance, MetadataConformance, ActivityListingConformance, LineageConformance
 ):
     """The contract of ``Checkpointer`` as tests; subclass to run them.
 

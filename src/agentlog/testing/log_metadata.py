@@ -18,6 +18,7 @@ from ..events import (
     SessionMetadata,
 )
 from ..log.contract import Checkpointer, MetadataCheckpointer
+from .harness import able
 from .log_suite import CheckpointerSuite, MetadataRace, conversation
 from .races import run_race
 
@@ -30,11 +31,10 @@ class MetadataConformance(CheckpointerSuite):
     def with_metadata(self, cp: Checkpointer) -> MetadataCheckpointer:
         """``cp`` as a :class:`MetadataCheckpointer` (skips the test when this
         backend keeps no metadata: :attr:`stores_metadata` is False)."""
-        if not self.stores_metadata:
-            cp.close()
-            pytest.skip("this backend has no place for session metadata")
-        assert isinstance(cp, MetadataCheckpointer), f"{type(cp).__name__} keeps no metadata"
-        return cp
+        log: MetadataCheckpointer = able(
+            cp, self.stores_metadata, MetadataCheckpointer, "session metadata"
+        )
+        return log
 
     def test_metadata_compare_and_set(self, cp: Checkpointer) -> None:
         log = self.with_metadata(cp)

@@ -48,15 +48,19 @@ def import_session(
     events: Sequence[Entry],
     snapshots: Sequence[tuple[int, bytes, float]],
     ledger_row: Sequence[Any],
+    origin: tuple[str, int] | None = None,
 ) -> Operation[bool]:
     """One migrated session (in the migration's transaction): its row
     (``session``: head, revision, created, mtime, metadata), its events from
-    ``first_seq``, its snapshots and its ledger row. False, writing nothing,
-    when the target already has a session of that name."""
+    ``first_seq``, its snapshots, its fork origin (``(source, seq)``, if it
+    records one) and its ledger row. False, writing nothing, when the target
+    already has a session of that name."""
     if (yield from fetch_one(q.import_session, (tenant, name, *session))) is None:
         return False
     yield from write_entries(q, tenant, name, first_seq - 1, events, bulk=True)
     for snapshot in snapshots:
         yield from execute(q.add_snapshot, (tenant, name, *snapshot))
+    if origin is not None:
+        yield from execute(q.insert_fork_origin, (tenant, name, *origin))
     yield from execute(q.ledger_insert, ledger_row)
     return True

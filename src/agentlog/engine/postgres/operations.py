@@ -45,6 +45,8 @@ __all__ = [
     "find_append_key",
     "first_retained",
     "fork",
+    "fork_origin",
+    "forks_of",
     "head",
     "head_and_mtime",
     "list_all_sessions",
@@ -377,6 +379,7 @@ def delete(q: Statements, tenant: str, name: str, notifying: bool) -> Operation[
     yield from execute(q.delete_events, (tenant, name))
     yield from execute(q.delete_snapshots, (tenant, name))
     yield from execute(q.delete_append_keys, (tenant, name))
+    yield from execute(q.delete_fork_origin, (tenant, name))
     yield from notify(q, tenant, name, 0, notifying)
     return True
 
@@ -423,8 +426,21 @@ def fork(
     yield from execute(q.copy_events, (new_name, tenant, name, at_seq))
     yield from execute(q.copy_snapshots, (new_name, tenant, name, at_seq))
     yield from execute(q.copy_append_keys, (new_name, tenant, name, at_seq))
+    yield from execute(q.insert_fork_origin, (tenant, new_name, name, at_seq))
     yield from notify(q, tenant, new_name, at_seq, notifying)
     return at_seq
+
+
+def fork_origin(q: Statements, tenant: str, name: str) -> Operation[tuple[str, int] | None]:
+    """``(source, seq)`` the session was forked from, or None (no record)."""
+    row = yield from fetch_one(q.fork_origin, (tenant, name))
+    return None if row is None else (str(row[0]), int(row[1]))
+
+
+def forks_of(q: Statements, tenant: str, name: str) -> Operation[list[tuple[str, int]]]:
+    """``(fork, seq)`` of the sessions whose recorded source is ``name``."""
+    rows = yield from fetch_all(q.forks_of, (tenant, name))
+    return [(str(fork), int(seq)) for fork, seq in rows]
 
 
 # -- operating ----------------------------------------------------------------------------
@@ -472,6 +488,7 @@ def delete_idle_batch(
         yield from execute(q.delete_events_of, (tenant, names))
         yield from execute(q.delete_snapshots_of, (tenant, names))
         yield from execute(q.delete_append_keys_of, (tenant, names))
+        yield from execute(q.delete_fork_origins_of, (tenant, names))
         yield from execute(q.delete_sessions, (tenant, names))
         for name in names:
             yield from notify(q, tenant, name, 0, notifying)

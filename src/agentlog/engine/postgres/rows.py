@@ -152,6 +152,7 @@ def remove_session(q: Statements, key: tuple[str, str], notifying: bool) -> Oper
     yield from execute(q.remove_events, key)
     yield from execute(q.remove_snapshots, key)
     yield from execute(q.delete_append_keys, key)
+    yield from execute(q.delete_fork_origin, key)
     yield from notify(q, *key, 0, notifying)
 
 

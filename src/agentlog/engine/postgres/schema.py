@@ -19,6 +19,8 @@ One schema per agentlog store (``agentlog`` unless told otherwise):
   verified on every read; ``NULL`` for events written before (read unverified).
 * version 5: ``append_keys (tenant, session, key)``: the digest and the head
   of each keyed append (idempotent appends), written in its transaction.
+* version 6: ``fork_origins (tenant, session)``: where a fork came from (the
+  source's id and the seq), written in the fork's transaction.
 
 Opening a store and migrating it are operations (:mod:`.protocol`): the
 drivers run them on a connection.
@@ -49,7 +51,7 @@ __all__ = [
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: The version from which events carry ``crc``.
 CHECKSUM_VERSION = 4
@@ -176,6 +178,21 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             head bigint NOT NULL,
             PRIMARY KEY (tenant, session, key)
         )""",
+    ),
+    6: (
+        # -- fork lineage (step 6) --------------------------------------------
+        # Where a fork came from: one row per session a fork made, removed
+        # with the session; the source named by its id (the record outlives
+        # it). Earlier forks have none. The index finds a session's forks.
+        """CREATE TABLE {s}.fork_origins (
+            tenant text COLLATE "C" NOT NULL,
+            session text COLLATE "C" NOT NULL,
+            source text COLLATE "C" NOT NULL,
+            seq bigint NOT NULL,
+            PRIMARY KEY (tenant, session)
+        )""",
+        "CREATE INDEX fork_origins_by_source ON {s}.fork_origins (tenant, source)",
+        # -- end of fork lineage ----------------------------------------------
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -129,6 +129,7 @@ class Statements:
             " WHERE tenant = %s AND session = %s AND through_seq <= %s"
         )
         self._append_keys(s)
+        self._lineage(s)
         self.notify = "SELECT pg_notify(%s, %s)"
         #: The NOTIFY channel of this store (one per schema).
         self.channel = f"agentlog.{schema}"
@@ -261,6 +262,20 @@ class Statements:
             f" SELECT tenant, %s, key, digest, head FROM {keys}"
             " WHERE tenant = %s AND session = %s AND head <= %s"
         )
+
+    def _lineage(self, s: str) -> None:
+        """Fork lineage (schema version 6): a fork's origin, its source's forks."""
+        origins = f"{s}.fork_origins"
+        one, tenant = "WHERE tenant = %s AND session = %s", "WHERE tenant = %s AND"
+        #: ``(tenant, fork, source, seq)``, in the fork's transaction.
+        self.insert_fork_origin = (
+            f"INSERT INTO {origins} (tenant, session, source, seq) VALUES (%s, %s, %s, %s)"
+        )
+        self.fork_origin = f"SELECT source, seq FROM {origins} {one}"
+        #: ``(tenant, source)``: its forks, ``(session, seq)``, from the index on source.
+        self.forks_of = f"SELECT session, seq FROM {origins} {tenant} source = %s"
+        self.delete_fork_origin = f"DELETE FROM {origins} {one}"
+        self.delete_fork_origins_of = f"DELETE FROM {origins} {tenant} session = ANY(%s)"
 
     def _stores(self, s: str) -> None:
         """The SessionStore's, the MemoryStore's, the CheckpointStore's, the ArtifactStore's."""

@@ -15,6 +15,7 @@ from .format import (
     read_metadata_file,
     read_session_file,
     session_file_name,
+    session_file_origin,
 )
 from .ownership import is_file_store
 
@@ -26,4 +27,5 @@ __all__ = [
     "read_metadata_file",
     "read_session_file",
     "session_file_name",
+    "session_file_origin",
 ]

@@ -48,6 +48,7 @@ from .format import (
     decode_record,
     event_line,
     header_line,
+    header_origin,
     line_payload,
     metadata_file,
     parse_session_file,
@@ -74,8 +75,8 @@ _T = TypeVar("_T")
 class _Session:
     """What the owning process knows about one session file."""
 
-    __slots__ = ("activity", "base", "keys", "meta", "meta_loaded", "mtime", "offsets",
-                 "path", "session_id", "stamp")  # fmt: skip
+    __slots__ = ("activity", "base", "header", "keys", "meta", "meta_loaded", "mtime",
+                 "offsets", "path", "session_id", "stamp")  # fmt: skip
 
     def __init__(
         self,
@@ -104,6 +105,8 @@ class _Session:
         # Its append keys (key -> (digest, head)), read from the file on the
         # first keyed append; None until then.
         self.keys: dict[str, tuple[bytes, int]] | None = None
+        # The header line, once read (it records a fork's origin; never rewritten).
+        self.header: bytes | None = None
 
     @property
     def head(self) -> int:
@@ -239,7 +242,9 @@ class FileCheckpointer(BaseCheckpointer):
                     os.close(fd)
             except OSError as exc:
                 raise StorageUnavailableError(f"cannot repair {path}: {exc}") from exc
-        return _Session(session_id, path, offsets, st.st_mtime, file_stamp(st))
+        session = _Session(session_id, path, offsets, st.st_mtime, file_stamp(st))
+        session.header = data[: offsets[0]]
+        return session
 
     def _load_all(self) -> None:
         if self.read_only:
@@ -601,12 +606,45 @@ class FileCheckpointer(BaseCheckpointer):
                 body, _ = self._events_through(source, at_seq, data)
                 path = self.directory / session_file_name(new_session_id)
                 self._forget_meta(path)
-                self._write_new(path, header_line(new_session_id, ts) + body)
+                header = header_line(new_session_id, ts, (session_id, at_seq))
+                self._write_new(path, header + body)
                 self._sessions.pop(new_session_id, None)
                 forked = self._session(new_session_id)
                 assert forked is not None
                 self._touch(forked)
             return at_seq
+
+    def _lineage(self, session_id: str) -> tuple[str, int] | None:
+        with self._lock:
+            self._check_open()
+            session = self._session(session_id)
+            return None if session is None else self._origin(session)
+
+    def _forks(self, session_id: str) -> builtins.list[tuple[str, int]]:
+        found = []
+        with self._lock:
+            self._check_open()
+            self._load_all()  # the headers, as list() reads them: no event is decoded
+            for session in [s for s in self._sessions.values() if s is not None]:
+                try:
+                    origin = self._origin(session)
+                except CorruptDatabaseError:
+                    # Its own lineage() and check_integrity() name the damage; it
+                    # cannot be told to be a fork of this session or another.
+                    continue
+                if origin is not None and origin[0] == session_id:
+                    found.append((session.session_id, origin[1]))
+        return found
+
+    @staticmethod
+    def _origin(session: _Session) -> tuple[str, int] | None:
+        """The fork origin the session file's header records."""
+        if session.header is None:
+            try:
+                session.header = read_regular(session.path, 0, session.offsets[0])[0]
+            except OSError as exc:
+                raise StorageUnavailableError(f"cannot read {session.path}: {exc}") from exc
+        return header_origin(session.header, str(session.path))
 
     def _delete(self, session_id: str) -> None:
         with self._lock:

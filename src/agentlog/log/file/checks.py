@@ -12,7 +12,7 @@ import orjson
 
 from ...errors import CorruptDatabaseError
 from ...integrity import DamagedEvent
-from .format import line_problem, parse_session_file, read_metadata_file
+from .format import line_problem, parse_session_file, read_metadata_file, session_file_origin
 from .ownership import is_regular, read_regular
 
 __all__ = ["check_metadata_file", "check_session_file", "damaged_lines"]
@@ -52,6 +52,7 @@ def check_session_file(path: Path) -> str | None:
         if parsed is None:
             return None
         _, offsets = parsed
+        session_file_origin(data, str(path))  # a fork's origin, if any, must be whole
         for seq in range(1, len(offsets)):
             record = orjson.loads(data[offsets[seq - 1] : offsets[seq]])
             event = record.get("event") if isinstance(record, dict) else None

@@ -18,7 +18,9 @@ and an atomic rename, so a crash never leaves a half-truncated log.
 File names are ``<slug>.<hash>.jsonl``: a lower-case, readable slug of the id
 plus 96 bits of its SHA-256, so no id can escape the directory and ids that
 differ only by case never share a file, even on case-insensitive file systems.
-The header holds the exact id.
+The header holds the exact id. A fork's header also records where it came
+from, ``"origin":{"session":"<source id>","seq":<n>}`` (its lineage), so a
+plain copy of the directory keeps it; a truncate keeps the header as it is.
 
 ``crc`` is the CRC-32 (``zlib.crc32``) of the line's event bytes exactly as
 written after ``"event":``; every read verifies it, and a line that does not
@@ -68,6 +70,7 @@ __all__ = [
     "decode_record",
     "event_line",
     "header_line",
+    "header_origin",
     "is_header",
     "line_payload",
     "line_problem",
@@ -76,6 +79,7 @@ __all__ = [
     "read_metadata_file",
     "read_session_file",
     "session_file_name",
+    "session_file_origin",
 ]
 
 #: What every session file's name ends with.
@@ -93,9 +97,28 @@ def session_file_name(session_id: str) -> str:
     return f"{slug}.{digest}{SUFFIX}"
 
 
-def header_line(session_id: str, created: float) -> bytes:
-    """The first line of a new session file."""
-    return orjson.dumps({"agentlog": 1, "session": session_id, "created": created}) + b"\n"
+def header_line(session_id: str, created: float, origin: tuple[str, int] | None = None) -> bytes:
+    """The first line of a new session file (with a fork's ``(source id, seq)``)."""
+    header: dict[str, Any] = {"agentlog": 1, "session": session_id, "created": created}
+    if origin is not None:
+        header["origin"] = {"session": origin[0], "seq": origin[1]}
+    return orjson.dumps(header) + b"\n"
+
+
+def header_origin(header: bytes, name: str) -> tuple[str, int] | None:
+    """The ``(source id, seq)`` a session file's header line records, or None
+    when it records none; :class:`CorruptDatabaseError` when it is malformed."""
+    try:
+        origin = orjson.loads(header).get("origin")
+    except (orjson.JSONDecodeError, AttributeError):
+        origin = {}
+    if origin is None:
+        return None
+    source = origin.get("session") if isinstance(origin, dict) else None
+    seq = origin.get("seq") if isinstance(origin, dict) else None
+    if not isinstance(source, str) or type(seq) is not int or seq < 0:
+        raise CorruptDatabaseError(f"{name}: the header's fork origin is malformed")
+    return source, seq
 
 
 def event_line(
@@ -281,6 +304,11 @@ def read_metadata_file(data: bytes, name: str, session_id: str) -> tuple[int, by
     if not valid:
         raise CorruptDatabaseError(f"{name}: not the metadata of session {session_id!r}")
     return record["base"], meta
+
+
+def session_file_origin(data: bytes, name: str) -> tuple[str, int] | None:
+    """The fork origin a session file's header records (see :func:`header_origin`)."""
+    return header_origin(data[: data.find(b"\n") + 1], name)
 
 
 def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, str, bytes]]] | None:
