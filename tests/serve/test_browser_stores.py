@@ -28,19 +28,13 @@ SVG = b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(2)"></svg>'
 
 def _fill(location: str) -> None:
     with SqliteStorage.open(location) as storage:
-        storage.checkpoints.save(
-            "default",
-            "run-1",
-            None,
-            status="interrupted",
-            state={"step": 2},
-            session_id="s",
-            interruption={"question": "<script>approve?</script>"},
-            side_effects=[
-                {"id": "e1", "kind": "email", "state": "started"},
-                {"id": "e2", "kind": "charge", "state": "succeeded"},
-            ],
-        )
+        effects = [
+            {"id": "e1", "kind": "email", "state": "started"},
+            {"id": "e2", "kind": "charge", "state": "succeeded"},
+        ]
+        question = {"question": "<script>approve?</script>"}
+        run: dict[str, Any] = {"session_id": "s", "interruption": question, "side_effects": effects}
+        storage.checkpoints.save("default", "run-1", None, status="interrupted", state={}, **run)
         storage.checkpoints.save("default", "run-2", None, status="completed", state={})
         storage.memory.put("default", "prefs", "tone", {"formal": True}, None)
         storage.memory.put("default", "prefs", "name", "<b>Ada</b>", None)
