@@ -1,23 +1,30 @@
 """The viewer's figures: ``agentlog serve`` on a big SQLite file.
 
     python -m benchmarks.serve [--sessions 1000000] [--events 100000] [--clients 100]
+                               [--without-index]
 
-Builds (once, kept under .bench-cache/) a file of ``--sessions`` one-event
-sessions and one session of ``--events`` events, serves it on a loopback
-port, and measures over HTTP: the first page of sessions; the big session's
-first screen (its last page of events); append → the event read off the
-live tail (SSE), p50/p99, from this process and from another; and the
-server's RSS with ``--clients`` tails held open. Prints JSON.
+Builds (once, kept in the temp directory's agentlog-bench-serve/) a file
+of ``--sessions`` one-event sessions and one session of ``--events``
+events, serves it on a loopback port, and measures over HTTP: the first
+and the second page of sessions, and the filter (one that matches, one that
+matches nothing); the big session's first screen (its last page of
+events); append → the event read off the live tail (SSE), p50/p99, from
+this process and from another; and the server's RSS with ``--clients``
+tails held open. ``--without-index`` lists a copy of the file without the
+activity index first (the figures before it). Prints JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -25,22 +32,41 @@ from pathlib import Path
 from typing import Any
 
 import agentlog
+from agentlog.engine.schema import SCHEMA_VERSION
 
-CACHE = Path(__file__).resolve().parent.parent / ".bench-cache"
+#: Built once and kept between runs (a million sessions take a while to write).
+CACHE = Path(tempfile.gettempdir()) / "agentlog-bench-serve"
 
 
 def build(path: Path, sessions: int, events: int) -> None:
+    """The file, once: the sessions written 10,000 to a transaction through
+    the writer port (the async layer's group commit), so each group shares
+    one mtime and the listing's pages are cut inside ties."""
     if path.exists():
         return
     tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
     with agentlog.SqliteCheckpointer(tmp, synchronous="normal") as log:
+        port = log.writer_port()
         event = [{"type": "user", "content": "hello"}]
-        for n in range(sessions):
-            log.append(f"s{n:07d}", event)
+        for start in range(0, sessions, 10_000):
+            names = range(start, min(sessions, start + 10_000))
+            port.append_prepared([port.prepare_append(f"s{n:07d}", event, 0) for n in names])
         batch = [{"type": "assistant", "content": "x" * 200}] * 1000
         for _ in range(events // 1000):
             log.append("big", batch)
     tmp.rename(path)
+
+
+def without_index(path: Path) -> Path:
+    """A copy of the file without the activity index (the figures before it)."""
+    copy = path.with_name(path.stem + "-noindex.db")
+    if not copy.exists():
+        shutil.copyfile(path, copy)
+        with sqlite3.connect(copy) as conn:
+            conn.execute("DROP INDEX sessions_by_activity")
+        conn.close()
+    return copy
 
 
 def _timed(url: str, runs: int = 5) -> float:
@@ -103,17 +129,7 @@ def _latencies(base: str, path: Path, other: bool, n: int = 50) -> list[float]:
     return [(seen[h] - t) * 1000 for h, t in sent.items() if h in seen]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=1_000_000)
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--clients", type=int, default=100)
-    args = parser.parse_args()
-    CACHE.mkdir(exist_ok=True)
-    path = CACHE / f"serve-{args.sessions}-{args.events}.db"
-    started = time.perf_counter()
-    build(path, args.sessions, args.events)
-    built = time.perf_counter() - started
+def _serve(path: Path) -> tuple[subprocess.Popen[str], str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -125,11 +141,49 @@ def main() -> None:
     )
     assert server.stderr is not None
     server.stderr.readline()
-    base = f"http://127.0.0.1:{port}"
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _listing(base: str) -> dict[str, float]:
+    """The sessions page's requests: the first page, the one after it, and
+    the filter (one that matches, one that matches nothing: the bounded scan)."""
+    first = f"{base}/api/sessions?limit=50"
+    with urllib.request.urlopen(first, timeout=120) as reply:
+        cursor = json.loads(reply.read())["next_cursor"]
+    return {
+        "first_page_of_sessions_ms": round(_timed(first), 1),
+        "second_page_of_sessions_ms": round(_timed(f"{first}&cursor={cursor}"), 1),
+        "filter_matching_ms": round(_timed(f"{base}/api/sessions?limit=50&q=s09"), 1),
+        "filter_matching_nothing_ms": round(_timed(f"{base}/api/sessions?limit=50&q=zzz"), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument(
+        "--without-index", action="store_true", help="also list a copy without the activity index"
+    )
+    args = parser.parse_args()
+    CACHE.mkdir(exist_ok=True)
+    path = CACHE / f"serve-v{SCHEMA_VERSION}-{args.sessions}-{args.events}.db"
+    started = time.perf_counter()
+    build(path, args.sessions, args.events)
+    built = time.perf_counter() - started
+    result: dict[str, Any] = {"sessions": args.sessions, "events": args.events}
+    result["build_s"] = round(built, 1)
+    if args.without_index:
+        server, base = _serve(without_index(path))
+        try:
+            result["without_index"] = _listing(base)
+        finally:
+            server.terminate()
+            server.wait(30)
+    server, base = _serve(path)
     try:
-        result: dict[str, Any] = {"sessions": args.sessions, "events": args.events}
-        result["build_s"] = round(built, 1)
-        result["first_page_of_sessions_ms"] = round(_timed(f"{base}/api/sessions?limit=50"), 1)
+        result.update(_listing(base))
         result["big_session_first_screen_ms"] = round(
             _timed(f"{base}/api/sessions/big/events?limit=200"), 1
         )

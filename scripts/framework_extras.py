@@ -33,6 +33,12 @@ def is_exact(requirement: Requirement) -> bool:
     )
 
 
+#: The test tools' extra: installed at both ends anyway, so never a framework
+#: extra, even where it names a framework's package (tests/test_constraints.py
+#: checks those at both ends too).
+TEST_EXTRA = "test"
+
+
 def framework_extras(
     extras: Mapping[str, Sequence[str]], oldest: Sequence[Requirement]
 ) -> list[str]:
@@ -40,6 +46,8 @@ def framework_extras(
     pinned = {canonicalize_name(pin.name) for pin in oldest}
     found = []
     for name, texts in extras.items():
+        if name == TEST_EXTRA:
+            continue
         requirements = [Requirement(text) for text in texts]
         if any(is_exact(r) for r in requirements):
             continue

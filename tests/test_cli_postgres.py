@@ -22,8 +22,8 @@ import pytest
 
 from agentlog import SqliteCheckpointer
 
+from .cli.running import EVENTS, agentlog_run, ok, refused
 from .conftest import PYTHON, OnPostgres, child_env, postgres_conninfo, postgres_schema
-from .test_cli import EVENTS, agentlog_run, ok, refused
 
 PASSWORD = "pa55:w/rd@x"  # characters a URL must escape
 

@@ -111,6 +111,22 @@ def test_the_newest_end_pins_each_framework_inside_its_range() -> None:
             assert len(here) == 1, f"[{name}] {requirement.name}: {len(here)} pins for this Python"
 
 
+def test_the_test_extras_framework_packages_are_pinned_at_both_ends() -> None:
+    """A framework package the test extra names (PostgresSaver, which writes a
+    migration's source) is pinned at its floor and inside its range, as a
+    framework extra's are, so each end of the adapters' tests runs it."""
+    oldest, newest = end("oldest.txt"), end("newest.txt")
+    names = {canonicalize_name(pin.name) for pin in oldest}
+    peers = [r for r in extras()["test"] if canonicalize_name(r.name) in names]
+    assert any(canonicalize_name(r.name) == "langgraph-checkpoint-postgres" for r in peers)
+    for requirement in peers:
+        (low,) = pins_of(oldest, requirement)
+        assert pinned_version(low) == floor(requirement), f"[test] {low}"
+        here = [p for p in pins_of(newest, requirement) if p.marker is None or p.marker.evaluate()]
+        assert len(here) == 1, f"[test] {requirement.name}: not pinned once in newest.txt"
+        assert requirement.specifier.contains(pinned_version(here[0])), f"[test] {here[0]}"
+
+
 def test_every_pin_is_exact_and_a_constrained_extra_requirement_is_in_range() -> None:
     requirements = [r for name, reqs in extras().items() if name not in PINNED_EXTRAS for r in reqs]
     for file in ("oldest.txt", "newest.txt"):
@@ -127,6 +143,8 @@ def test_a_pinned_extra_or_a_missing_end_is_caught() -> None:
     pinned = {"langgraph": ["langgraph==1.2.24"], "postgres": ["psycopg>=3.2.2,<4"]}
     oldest = [Requirement("langgraph==1.2.0")]
     assert extras_script.framework_extras(pinned, oldest) == []  # an exact pin is no framework
+    tools = {"test": ["pytest>=8,<10", "langgraph>=1.2,<2"]}
+    assert extras_script.framework_extras(tools, oldest) == []  # nor is the test tools' extra
     assert extras_script.is_exact(Requirement("langgraph==1.2.24"))
     assert not extras_script.is_exact(Requirement("langgraph==1.2.*"))
     assert not pins_of(oldest, Requirement("psycopg>=3.2.2,<4"))

@@ -32,16 +32,9 @@ from .memory_use import run_fresh_peak
 def test_the_nine_event_types() -> None:
     # Spelled out, not read from EVENT_TYPES: the test pins the public types (a copy by design).
     assert {
-        "user",
-        "assistant",
-        "tool_started",
-        "tool_result",
-        "file_snapshot",
-        "artifact_verified",
-        "permission_decision",
-        "summary",
-        "context_view",
-    } == EVENT_TYPES
+        "user", "assistant", "tool_started", "tool_result", "file_snapshot",
+        "artifact_verified", "permission_decision", "summary", "context_view",
+    } == EVENT_TYPES  # fmt: skip
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_SESSION_IDS, ids=repr)

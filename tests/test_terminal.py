@@ -17,8 +17,9 @@ import pytest
 from agentlog import SqliteCheckpointer
 from agentlog.terminal import Screen, colour_wanted, screen_for
 
+from .cli.running import agentlog_run
+from .cli.test_escapes import HOSTILE, assert_inert, hostile_sqlite
 from .conftest import PYTHON, child_env
-from .test_cli import HOSTILE, agentlog_run, assert_inert, hostile_sqlite
 
 pytest.importorskip("rich", reason="the cli extra (rich) is not installed")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .activity import ActivityCursor, SessionPage
 from .engine import engine_info
 from .errors import (
     AgentlogError,
@@ -59,13 +60,13 @@ from .log import (
     SqliteCheckpointer,
     legacy_store_adapter,
 )
+from .storage import InMemoryStorage, SqliteStorage
 from .stores import (
     DEFAULT_TENANT,
     ArtifactInfo,
     ArtifactStore,
     Checkpoint,
     CheckpointStore,
-    InMemoryStorage,
     MemoryRecord,
     MemoryStore,
     SessionLoad,
@@ -73,13 +74,12 @@ from .stores import (
     SessionStore,
     SideEffect,
     Snapshot,
-    SqliteStorage,
     Storage,
 )
 
 if TYPE_CHECKING:
     from .log.postgres import PostgresCheckpointer
-    from .stores.postgres import PostgresStorage
+    from .storage.postgres import PostgresStorage
 
 __version__ = "0.1.0"
 
@@ -89,6 +89,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "MAX_SESSION_ID_LENGTH",
     "REQUIRED_FIELDS",
+    "ActivityCursor",
     "AgentlogError",
     "ArtifactInfo",
     "ArtifactStore",
@@ -123,6 +124,7 @@ __all__ = [
     "SessionLoad",
     "SessionMetadata",
     "SessionNotFoundError",
+    "SessionPage",
     "SessionRecord",
     "SessionStore",
     "SessionTruncatedError",
@@ -149,5 +151,5 @@ __all__ = [
 # The PostgreSQL classes need psycopg: each is imported when first named.
 __getattr__ = lazy_names(
     __name__,
-    {"PostgresCheckpointer": ".log.postgres", "PostgresStorage": ".stores.postgres"},
+    {"PostgresCheckpointer": ".log.postgres", "PostgresStorage": ".storage.postgres"},
 )

@@ -7,7 +7,6 @@ and closes it on the way out; a class supplies ``closed`` and ``close()``
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import TypeVar
 
 from .errors import CheckpointerClosedError
@@ -35,12 +34,7 @@ class Closable:
             raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -61,10 +55,5 @@ class AsyncClosable:
             raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

@@ -15,15 +15,8 @@ from typing import Any
 
 import pytest
 
-from agentlog.aio import (
-    AsyncArtifactStore,
-    AsyncCheckpointStore,
-    AsyncInMemoryStorage,
-    AsyncMemoryStore,
-    AsyncSessionStore,
-    AsyncSqliteStorage,
-    AsyncStorage,
-)
+from agentlog import aio
+from agentlog.aio import AsyncSqliteStorage, AsyncStorage
 from agentlog.stores import (
     ArtifactStore,
     CheckpointStore,
@@ -49,7 +42,7 @@ class AsyncInMemoryOpener(AsyncStorageSuite):
     writes_off_loop = False
 
     async def open_async_storage(self, location: Path) -> AsyncStorage:
-        return AsyncInMemoryStorage()
+        return aio.AsyncInMemoryStorage()
 
 
 class AsyncSqliteOpener(OnEngine, AsyncStorageSuite):
@@ -123,10 +116,10 @@ def test_no_call_hops_through_to_thread(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 SYNC_AND_ASYNC = [
-    (SessionStore, AsyncSessionStore),
-    (CheckpointStore, AsyncCheckpointStore),
-    (MemoryStore, AsyncMemoryStore),
-    (ArtifactStore, AsyncArtifactStore),
+    (SessionStore, aio.AsyncSessionStore),
+    (CheckpointStore, aio.AsyncCheckpointStore),
+    (MemoryStore, aio.AsyncMemoryStore),
+    (ArtifactStore, aio.AsyncArtifactStore),
 ]
 
 

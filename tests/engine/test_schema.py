@@ -131,17 +131,28 @@ def test_rows_written_by_hand_are_read_as_they_are(tmp_path: Path, engine: str) 
         assert second.event == {"type": "custom-kind", "x": 1}
 
 
-def test_a_version_9_file_loses_its_activity_index_and_nothing_else(
+def _activity_index(db: Path) -> list[str]:
+    """The columns of the file's sessions_by_activity index (none: no index)."""
+    conn = sqlite3.connect(db)
+    try:
+        return [row[2] for row in conn.execute("PRAGMA index_info(sessions_by_activity)")]
+    finally:
+        conn.close()
+
+
+def test_a_version_9_file_gets_the_keyset_activity_index_and_nothing_else(
     tmp_path: Path, engine: str
 ) -> None:
-    """Version 10 drops sessions_by_activity (a page more per append); list()
-    still orders by activity, from the table."""
+    """Version 10 dropped sessions_by_activity (tenant, mtime); version 12
+    builds it again with the name, for list_page's keyset. list() still
+    orders as it did."""
     db = tmp_path / "v9.db"
     with SqliteCheckpointer(db, engine=engine) as cp:
         for name in ("a", "b", "c"):
             cp.append(name, [EVENT])
         cp.append("a", [EVENT])
     conn = sqlite3.connect(db)
+    conn.execute("DROP INDEX sessions_by_activity")  # what step 12 adds
     conn.execute("CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)")
     conn.execute("DROP TABLE append_keys")  # what step 11 adds: a real version-9 file
     conn.execute("PRAGMA user_version = 9")
@@ -149,23 +160,41 @@ def test_a_version_9_file_loses_its_activity_index_and_nothing_else(
     with SqliteCheckpointer(db, engine=engine) as cp:
         assert [(info.id, info.head) for info in cp.list()] == [("a", 2), ("c", 1), ("b", 1)]
         assert [event.seq for event in cp.read("a")] == [1, 2]
+        assert [row.id for row in cp.list_page(2).sessions] == ["a", "c"]
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()
-        assert ("sessions_by_activity",) not in indexes
+    finally:
+        conn.close()
+    assert _activity_index(db) == ["tenant", "mtime", "name"]
+
+
+def test_a_new_file_has_the_keyset_activity_index(tmp_path: Path, engine: str) -> None:
+    db = tmp_path / "new.db"
+    SqliteCheckpointer(db, engine=engine).close()
+    assert _activity_index(db) == ["tenant", "mtime", "name"]
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
     finally:
         conn.close()
 
 
-def test_a_new_file_never_has_the_activity_index(tmp_path: Path, engine: str) -> None:
-    db = tmp_path / "new.db"
+def test_a_page_by_activity_reads_the_index(tmp_path: Path, engine: str) -> None:
+    """The page's statements are ranges of the index, not a sort of the table."""
+    from agentlog.engine import sql as Q
+
+    db = tmp_path / "plan.db"
     SqliteCheckpointer(db, engine=engine).close()
     conn = sqlite3.connect(db)
     try:
-        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        assert "sessions_by_activity" not in names and "sessions" in names
-        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        for statement, args in (
+            (Q.LIST_SESSIONS_PAGE, ("default", 10)),
+            (Q.LIST_SESSIONS_PAGE_AFTER, ("default", 1.0, "s", 10)),
+        ):
+            plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, args))
+            assert "USING INDEX sessions_by_activity" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
     finally:
         conn.close()
 

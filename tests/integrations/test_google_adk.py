@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from ..benchmark_run import run_benchmark
-from ..conftest import PYTHON, child_env, extensions_required, postgres_schema, require_engine
+from ..conftest import PYTHON, child_env, extensions_required
 
 if extensions_required():  # CI installs the extra: a missing ADK fails the run
     import google.adk  # noqa: F401
@@ -39,7 +39,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 
 from agentlog import fold_events
-from agentlog.aio import AsyncMemoryCheckpointer, AsyncMetadataCheckpointer, AsyncSqliteCheckpointer
+from agentlog.aio import AsyncMetadataCheckpointer, AsyncSqliteCheckpointer
 from agentlog.integrations.google_adk import (
     EVENT_FIELD,
     STALE_SESSION_MESSAGE,
@@ -47,6 +47,7 @@ from agentlog.integrations.google_adk import (
 )
 
 from . import google_adk_child as child
+from .openers import async_log_opener
 
 CHILD = str(Path(child.__file__).resolve())
 APP = "my_app"
@@ -59,19 +60,7 @@ Opener = Callable[[], AsyncMetadataCheckpointer]
 @pytest.fixture(params=BACKENDS)
 def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     """Opens the async checkpointer under test (the same storage each call)."""
-    kind = str(request.param)
-    if kind.startswith("sqlite-"):
-        engine = kind.removeprefix("sqlite-")
-        require_engine(engine)
-        return lambda: AsyncSqliteCheckpointer(tmp_path / "adk.db", engine=engine)
-    if kind == "postgres":
-        conninfo = request.getfixturevalue("postgres_server")
-        from agentlog.aio import AsyncPostgresCheckpointer
-
-        schema = postgres_schema(tmp_path)
-        return lambda: AsyncPostgresCheckpointer(conninfo, schema=schema)
-    memory = AsyncMemoryCheckpointer()
-    return lambda: memory
+    return async_log_opener(request, tmp_path, "adk")
 
 
 def on_service(open_log: Opener, body: Callable[[AgentlogSessionService], Awaitable[None]]) -> None:

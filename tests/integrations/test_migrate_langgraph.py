@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import pickle
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,50 @@ def tuples(saver: BaseCheckpointSaver[Any], thread: str) -> list[Any]:
     return found
 
 
+def assert_reads_alike(ours: BaseCheckpointSaver[Any], theirs: BaseCheckpointSaver[Any]) -> None:
+    """Each thread reads back the same from both savers: its checkpoints and
+    pending writes, its history, its interrupts and its subgraph's state."""
+    for thread in THREADS:
+        assert tuples(ours, thread) == tuples(theirs, thread)
+        assert history(ours, thread) == history(theirs, thread)
+        mine = build_graph(ours).get_state(config(thread), subgraphs=True)
+        their = build_graph(theirs).get_state(config(thread), subgraphs=True)
+        assert mine.interrupts and mine.interrupts == their.interrupts
+        assert [t.state.values for t in mine.tasks if t.state] == [  # type: ignore[union-attr]
+            t.state.values
+            for t in their.tasks
+            if t.state  # type: ignore[union-attr]
+        ]
+
+
+def assert_time_travels_alike(
+    ours: BaseCheckpointSaver[Any], theirs: BaseCheckpointSaver[Any]
+) -> None:
+    """An old checkpoint of t-1 reads and runs on from there the same on both."""
+    old = [s for s in build_graph(theirs).get_state_history(config("t-1")) if s.next][-2]
+    at = config("t-1", checkpoint_id=old.config["configurable"]["checkpoint_id"])
+    assert transcript(build_graph(ours).get_state(at).values) == transcript(old.values)
+    mine = build_graph(ours).invoke(None, at)
+    their = build_graph(theirs).invoke(None, at)
+    assert transcript(mine) == transcript(their)
+
+
+def assert_rerun_skips_and_change_is_refused(
+    source: Any, target: Path, saver: Callable[[Any], AbstractContextManager[Any]]
+) -> None:
+    """A second run skips every thread; once t-2 goes on (on ``saver(source)``)
+    the plan says it changed and the apply refuses."""
+    first = migrate(source, target)
+    again = migrate(source, target)
+    assert (again.migrated, again.skipped) == (0, len(first.sessions))
+    with saver(source) as theirs:
+        build_graph(theirs).invoke(Command(resume="no"), config("t-2"))
+    plan = migrate(source, target, dry_run=True)
+    assert "changed" in {s.action for s in plan.sessions}
+    with pytest.raises(MigrationError, match="nothing migrated"):
+        migrate(source, target)
+
+
 def test_a_graph_reads_back_and_resumes_as_on_sqlitesaver(
     saver_db: Path, tmp_path: Path, engine: str
 ) -> None:
@@ -114,17 +158,7 @@ def test_a_graph_reads_back_and_resumes_as_on_sqlitesaver(
     assert report.migrated == len(plan.sessions)
     assert digest(saver_db) == before
     with sqlite_saver(saver_db) as theirs, AgentlogSaver(target, engine=engine) as ours:
-        for thread in THREADS:
-            assert tuples(ours, thread) == tuples(theirs, thread)
-            assert history(ours, thread) == history(theirs, thread)
-            mine = build_graph(ours).get_state(config(thread), subgraphs=True)
-            their = build_graph(theirs).get_state(config(thread), subgraphs=True)
-            assert mine.interrupts and mine.interrupts == their.interrupts
-            assert [t.state.values for t in mine.tasks if t.state] == [  # type: ignore[union-attr]
-                t.state.values
-                for t in their.tasks
-                if t.state  # type: ignore[union-attr]
-            ]
+        assert_reads_alike(ours, theirs)
     # Resuming: the next step is the same on both (each on its own copy).
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())
@@ -142,25 +176,11 @@ def test_time_travel_to_an_old_checkpoint(saver_db: Path, tmp_path: Path) -> Non
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())
     with sqlite_saver(their_copy) as theirs, AgentlogSaver(target) as ours:
-        old = [s for s in build_graph(theirs).get_state_history(config("t-1")) if s.next][-2]
-        at = config("t-1", checkpoint_id=old.config["configurable"]["checkpoint_id"])
-        assert transcript(build_graph(ours).get_state(at).values) == transcript(old.values)
-        mine = build_graph(ours).invoke(None, at)
-        their = build_graph(theirs).invoke(None, at)
-        assert transcript(mine) == transcript(their)
+        assert_time_travels_alike(ours, theirs)
 
 
 def test_a_rerun_skips_and_a_changed_thread_is_refused(saver_db: Path, tmp_path: Path) -> None:
-    target = tmp_path / "agentlog.db"
-    first = migrate(saver_db, target)
-    again = migrate(saver_db, target)
-    assert (again.migrated, again.skipped) == (0, len(first.sessions))
-    with sqlite_saver(saver_db) as saver:
-        build_graph(saver).invoke(Command(resume="no"), config("t-2"))
-    plan = migrate(saver_db, target, dry_run=True)
-    assert "changed" in {s.action for s in plan.sessions}
-    with pytest.raises(MigrationError, match="nothing migrated"):
-        migrate(saver_db, target)
+    assert_rerun_skips_and_change_is_refused(saver_db, tmp_path / "agentlog.db", sqlite_saver)
 
 
 class Exploding:

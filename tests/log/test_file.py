@@ -17,12 +17,15 @@ from ..conftest import PYTHON, child_env
 
 
 class TestFileCheckpointer(CheckpointerConformance):
+    stamps_mtime = False  # a session's mtime is its file's
+
     def open_checkpointer(self, location: Path) -> Checkpointer:
         return FileCheckpointer(location / "sessions")
 
 
 class TestFileCheckpointerFsync(CheckpointerConformance):
     race_rounds = 20
+    stamps_mtime = False
 
     def open_checkpointer(self, location: Path) -> Checkpointer:
         return FileCheckpointer(location / "sessions", fsync=True)

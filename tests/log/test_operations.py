@@ -20,8 +20,8 @@ from agentlog import (
     StorageUnavailableError,
 )
 
+from ..cli.running import agentlog_run, ok, refused
 from ..conftest import PYTHON
-from ..test_cli import agentlog_run, ok, refused
 
 EVENT = {"type": "user", "content": "x" * 2000}
 LIMIT = 256 * 1024

@@ -3,6 +3,7 @@ paged from the end, the live tail (with Last-Event-ID), and read-only."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import threading
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from agentlog.serve import source as source_module
 
 from ..conftest import child_env
 from ..waiting import wait_until
@@ -56,6 +59,48 @@ def test_sessions_most_recent_first_paged_by_cursor(
         ("s3", "Refund request", ["billing"])
     ]
     assert [s["id"] for s in get_json(f"{viewer.url}/api/sessions?q=s6")["sessions"]] == ["s6"]
+
+
+def test_a_filter_looks_at_a_bounded_number_of_sessions(
+    store: Store, serve: Callable[..., Viewer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter that matches only the oldest session answers each request
+    after looking at SCAN_ROWS sessions, with a cursor that looks further."""
+    monkeypatch.setattr(source_module, "SCAN_ROWS", 4)
+    log = store.writer()
+    log.set_metadata("old", {"title": "a Needle", "tags": []}, 0)
+    for n in range(10):
+        log.append(f"s{n}", [{"type": "user", "content": "hay"}])
+    viewer = serve(store.source())
+    found: list[str] = []
+    requests, cursor = 0, ""
+    while True:
+        page = get_json(f"{viewer.url}/api/sessions?q=needle&limit=5&cursor={cursor}")
+        requests += 1
+        assert page["scanned"] <= 4
+        found += [s["id"] for s in page["sessions"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = page["next_cursor"]
+    assert found == ["old"]
+    assert requests == 3  # 11 sessions, 4 looked at a request
+    everything = get_json(f"{viewer.url}/api/sessions?limit=20")
+    assert everything["next_cursor"] is None and len(everything["sessions"]) == 11
+
+
+def test_a_cursor_the_api_did_not_give_is_a_400(store: Store, serve: Callable[..., Viewer]) -> None:
+    store.writer().append("s", [{"type": "user", "content": "x"}])
+    viewer = serve(store.source())
+    for raw in [b"[1,2]", b'{"a":1}', b'[NaN,"a"]', b'"x"', b'[1.0,"a","b"]', b"[]", b"7"]:
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        reply = get(f"{viewer.url}/api/sessions?cursor={cursor}")
+        assert reply.status == 400, raw
+        assert reply.json() == {"error": "cursor is not one this API gave out"}
+    # A cursor is a plain (mtime, id): one made by hand pages like one given out.
+    cursor = base64.urlsafe_b64encode(b'[1e12,"z"]').decode().rstrip("=")
+    assert [
+        s["id"] for s in get_json(f"{viewer.url}/api/sessions?cursor={cursor}")["sessions"]
+    ] == ["s"]
 
 
 def test_events_open_at_the_end_and_page_back(store: Store, serve: Callable[..., Viewer]) -> None:

@@ -170,6 +170,41 @@ def test_list_session_live_tail_filter_and_tenants(
     assert watched.dialogs == [] and watched.errors == []
 
 
+def test_a_filter_searches_further_a_bounded_scan_at_a_time(
+    sqlite_store: Store,
+    serve: Callable[..., Viewer],
+    watched: Watched,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A filter looks at SCAN_ROWS sessions a request: with none matching
+    there, the page says so and "search further" looks at the next ones."""
+    from playwright.sync_api import expect
+
+    from agentlog.serve import source as source_module
+
+    monkeypatch.setattr(source_module, "SCAN_ROWS", 2)
+    log = sqlite_store.writer()
+    log.set_metadata("oldest", {"title": "the needle", "tags": []}, 0)
+    for n in range(4):
+        log.append(f"hay-{n}", [{"type": "user", "content": "hay"}])
+    viewer = serve(sqlite_store.source())
+    page = watched.page
+    page.goto(viewer.url + "/?q=needle")
+    expect(page.locator("#status")).to_contain_text("No match among the 2 most recently")
+    more = page.locator("#more")
+    expect(more).to_have_text("search further")
+    listing = "/api/sessions?"
+    with page.expect_response(lambda reply: listing in reply.url):
+        more.click()  # hay-1, hay-0: still nothing
+    expect(page.locator("#sessions tr")).to_have_count(0)
+    with page.expect_response(lambda reply: listing in reply.url):
+        more.click()
+    expect(page.locator("#sessions tr")).to_have_count(1)
+    expect(page.locator("#sessions tr").first).to_have_attribute("data-id", "oldest")
+    expect(more).to_be_hidden()
+    assert watched.dialogs == [] and watched.errors == []
+
+
 #: Ids may hold markup too: only "/", "\\", controls and the like are refused.
 HOSTILE_ID = "<b onmouseover=alert(1)>x<img src=x onerror=alert(3)>"
 HOSTILE = [

@@ -9,20 +9,11 @@ import agentlog.testing
 # Spelled out, not read from __all__: the test pins the public names (a copy by design).
 #: What ``from agentlog.testing import *`` gives.
 ALL = [
-    "HOSTILE_SESSION_IDS",
-    "ArtifactStoreConformance",
-    "AsyncCheckpointerConformance",
-    "AsyncStorageConformance",
-    "AsyncStorageSuite",
-    "BlockingFacade",
-    "BlockingStorage",
-    "CheckpointStoreConformance",
-    "CheckpointerConformance",
-    "MemoryStoreConformance",
-    "SessionStoreConformance",
-    "checkpointer_conformance",
-    "make_event",
-]
+    "HOSTILE_SESSION_IDS", "ArtifactStoreConformance", "AsyncCheckpointerConformance",
+    "AsyncStorageConformance", "AsyncStorageSuite", "BlockingFacade", "BlockingStorage",
+    "CheckpointStoreConformance", "CheckpointerConformance", "MemoryStoreConformance",
+    "SessionStoreConformance", "checkpointer_conformance", "make_event",
+]  # fmt: skip
 
 #: Every agentlog name the module offered before it became a package (the
 #: standard-library modules it happened to import are not re-exported).

@@ -26,6 +26,7 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar, overload
 
+from ..activity import ActivityCursor, SessionPage
 from ..errors import CheckpointerClosedError
 from ..events import (
     RawEvent,
@@ -529,6 +530,12 @@ class AsyncBaseCheckpointer(AsyncClosable):
         if check_flag("with_metadata", with_metadata):
             return await self._read(functools.partial(self._backend.list, with_metadata=True))
         return await self._read(self._backend.list)
+
+    async def list_page(
+        self, limit: int = 50, *, after: ActivityCursor | None = None
+    ) -> SessionPage:
+        """A page of the sessions by activity (see :meth:`agentlog.BaseCheckpointer.list_page`)."""
+        return await self._read(functools.partial(self._backend.list_page, limit, after=after))
 
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""

@@ -19,6 +19,8 @@ class AsyncCheckpointer(Protocol):
     checks that an object behaves like one.
     """
 
+    # Every method's signature is the sync contract's, awaited: each
+    # implementation (and the BlockingFacade) spells it again, as it must.
     async def append(
         self,
         session_id: str,

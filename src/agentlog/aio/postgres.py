@@ -27,6 +27,7 @@ from typing import Any, Literal, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ..activity import ActivityCursor, SessionPage, check_page_request, page_of
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     AppendRequest,
@@ -74,9 +75,10 @@ from ..log import (
     decode_metadata,
     follow_pages_async,
     has_new_events,
+    listings,
 )
 from ..log.postgres import PostgresCheckpointer
-from ..stores.postgres import PostgresStorage
+from ..storage.postgres import PostgresStorage
 from .handle import AsyncSession
 from .stores import AsyncStorage
 from .writer import off_loop
@@ -409,15 +411,23 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         with_metadata = check_flag("with_metadata", with_metadata)
         async with self._call():
             if with_metadata:
-                listed = await self._db.query(
-                    "listing", operations.list_sessions_metadata, self._tenant
+                return listings(
+                    await self._db.query("listing", operations.list_sessions_metadata, self._tenant)
                 )
-                return [
-                    SessionListing(name, mtime, head, decode_metadata(meta), revision)
-                    for name, mtime, head, meta, revision in listed
-                ]
             found = await self._db.query("listing", operations.list_sessions, self._tenant)
         return [SessionInfo(*row) for row in found]
+
+    async def list_page(
+        self, limit: int = 50, *, after: ActivityCursor | None = None
+    ) -> SessionPage:
+        """A page of the tenant's sessions by activity (see
+        :meth:`agentlog.BaseCheckpointer.list_page`)."""
+        limit, after = check_page_request(limit, after)
+        async with self._call():
+            rows = await self._db.query(
+                "listing", operations.list_sessions_page, self._tenant, limit + 1, after
+            )
+        return page_of(listings(rows), limit)
 
     async def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision (see :meth:`agentlog.BaseCheckpointer.metadata`)."""

@@ -28,18 +28,12 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 from ..errors import CheckpointerClosedError
 from ..files import DEFAULT_FILE_MODE
 from ..lifecycle import AsyncClosable
-from ..stores import (
-    ArtifactStore,
-    CheckpointStore,
-    InMemoryStorage,
-    MemoryStore,
-    SessionStore,
-    SqliteStorage,
-)
+from ..storage import InMemoryStorage, SqliteStorage
+from ..stores import ArtifactStore, CheckpointStore, MemoryStore, SessionStore
 from .writer import Closing, Job, Writer, off_loop
 
 if TYPE_CHECKING:
-    from ..stores.postgres import PostgresStorage
+    from ..storage.postgres import PostgresStorage
 
 __all__ = [
     "AsyncArtifactStore",
@@ -218,18 +212,18 @@ class AsyncStorage(AsyncClosable):
 
 
 class AsyncInMemoryStorage(AsyncStorage):
-    """:class:`~agentlog.stores.InMemoryStorage`, async: its writes never block, so run inline."""
+    """:class:`~agentlog.storage.InMemoryStorage`, async: its writes never block, so run inline."""
 
     def __init__(self) -> None:
         super().__init__(InMemoryStorage(), inline_writes=True)
 
 
 class AsyncSqliteStorage(AsyncStorage):
-    """:class:`~agentlog.stores.SqliteStorage`, async: every write on one writer thread.
+    """:class:`~agentlog.storage.SqliteStorage`, async: every write on one writer thread.
 
     Open it with ``await AsyncSqliteStorage.open(path, engine=...)`` (the
     file is opened, created or migrated off the loop), or wrap an open
-    :class:`~agentlog.stores.SqliteStorage` with ``AsyncSqliteStorage(storage)``.
+    :class:`~agentlog.storage.SqliteStorage` with ``AsyncSqliteStorage(storage)``.
     """
 
     def __init__(self, storage: SqliteStorage) -> None:

@@ -190,11 +190,11 @@ def open_storage(args: argparse.Namespace, *, write: bool) -> Any:
     """The four stores of the SQLite file or PostgreSQL store ``args`` names
     (an existing one only; read-only unless ``write``)."""
     if is_postgres(args.store):
-        from ..stores.postgres import PostgresStorage
+        from ..storage.postgres import PostgresStorage
 
         schema = {} if args.schema is None else {"schema": args.schema}
         return PostgresStorage.open(args.store, create=False, read_only=not write, **schema)
-    from ..stores import SqliteStorage
+    from ..storage import SqliteStorage
 
     _refuse_file_store(args)
     return SqliteStorage.open(args.store, read_only=not write, create=False)

@@ -215,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         "source",
         metavar="SRC",
         help="a JSON v1 sessions directory, a file store, a SQLite file (its --tenant),"
-        " or a framework's store (see --from)",
+        " a framework's store (see --from), or the postgresql:// URL of a LangGraph"
+        " PostgresSaver",
     )
     migrate.add_argument(
         "target",

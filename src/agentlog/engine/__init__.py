@@ -70,6 +70,10 @@ def engine_class(name: str | None = None) -> EngineFactory:
         raise ValueError(f"unknown engine {name!r}; expected 'c' or 'python'") from None
 
 
+# The engine options (synchronous … hash_chain) are spelled here, on
+# open_shared_engine, on EngineCore and on SqliteCheckpointer: each is a public
+# signature with its own defaults and documentation; one options object would
+# change four public signatures.
 def open_engine(
     path: str | os.PathLike[str],
     *,

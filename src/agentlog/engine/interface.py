@@ -5,6 +5,11 @@ Two engines implement it — :class:`~agentlog.engine.pure.PyEngine` on the
 standard library's ``sqlite3`` and ``CEngine`` on the SQLite C API — and
 nothing above this layer names either, reaches into their underscores or
 issues SQL of its own: statements come from :mod:`agentlog.engine.sql`.
+
+The signatures here stand again on :class:`~agentlog.engine.log_ops.LogOperations`,
+the base both twins inherit: the layers above type against these protocols
+(they name no implementation), and a Protocol cannot lend its signatures to
+a class. The docstrings here are the reference; the implementations' add how.
 """
 
 from __future__ import annotations
@@ -118,12 +123,7 @@ class LogEngine(Database, Protocol):
     """The session log's operations on bytes: what the Checkpointer face uses."""
 
     def append(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append encoded ``(type, json)`` events atomically; return the new head.
 
@@ -214,6 +214,13 @@ class LogEngine(Database, Protocol):
     ) -> list[tuple[str, float, int, bytes | None, int]]:
         """``(name, mtime, head, metadata json | None, revision)`` of every session,
         most recently active first."""
+        ...
+
+    def list_sessions_page(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """At most ``limit`` rows of :meth:`list_sessions_metadata`'s shape,
+        ``(mtime, name)`` descending, after ``after`` (None: from the start)."""
         ...
 
     def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:

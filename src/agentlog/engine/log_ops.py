@@ -65,12 +65,7 @@ class LogOperations(EngineCore[ConnectionT]):
     """The log's operations on the shared transactions (the hot paths: each twin's)."""
 
     def _append_batch(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append a non-empty batch atomically; return the new head (the hot path)."""
         raise NotImplementedError
@@ -296,12 +291,7 @@ class LogOperations(EngineCore[ConnectionT]):
     # -- the log's cold paths --------------------------------------------------------
 
     def append(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
+        self, tenant: str, name: str, expected_head: int | None, ts: float, batch: EncodedBatch
     ) -> int:
         """Append a batch atomically; return the new head.
 
@@ -367,6 +357,19 @@ class LogOperations(EngineCore[ConnectionT]):
         """``(name, mtime, head, metadata json | None, revision)`` of every session,
         most recently active first (one read)."""
         rows = self.read("list", lambda conn: conn.rows(Q.LIST_SESSIONS_METADATA, (tenant,)))
+        return [(n, mtime, head, meta, rev) for n, mtime, head, meta, rev in rows]
+
+    def list_sessions_page(
+        self, tenant: str, limit: int, after: tuple[float, str] | None
+    ) -> list[tuple[str, float, int, bytes | None, int]]:
+        """The first ``limit`` rows of :meth:`list_sessions_metadata`'s shape in
+        ``(mtime, name)`` descending order after ``after`` (None: from the start)."""
+        sql, args = (
+            (Q.LIST_SESSIONS_PAGE, (tenant, limit))
+            if after is None
+            else (Q.LIST_SESSIONS_PAGE_AFTER, (tenant, after[0], after[1], limit))
+        )
+        rows = self.read("list", lambda conn: conn.rows(sql, args))
         return [(n, mtime, head, meta, rev) for n, mtime, head, meta, rev in rows]
 
     def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:

@@ -65,6 +65,17 @@ LIST_SESSIONS_METADATA = (
     "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
     " ORDER BY mtime DESC, sid DESC"
 )
+#: A page of a tenant's sessions by activity, ``(mtime, name)`` descending
+#: (keyset paging: the row value comparison is a range of
+#: ``sessions_by_activity``, so a page reads its own rows only).
+LIST_SESSIONS_PAGE = (
+    "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
+    " ORDER BY mtime DESC, name DESC LIMIT ?"
+)
+LIST_SESSIONS_PAGE_AFTER = (
+    "SELECT name, mtime, head, metadata, revision FROM sessions"
+    " WHERE tenant = ? AND (mtime, name) < (?, ?) ORDER BY mtime DESC, name DESC LIMIT ?"
+)
 #: Every session of every tenant, most recently active first.
 LIST_ALL_SESSIONS = "SELECT tenant, name, mtime, head FROM sessions ORDER BY mtime DESC, sid DESC"
 _SESSION_RECORD = (

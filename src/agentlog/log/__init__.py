@@ -26,6 +26,7 @@ from .contract import (
     check_fork,
     check_revision,
     decode_metadata,
+    listings,
     metadata_conflict,
 )
 from .file import (
@@ -78,6 +79,7 @@ __all__ = [
     "has_new_events",
     "is_file_store",
     "legacy_store_adapter",
+    "listings",
     "message_event",
     "metadata_conflict",
     "read_metadata_file",

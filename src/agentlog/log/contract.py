@@ -7,19 +7,24 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
     Any,
     Literal,
-    NamedTuple,
     Protocol,
     TypeVar,
     overload,
     runtime_checkable,
 )
 
+from ..activity import (
+    ActivityCursor,
+    SessionPage,
+    check_page_request,
+    page_in_order,
+    page_of,
+)
 from ..engine.commits import CommitSignal, engine_commits, notify_commit
 from ..errors import (
     CheckpointConflictError,
@@ -49,6 +54,7 @@ from ..events import (
 )
 from ..lifecycle import Closable
 from .follow import FollowPort, follow_pages, has_new_events
+from .writer_port import WOULD_WAIT, BoundWriterPort, PreparedAppend, WouldWait, WriterPort
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
@@ -67,6 +73,7 @@ __all__ = [
     "check_fork",
     "check_revision",
     "decode_metadata",
+    "listings",
     "metadata_conflict",
 ]
 
@@ -82,6 +89,17 @@ def check_revision(value: object) -> int:
 def metadata_conflict(session_id: str, expected: int, actual: int) -> StorageConflictError:
     """The error every backend raises when ``set_metadata`` names a stale revision."""
     return StorageConflictError(f"session {session_id!r}", expected, actual)
+
+
+def listings(
+    rows: Iterable[tuple[str, float, int, bytes | None, int]],
+) -> builtins.list[SessionListing]:
+    """:class:`SessionListing` rows of ``(name, mtime, head, metadata json |
+    None, revision)`` as an engine lists them."""
+    return [
+        SessionListing(name, mtime, head, decode_metadata(meta), revision)
+        for name, mtime, head, meta, revision in rows
+    ]
 
 
 def decode_metadata(data: bytes | None) -> Any:
@@ -107,6 +125,10 @@ def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, 
 
 #: Seconds between a follower's looks for other processes' commits.
 DEFAULT_POLL_INTERVAL = 0.01
+
+_T = TypeVar("_T")
+#: A page's events: decoded, or their JSON as stored.
+_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 @runtime_checkable
@@ -214,119 +236,6 @@ class MetadataCheckpointer(Checkpointer, Protocol):
         ...
 
 
-class PreparedAppend(NamedTuple):
-    """An append checked and encoded by :meth:`WriterPort.prepare_append`."""
-
-    session_id: str
-    batch: EncodedBatch
-    expected_head: int | None
-
-
-_T = TypeVar("_T")
-#: A page's events: decoded, or their JSON as stored.
-_E = TypeVar("_E", StoredEvent, RawEvent)
-
-
-class WouldWait:
-    """What :meth:`WriterPort.try_read` returns for a read it did not run:
-    it would have waited for a write under way."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "WouldWait()"
-
-
-#: The one :class:`WouldWait`.
-WOULD_WAIT = WouldWait()
-
-
-class WriterPort(Protocol):
-    """What the async layer (:mod:`agentlog.aio`) needs of a checkpointer beyond
-    the contract: appends prepared apart from their writing, written in
-    groups (or without waiting, or queued to the backend's own writer
-    thread), reads that must not wait for a write, and a follower's steps.
-
-    The async twins reach a checkpointer's writer only through the port
-    :meth:`BaseCheckpointer.writer_port` gives them.
-    """
-
-    def prepare_append(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
-    ) -> PreparedAppend:
-        """Check and encode an append without writing it."""
-        ...
-
-    def append_prepared(self, appends: Sequence[PreparedAppend]) -> builtins.list[int | Exception]:
-        """Write prepared appends, each on its own terms (one transaction where it can)."""
-        ...
-
-    def try_append_prepared(
-        self, appends: Sequence[PreparedAppend]
-    ) -> builtins.list[int | Exception] | None:
-        """:meth:`append_prepared` only if it need not wait; else None, nothing written."""
-        ...
-
-    def append_completions(self) -> AppendCompletions | None:
-        """A channel to the backend's own writer thread, or None where it has none."""
-        ...
-
-    def queue_prepared(self, prepared: PreparedAppend, completions: AppendCompletions) -> object:
-        """Queue a non-empty prepared append to that writer thread; its handle."""
-        ...
-
-    def notify_commit(self) -> None:
-        """Wake this process's followers after a write."""
-        ...
-
-    def try_read(self, read: Callable[[], _T]) -> _T | WouldWait:
-        """``read()``, unless it would wait for a write under way."""
-        ...
-
-    def change_token(self, session_id: str) -> Hashable:
-        """A cheap token that changes when another process writes the session."""
-        ...
-
-    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
-        """One step of a follower: up to a page of events after ``after_seq``."""
-        ...
-
-    def follow_json_page(self, session_id: str, after_seq: int) -> builtins.list[RawEvent]:
-        """:meth:`follow_page`, the events' JSON not decoded (``follow_json``'s step)."""
-        ...
-
-
-class _PrepareAppend(Protocol):
-    """The type of :meth:`WriterPort.prepare_append` (its default argument kept)."""
-
-    def __call__(
-        self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
-    ) -> PreparedAppend: ...
-
-
-class _TryRead(Protocol):
-    """The type of :meth:`WriterPort.try_read` (generic in what it reads)."""
-
-    def __call__(self, read: Callable[[], _T]) -> _T | WouldWait: ...
-
-
-@dataclass(slots=True)
-class _WriterPort:
-    """A :class:`BaseCheckpointer`'s :class:`WriterPort`: its underscored
-    methods, bound (a plain holder, so that a test may replace one)."""
-
-    prepare_append: _PrepareAppend
-    append_prepared: Callable[[Sequence[PreparedAppend]], builtins.list[int | Exception]]
-    try_append_prepared: Callable[[Sequence[PreparedAppend]], builtins.list[int | Exception] | None]
-    append_completions: Callable[[], AppendCompletions | None]
-    queue_prepared: Callable[[PreparedAppend, AppendCompletions], object]
-    notify_commit: Callable[[], None]
-    try_read: _TryRead
-    change_token: Callable[[str], Hashable]
-    follow_page: Callable[[str, int], builtins.list[StoredEvent]]
-    follow_json_page: Callable[[str, int], builtins.list[RawEvent]]
-
-
 class BaseCheckpointer(Closable, ABC):
     """Argument checking, the closed state and the context manager, shared.
 
@@ -404,6 +313,12 @@ class BaseCheckpointer(Closable, ABC):
             data, revision = self._metadata(info.id)
             listing.append(SessionListing(*info, decode_metadata(data), revision))
         return listing
+
+    def _list_page(self, limit: int, after: ActivityCursor | None) -> builtins.list[SessionListing]:
+        """The first ``limit`` sessions after ``after``, ``(mtime, id)``
+        descending. This one sorts :meth:`_list_metadata`; a backend with an
+        index on activity reads the page alone."""
+        return page_in_order(self._list_metadata(), limit, after)
 
     def _first_retained(self, session_id: str) -> int:
         """The seq of the session's first stored event (``head + 1`` when it holds
@@ -528,7 +443,7 @@ class BaseCheckpointer(Closable, ABC):
         this class's underscored ones (``_prepare_append``,
         ``_append_prepared`` …), bound now, which a backend may override.
         """
-        return _WriterPort(
+        return BoundWriterPort(
             prepare_append=self._prepare_append,
             append_prepared=self._append_prepared,
             try_append_prepared=self._try_append_prepared,
@@ -691,6 +606,24 @@ class BaseCheckpointer(Closable, ABC):
         if check_flag("with_metadata", with_metadata):
             return self._list_metadata()
         return self._list()
+
+    def list_page(self, limit: int = 50, *, after: ActivityCursor | None = None) -> SessionPage:
+        """The ``limit`` most recently active sessions after cursor ``after``.
+
+        Returns a :class:`~agentlog.SessionPage`: ``sessions``, rows of
+        :class:`SessionListing` ordered by ``(mtime, id)`` descending, and
+        ``next``, the :class:`~agentlog.ActivityCursor` to pass as ``after``
+        for the page that follows (None after the last page). On a store
+        nobody writes to, the pages list every session exactly once; a
+        session written to meanwhile moves to the front (past a reader who
+        already passed it). SQLite and PostgreSQL read a page from an index
+        on activity, so a page costs the same at ten sessions or a million;
+        the memory and file backends sort every session per page.
+        ``limit`` is from 1 to :data:`~agentlog.activity.MAX_PAGE_LIMIT`.
+        """
+        self._check_open()
+        limit, after = check_page_request(limit, after)
+        return page_of(self._list_page(limit + 1, after), limit)
 
     def metadata(self, session_id: str) -> SessionMetadata:
         """The session's metadata and revision: ``SessionMetadata(value, revision)``.

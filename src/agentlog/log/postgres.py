@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from ..activity import ActivityCursor
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     Listener,
@@ -38,7 +39,7 @@ from ..events import (
     check_identifier,
 )
 from ..integrity import DamagedEvent, Progress, describe_damage, session_damage
-from .contract import BaseCheckpointer, PreparedAppend, decode_metadata
+from .contract import BaseCheckpointer, PreparedAppend, listings
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -326,11 +327,12 @@ class PostgresCheckpointer(BaseCheckpointer):
         return [SessionInfo(*row) for row in found]
 
     def _list_metadata(self) -> builtins.list[SessionListing]:
-        found = self._db.query("listing", operations.list_sessions_metadata, self._tenant)
-        return [
-            SessionListing(name, mtime, head, decode_metadata(meta), revision)
-            for name, mtime, head, meta, revision in found
-        ]
+        return listings(self._db.query("listing", operations.list_sessions_metadata, self._tenant))
+
+    def _list_page(self, limit: int, after: ActivityCursor | None) -> builtins.list[SessionListing]:
+        return listings(
+            self._db.query("listing", operations.list_sessions_page, self._tenant, limit, after)
+        )
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
         return self._db.query(

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..activity import ActivityCursor
 from ..engine import (
     DEFAULT_WAL_SIZE_LIMIT,
     AppendCompletions,
@@ -36,7 +37,12 @@ from ..events import (
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
-from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, decode_metadata
+from .contract import (
+    BaseCheckpointer,
+    CommitSignal,
+    PreparedAppend,
+    listings,
+)
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -380,12 +386,10 @@ class SqliteCheckpointer(BaseCheckpointer):
         return [SessionInfo(*row) for row in self._engine.list_sessions(self._tenant)]
 
     def _list_metadata(self) -> builtins.list[SessionListing]:
-        return [
-            SessionListing(name, mtime, head, decode_metadata(meta), revision)
-            for name, mtime, head, meta, revision in self._engine.list_sessions_metadata(
-                self._tenant
-            )
-        ]
+        return listings(self._engine.list_sessions_metadata(self._tenant))
+
+    def _list_page(self, limit: int, after: ActivityCursor | None) -> builtins.list[SessionListing]:
+        return listings(self._engine.list_sessions_page(self._tenant, limit, after))
 
     def _metadata(self, session_id: str) -> tuple[bytes | None, int]:
         return self._engine.session_metadata(self._tenant, session_id)

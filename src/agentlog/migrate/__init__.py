@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..locations import is_postgres, shown
 from ..stores.common import DEFAULT_TENANT, check_name
 from ..terminal import progress_bar
 from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSession
@@ -43,6 +44,7 @@ from .targets import SqliteTarget, Target, open_target
 
 #: The tenant a LangGraph source lands in by default: the agentlog saver's.
 LANGGRAPH_TENANT = "langgraph"
+_LANGGRAPH_KINDS = ("langgraph-sqlite", "langgraph-postgres")
 
 __all__ = [
     "SOURCE_FORMATS",
@@ -92,12 +94,15 @@ def migrate(
 ) -> MigrationReport:
     """Migrate the sessions of ``source`` into ``target``.
 
-    ``source`` is a directory (JSON v1 files or a file store) or an agentlog
-    SQLite file (its ``tenant`` is read); ``target`` is a SQLite file's path
-    or a PostgreSQL URL (``postgresql://…``, into ``schema``, default
-    ``agentlog``; needs the ``postgres`` extra). Sessions land in ``tenant``
-    (default ``"default"``; ``"langgraph"`` for a LangGraph source, where the
-    agentlog saver looks).
+    ``source`` is a directory (JSON v1 files or a file store), an agentlog
+    SQLite file (its ``tenant`` is read), a framework's own store (an OpenAI
+    Agents ``SQLiteSession``, a LangGraph ``SqliteSaver`` or Google ADK
+    ``DatabaseSessionService`` file) or a PostgreSQL URL holding LangGraph
+    ``PostgresSaver``'s tables (in the URL's schema, its ``search_path``);
+    ``target`` is a SQLite file's path or a PostgreSQL URL
+    (``postgresql://…``, into ``schema``, default ``agentlog``; needs the
+    ``postgres`` extra). Sessions land in ``tenant`` (default ``"default"``;
+    ``"langgraph"`` for a LangGraph source, where the agentlog saver looks).
     ``source_id`` names the source in the ledger (default: its resolved
     path), so a re-run recognises it. ``backup_dir`` defaults to
     ``<target>.migration-<UTC time>`` beside a SQLite target (in the current
@@ -108,23 +113,26 @@ def migrate(
     unpickled otherwise: they are refused, naming the checkpoints). Raises :class:`MigrationError`
     when the plan has conflicts; nothing is written then.
     """
+    url = source if isinstance(source, str) and is_postgres(source) else None
     source_path = Path(source)
     if tenant is None:
-        langgraph = source_kind == "langgraph-sqlite" or (
-            source_kind is None
-            and source_path.is_file()
-            and foreign_kind(source_path) == "langgraph-sqlite"
-        )
+        langgraph = url is not None or source_kind in _LANGGRAPH_KINDS
+        if source_kind is None and url is None and source_path.is_file():
+            langgraph = foreign_kind(source_path) in _LANGGRAPH_KINDS
         tenant = LANGGRAPH_TENANT if langgraph else DEFAULT_TENANT
     tenant = check_name("tenant", tenant)
-    src = open_source(source_path, tenant, engine, source_kind, allow_pickle)
+    src = open_source(url or source_path, tenant, engine, source_kind, allow_pickle)
     dst = open_target(target, engine, schema)
-    if isinstance(dst, SqliteTarget) and source_path.resolve() == dst.path.resolve():
+    if (
+        url is None
+        and isinstance(dst, SqliteTarget)
+        and source_path.resolve() == dst.path.resolve()
+    ):
         raise MigrationError("the source and the target are the same file")
     if isinstance(dst, SqliteTarget) and not dst.path.absolute().parent.is_dir():
         # A typo'd directory is refused, never created (the dry run says so too).
         raise MigrationError(f"{dst.path.parent}: no such directory for the target")
-    source_name = source_id or str(source_path.resolve())
+    source_name = source_id or (shown(url) if url else str(source_path.resolve()))
     existing, ledger = dst.read(tenant, source_name)
     report = MigrationReport(src.kind, source_name, dry_run)
     seen: dict[str, str] = {}

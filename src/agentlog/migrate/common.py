@@ -28,6 +28,7 @@ SOURCE_FORMATS = {
     "sqlite": "agentlog-sqlite",
     "openai-sqlite": "openai-agents-sqlite-session",
     "langgraph-sqlite": "langgraph-sqlite-saver",
+    "langgraph-postgres": "langgraph-postgres-saver",
     "adk-database": "google-adk-database-session-service",
 }
 

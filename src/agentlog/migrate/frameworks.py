@@ -17,11 +17,12 @@ import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..engine import foreign as F
 from ..errors import StorageDataError
 from ..events import encode_events, to_session_id
+from ..locations import shown
 from ..stores.common import encode_value
 from .common import SOURCE_FORMATS, Converted, Event, MigrationError, PlannedSession
 from .json_v1 import epoch_seconds
@@ -30,6 +31,7 @@ __all__ = [
     "FOREIGN_KINDS",
     "AdkDatabaseSource",
     "ForeignSource",
+    "LangGraphPostgresSource",
     "LangGraphSqliteSource",
     "OpenAISqliteSource",
     "foreign_kind",
@@ -40,28 +42,20 @@ _OPENAI_COLUMNS = {
     "agent_sessions": {"session_id", "created_at", "updated_at"},
     "agent_messages": {"id", "session_id", "message_data", "created_at"},
 }
+_LANGGRAPH_CHECKPOINT = {
+    "thread_id",
+    "checkpoint_ns",
+    "checkpoint_id",
+    "parent_checkpoint_id",
+    "checkpoint",
+    "metadata",
+}
+_LANGGRAPH_WRITE = {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel"}
 _LANGGRAPH_COLUMNS = {
-    "checkpoints": {
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "parent_checkpoint_id",
-        "type",
-        "checkpoint",
-        "metadata",
-    },
+    "checkpoints": _LANGGRAPH_CHECKPOINT | {"type"},
     # task_path too, in files of langgraph-checkpoint-sqlite after 3.1.0; older
     # files are read without it (engine.foreign.langgraph_writes).
-    "writes": {
-        "thread_id",
-        "checkpoint_ns",
-        "checkpoint_id",
-        "task_id",
-        "idx",
-        "channel",
-        "type",
-        "value",
-    },
+    "writes": _LANGGRAPH_WRITE | {"type", "value"},
 }
 _ADK_COLUMNS = {
     "sessions": {"app_name", "user_id", "id", "state", "create_time", "update_time"},
@@ -77,15 +71,24 @@ _ADK_COLUMNS = {
     "app_states": {"app_name", "state", "update_time"},
     "user_states": {"app_name", "user_id", "state", "update_time"},
 }
-#: Each foreign SQLite kind and the tables that make it.
+# task_path too, from PostgresSaver's tenth migration on (read without it before).
+_LANGGRAPH_PG_COLUMNS = {
+    "checkpoints": _LANGGRAPH_CHECKPOINT,
+    "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"},
+    "checkpoint_writes": _LANGGRAPH_WRITE | {"type", "blob"},
+}
+#: Each foreign kind and the tables that make it (a PostgresSaver's in a
+#: SQLite file: the copy a migration's backup holds of its schema).
 FOREIGN_KINDS = {
     "openai-sqlite": _OPENAI_COLUMNS,
     "langgraph-sqlite": _LANGGRAPH_COLUMNS,
+    "langgraph-postgres": _LANGGRAPH_PG_COLUMNS,
     "adk-database": _ADK_COLUMNS,
 }
 _NAMES = {
     "openai-sqlite": "an OpenAI Agents SQLiteSession",
     "langgraph-sqlite": "a LangGraph SqliteSaver",
+    "langgraph-postgres": "a LangGraph PostgresSaver",
     "adk-database": "a Google ADK DatabaseSessionService",
 }
 
@@ -118,7 +121,7 @@ def foreign_kind(path: Path) -> str | None:
         db.close()
 
 
-def _check_schema(db: F.ForeignDatabase, kind: str) -> None:
+def _check_schema(db: F.ForeignDatabase | F.ForeignPostgres, kind: str) -> None:
     """Refuse a file that is not ``kind``'s store, or one of a schema not known here."""
     tables = FOREIGN_KINDS[kind]
     missing = sorted(tables.keys() - db.tables)
@@ -199,9 +202,13 @@ class ForeignSource:
     def check_backup(self, into: Path) -> None:
         """Nothing to refuse: a file holds no directory."""
 
+    def _copy_name(self) -> str:
+        """The name of the backup's copy of the source."""
+        return self.path.name
+
     def backup(self, into: Path) -> ForeignSource:
         into.mkdir(mode=0o700)
-        copy = into / self.path.name
+        copy = into / self._copy_name()
         try:
             self._database().backup_to(copy)
         except StorageDataError as exc:
@@ -295,45 +302,51 @@ def _ids(ids: list[str]) -> str:
     return shown + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
-class LangGraphSqliteSource(ForeignSource):
-    """LangGraph's ``SqliteSaver`` database: every thread and namespace, each
-    with its checkpoints (ids, parents, metadata, channel values) and pending
-    writes, as the agentlog saver's layout, so the same compiled graph on
-    :class:`~agentlog.integrations.langgraph.AgentlogSaver` resumes where it
-    stopped. Values are copied as the framework serialised them, never
-    decoded into objects (see :mod:`agentlog.integrations.langgraph.importing`);
-    a pickled checkpoint or write is refused unless ``allow_pickle``. Needs
-    the ``langgraph`` extra."""
+class _LangGraphSource(ForeignSource):
+    """What both LangGraph sources share: a thread's namespace made into the
+    agentlog saver's layout, from the rows each reads in its own way
+    (:meth:`_thread`). Values are copied as the framework serialised them,
+    never decoded into objects (see
+    :mod:`agentlog.integrations.langgraph.importing`); a pickled checkpoint
+    or write is refused unless ``allow_pickle``. Needs the ``langgraph`` extra."""
 
-    kind = "langgraph-sqlite"
     adapter, extra = "agentlog.integrations.langgraph.importing", "langgraph"
 
+    def _threads(self, conn: F.ForeignRows) -> list[F.Row]:
+        """Every ``(thread_id, checkpoint_ns)``."""
+        raise NotImplementedError
+
+    def _thread(
+        self, conn: F.ForeignRows, thread_id: str, ns: str, digest: Any, pickled: list[str]
+    ) -> tuple[list[tuple[str, str | None, dict[str, Any] | None, bytes]], list[F.Row]]:
+        """A namespace's ``(checkpoint id, parent id, checkpoint, metadata
+        JSON)`` (the checkpoint None, and its id in ``pickled``, for one
+        that may not be unpickled) and its writes' rows (as
+        :func:`~agentlog.engine.foreign.langgraph_writes` gives them), each
+        row fed to ``digest``."""
+        raise NotImplementedError
+
     def _keys(self, conn: F.ForeignRows) -> list[str]:
-        return [json.dumps([t, ns], ensure_ascii=False) for t, ns in F.langgraph_threads(conn)]
+        return [json.dumps([t, ns], ensure_ascii=False) for t, ns in self._threads(conn)]
 
     def _convert(self, conn: F.ForeignRows, key: str) -> tuple[str, Converted] | None:
         L = self._adapter()
         thread_id, ns = json.loads(key)
-        rows = F.langgraph_checkpoints(conn, thread_id, ns)
-        task_paths = "task_path" in self._database().columns("writes")
-        write_rows = F.langgraph_writes(conn, thread_id, ns, task_paths)
+        digest = hashlib.sha256()
+        pickled: list[str] = []
+        rows, write_rows = self._thread(conn, thread_id, ns, digest, pickled)
         if not rows and not write_rows:
             return None
-        digest = hashlib.sha256()
         checkpoints: list[Any] = []
-        pickled: list[str] = []
         with_ext: list[str] = []
         times: list[float] = []
-        for cid, parent, kind, data, meta in rows:
-            digest.update(repr((cid, parent, kind, len(data or b""))).encode())
-            digest.update(bytes(data or b"") + b"\n" + bytes(meta or b""))
-            body = self._checkpoint(thread_id, cid, kind, bytes(data or b""), pickled)
+        for cid, parent, body, meta in rows:
             if body is None:
                 continue
             if L.has_ext(body):
                 with_ext.append(str(cid))
             try:
-                metadata = json.loads(bytes(meta or b"{}"))
+                metadata = json.loads(meta or b"{}")
             except ValueError:
                 raise MigrationError(
                     f"thread {thread_id!r}: checkpoint {cid}: metadata is not JSON"
@@ -374,12 +387,43 @@ class LangGraphSqliteSource(ForeignSource):
                 f" undecoded: {_ids(with_ext)}"
             )
         if orphans:
-            notes.append(f"{orphans} write(s) of checkpoints that are not in the file left out")
+            notes.append(f"{orphans} write(s) of checkpoints that are not in the source left out")
         source = {"format": SOURCE_FORMATS[self.kind], "key": key}
         metadata = encode_value({"source": source, "thread_id": thread_id, "checkpoint_ns": ns})
         active = max(times, default=created)
         converted = Converted(sid, None, stamped, metadata, created, active, 1, tuple(notes))
         return digest.hexdigest(), converted
+
+    def _corrupt(self, thread_id: str, cid: str, exc: Exception) -> MigrationError:
+        return MigrationError(f"thread {thread_id!r}: checkpoint {cid} is corrupt ({exc})")
+
+
+class LangGraphSqliteSource(_LangGraphSource):
+    """LangGraph's ``SqliteSaver`` database: every thread and namespace, each
+    with its checkpoints (ids, parents, metadata, channel values) and pending
+    writes, as the agentlog saver's layout, so the same compiled graph on
+    :class:`~agentlog.integrations.langgraph.AgentlogSaver` resumes where it
+    stopped. A pickled checkpoint (a serializer with ``pickle_fallback``) is
+    unpickled only with ``allow_pickle``; its channels are then carried as
+    LangGraph's own serializer writes each (pickled again where msgpack
+    cannot hold one)."""
+
+    kind = "langgraph-sqlite"
+
+    def _threads(self, conn: F.ForeignRows) -> list[F.Row]:
+        return F.langgraph_threads(conn)
+
+    def _thread(
+        self, conn: F.ForeignRows, thread_id: str, ns: str, digest: Any, pickled: list[str]
+    ) -> tuple[list[tuple[str, str | None, dict[str, Any] | None, bytes]], list[F.Row]]:
+        task_paths = "task_path" in self._database().columns("writes")
+        found: list[tuple[str, str | None, dict[str, Any] | None, bytes]] = []
+        for cid, parent, kind, data, meta in F.langgraph_checkpoints(conn, thread_id, ns):
+            digest.update(repr((cid, parent, kind, len(data or b""))).encode())
+            digest.update(bytes(data or b"") + b"\n" + bytes(meta or b""))
+            body = self._checkpoint(thread_id, cid, kind, bytes(data or b""), pickled)
+            found.append((cid, parent, body, bytes(meta or b"{}")))
+        return found, F.langgraph_writes(conn, thread_id, ns, task_paths)
 
     def _checkpoint(
         self, thread_id: str, cid: str, kind: str, data: bytes, pickled: list[str]
@@ -391,10 +435,10 @@ class LangGraphSqliteSource(ForeignSource):
             if not self.allow_pickle:
                 pickled.append(str(cid))
                 return None
-            from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-            serde = JsonPlusSerializer(pickle_fallback=True)
-            kind, data = serde.dumps_typed(serde.loads_typed((kind, data)))
+            try:
+                return cast("dict[str, Any]", L.unpickled_checkpoint(data))
+            except (ValueError, TypeError) as exc:
+                raise self._corrupt(thread_id, cid, exc) from None
         if kind != "msgpack":
             raise MigrationError(
                 f"thread {thread_id!r}: checkpoint {cid} is of type {kind!r}, not msgpack"
@@ -402,12 +446,96 @@ class LangGraphSqliteSource(ForeignSource):
         try:
             body = L.unpack_raw(data)
         except (ValueError, TypeError) as exc:
-            raise MigrationError(
-                f"thread {thread_id!r}: checkpoint {cid} is corrupt ({exc})"
-            ) from None
+            raise self._corrupt(thread_id, cid, exc) from None
         if not isinstance(body, dict) or "id" not in body or "channel_versions" not in body:
             raise MigrationError(f"thread {thread_id!r}: checkpoint {cid} is not a checkpoint")
         return body
+
+
+class LangGraphPostgresSource(_LangGraphSource):
+    """LangGraph's ``PostgresSaver`` tables (``checkpoints``,
+    ``checkpoint_blobs``, ``checkpoint_writes``) in the URL's schema —
+    or the SQLite copy of them a migration's backup holds: the same as a
+    ``SqliteSaver`` source, each checkpoint's inline values and blobs made
+    one. Each blob and write is carried as the saver stored it, a pickled
+    one only with ``allow_pickle`` (never unpickled here). The server is
+    only ever read, in read-only transactions. Needs the ``postgres`` extra
+    for a URL."""
+
+    kind = "langgraph-postgres"
+
+    def __init__(self, location: str | Path, allow_pickle: bool = False) -> None:
+        super().__init__(Path(location), allow_pickle)
+        self.url = location if isinstance(location, str) else None
+        self._pg: F.ForeignPostgres | None = None
+
+    def _database(self) -> Any:
+        if self.url is None:
+            return super()._database()
+        if self._pg is None:
+            try:
+                db = F.ForeignPostgres(self.url, shown(self.url))
+            except ImportError:
+                raise MigrationError(
+                    "a PostgreSQL source needs psycopg: pip install 'agentlog[postgres]'"
+                ) from None
+            try:
+                _check_schema(db, self.kind)
+            except MigrationError:
+                db.close()
+                raise
+            self._pg = db
+        return self._pg
+
+    def close(self) -> None:
+        pg, self._pg = self._pg, None
+        if pg is not None:
+            pg.close()
+        super().close()
+
+    def _copy_name(self) -> str:
+        # The server's tables, copied into a SQLite file: a source of this kind too.
+        return "langgraph-postgres.db" if self.url is not None else super()._copy_name()
+
+    def _threads(self, conn: F.ForeignRows) -> list[F.Row]:
+        # Sorted here, not by the server: its collation may not be the copy's.
+        return sorted(F.langgraph_pg_threads(conn))
+
+    def _thread(
+        self, conn: F.ForeignRows, thread_id: str, ns: str, digest: Any, pickled: list[str]
+    ) -> tuple[list[tuple[str, str | None, dict[str, Any] | None, bytes]], list[F.Row]]:
+        L = self._adapter()
+        blobs: dict[tuple[str, str], tuple[str, bytes]] = {}
+        for channel, version, kind, blob in sorted(F.langgraph_pg_blobs(conn, thread_id, ns)):
+            digest.update(repr((channel, version, kind)).encode())
+            digest.update(bytes(blob or b"") + b"\n")
+            blobs[(channel, version)] = (str(kind), bytes(blob or b""))
+        found: list[tuple[str, str | None, dict[str, Any] | None, bytes]] = []
+        for cid, parent, text, meta in sorted(F.langgraph_pg_checkpoints(conn, thread_id, ns)):
+            digest.update(repr((cid, parent)).encode())
+            digest.update(f"{text}\n{meta}".encode("utf-8", "surrogatepass"))
+            try:
+                body = json.loads(text)
+            except (TypeError, ValueError) as exc:
+                raise self._corrupt(thread_id, cid, exc) from None
+            if not isinstance(body, dict) or not isinstance(body.get("channel_versions"), dict):
+                raise MigrationError(f"thread {thread_id!r}: checkpoint {cid} is not a checkpoint")
+            # As PostgresSaver loads it: the inline values, then the blobs over them.
+            values = dict(body.get("channel_values") or {})
+            for channel, version in body["channel_versions"].items():
+                kind, blob = blobs.get((channel, str(version)), ("", b""))
+                if not kind or kind == "empty":
+                    continue
+                if kind == "pickle" and not self.allow_pickle:
+                    pickled.append(f"{cid} (channel {channel})")
+                try:
+                    values[channel] = L.stored_value(kind, blob)
+                except (ValueError, TypeError) as exc:
+                    raise self._corrupt(thread_id, cid, exc) from None
+            found.append((cid, parent, {**body, "channel_values": values}, str(meta).encode()))
+        task_paths = "task_path" in self._database().columns("checkpoint_writes")
+        writes = sorted(F.langgraph_writes(conn, thread_id, ns, task_paths, postgres=True))
+        return found, writes
 
 
 def _adk_time(value: object, what: str) -> float:

@@ -29,6 +29,7 @@ from .common import (
 )
 from .frameworks import (
     AdkDatabaseSource,
+    LangGraphPostgresSource,
     LangGraphSqliteSource,
     OpenAISqliteSource,
     foreign_kind,
@@ -270,7 +271,7 @@ class SqliteSource:
 
 
 def open_source(
-    source: Path,
+    source: Path | str,
     tenant: str,
     engine: str | None,
     kind: str | None = None,
@@ -279,10 +280,15 @@ def open_source(
     """The source at ``source``: a directory of files, an agentlog SQLite file
     or a framework's SQLite store, detected from what it holds unless ``kind``
     (one of :data:`~agentlog.migrate.SOURCE_FORMATS`) names it. ``allow_pickle``
-    lets a LangGraph source carry pickled values."""
+    lets a LangGraph source carry pickled values. A PostgreSQL URL (a str)
+    is a LangGraph ``PostgresSaver`` schema, the only PostgreSQL source."""
     if kind is not None and kind not in SOURCE_FORMATS:
         known = ", ".join(SOURCE_FORMATS)
         raise MigrationError(f"unknown source kind {kind!r} (known: {known})")
+    if isinstance(source, str):
+        if kind not in (None, "langgraph-postgres"):
+            raise MigrationError(f"a PostgreSQL source is a langgraph-postgres source, not {kind}")
+        return LangGraphPostgresSource(source, allow_pickle)
     if not source.exists():
         raise MigrationError(f"{source}: no such file or directory")
     if source.is_dir():
@@ -298,6 +304,8 @@ def open_source(
         return OpenAISqliteSource(source)
     if kind == "langgraph-sqlite":
         return LangGraphSqliteSource(source, allow_pickle)
+    if kind == "langgraph-postgres":
+        return LangGraphPostgresSource(source, allow_pickle)
     if kind == "adk-database":
         return AdkDatabaseSource(source)
     if kind != "sqlite":

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import __version__
 from ..events import MAX_POSITION
-from .source import MAX_PAGE
+from .source import MAX_PAGE, SCAN_ROWS
 
 __all__ = ["openapi_document"]
 
@@ -69,7 +69,13 @@ def openapi_document() -> dict[str, Any]:
                 _TENANT,
                 _LIMIT,
                 _query("cursor", {"type": "string"}, "next_cursor of the page before"),
-                _query("q", {"type": "string"}, "keep sessions whose id, title or a tag holds it"),
+                _query(
+                    "q",
+                    {"type": "string"},
+                    "keep sessions whose id, title or a tag holds it (one request looks at"
+                    f" {SCAN_ROWS} sessions at most: a page may hold fewer matches, even"
+                    " none, and a next_cursor that looks further)",
+                ),
             ],
         ),
         "/api/sessions/{session_id}": _get("a session's head and metadata", [_SESSION, _TENANT]),

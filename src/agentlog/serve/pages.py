@@ -32,7 +32,7 @@ def _record(value: Any) -> Any:
 
 def _page(request: Request) -> tuple[str | None, int]:
     raw = request.query_params.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
     return request.query_params.get("after") or None, int(raw)
 

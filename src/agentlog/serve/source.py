@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from ..activity import ActivityCursor, check_page_request
 from ..aio import AsyncBaseCheckpointer
 from ..errors import damaged_event
 from ..events import RawEvent, SessionListing, check_session_id
@@ -25,6 +26,7 @@ from ..stores import DEFAULT_TENANT
 
 __all__ = [
     "MAX_PAGE",
+    "SCAN_ROWS",
     "BadRequest",
     "Source",
     "event_json",
@@ -93,20 +95,21 @@ def listing_json(row: SessionListing) -> dict[str, Any]:
     }
 
 
-def _encode_cursor(row: SessionListing) -> str:
-    raw = orjson.dumps([row.mtime, row.id])
+def _encode_cursor(cursor: ActivityCursor | None) -> str | None:
+    if cursor is None:
+        return None
+    raw = orjson.dumps([cursor.mtime, cursor.id])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[float, str]:
+def _decode_cursor(cursor: str) -> ActivityCursor:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        mtime, session_id = orjson.loads(raw)
-        if not isinstance(session_id, str) or isinstance(mtime, bool):
-            raise TypeError
-        return float(mtime), session_id
+        _, after = check_page_request(1, tuple(orjson.loads(raw)))
     except (binascii.Error, orjson.JSONDecodeError, TypeError, ValueError):
         raise BadRequest("cursor is not one this API gave out") from None
+    assert after is not None
+    return after
 
 
 def _matches(row: SessionListing, needle: str) -> bool:
@@ -118,25 +121,35 @@ def _matches(row: SessionListing, needle: str) -> bool:
     return any(needle in tag.casefold() for tag in tags)
 
 
+#: The most sessions one filtered request looks at: a filter that matches
+#: little in a million sessions answers in bounded time with what it found
+#: and a cursor to look further, instead of reading the whole store.
+SCAN_ROWS = 2000
+
+
 def page_sessions(
-    rows: Iterable[SessionListing], *, cursor: str | None, limit: int, query: str | None
-) -> tuple[list[SessionListing], str | None]:
-    """One page of ``rows``, most recently active first (ties by id), after
-    ``cursor``, those whose id, title or a tag holds ``query``; and the
-    cursor of the next page (None: this is the last)."""
-    key: Callable[[SessionListing], tuple[float, str]] = lambda r: (-r.mtime, r.id)  # noqa: E731
-    ordered = sorted(rows, key=key)
-    if cursor is not None:
-        mtime, session_id = _decode_cursor(cursor)
-        after = (-mtime, session_id)
-        ordered = [r for r in ordered if key(r) > after]
-    if query:
-        needle = query.casefold()
-        ordered = [r for r in ordered if _matches(r, needle)]
-    page = ordered[: limit + 1]
-    if len(page) > limit:
-        return page[:limit], _encode_cursor(page[limit - 1])
-    return page, None
+    log: BaseCheckpointer, *, cursor: str | None, limit: int, query: str | None
+) -> tuple[list[SessionListing], str | None, int]:
+    """One page of ``log``'s sessions, most recently active first (ties by id,
+    descending), after ``cursor``, those whose id, title or a tag holds
+    ``query``; the cursor of the next page (None: this is the last); and how
+    many sessions were looked at. A filtered page looks at no more than
+    :data:`SCAN_ROWS` sessions: it may hold fewer than ``limit`` matches (none,
+    even) and still have a next cursor, which looks further."""
+    after = None if cursor is None else _decode_cursor(cursor)
+    if not query:
+        page = log.list_page(limit, after=after)
+        return page.sessions, _encode_cursor(page.next), len(page.sessions)
+    needle = query.casefold()
+    page = log.list_page(SCAN_ROWS, after=after)
+    found: list[SessionListing] = []
+    for n, row in enumerate(page.sessions, 1):
+        if _matches(row, needle):
+            found.append(row)
+            if len(found) == limit:
+                more = n < len(page.sessions) or page.next is not None
+                return found, _encode_cursor(ActivityCursor(row.mtime, row.id) if more else None), n
+    return found, _encode_cursor(page.next), len(page.sessions)
 
 
 @dataclass
@@ -206,10 +219,14 @@ class Source:
         self, tenant: str, *, cursor: str | None, limit: int, query: str | None
     ) -> dict[str, Any]:
         """A page of ``tenant``'s sessions, as the API returns it."""
-        rows, after = page_sessions(
-            self.log(tenant).list(with_metadata=True), cursor=cursor, limit=limit, query=query
+        rows, after, scanned = page_sessions(
+            self.log(tenant), cursor=cursor, limit=limit, query=query
         )
-        return {"sessions": [listing_json(r) for r in rows], "next_cursor": after}
+        return {
+            "sessions": [listing_json(r) for r in rows],
+            "next_cursor": after,
+            "scanned": scanned,
+        }
 
     def session(self, tenant: str, session_id: str) -> dict[str, Any] | None:
         """A session's head and metadata; None when there is no such session."""

@@ -6,8 +6,9 @@ checkpoints (:class:`CheckpointStore`), long-term memory
 (:class:`ArtifactStore`), each written once on row primitives that an
 in-memory and a SQLite implementation supply, with compare-and-set
 revisions. :class:`InMemoryStorage`, :class:`SqliteStorage` and
-:class:`PostgresStorage` (imported on first use: it needs psycopg) open the
-four together.
+:class:`PostgresStorage`, which open the four together with the log's face,
+live in :mod:`agentlog.storage`; they are named here too, and imported when
+first named (the stores never import the log).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from .checkpoints import RUN_STATUSES, SIDE_EFFECT_STATES, Checkpoint, Checkpoin
 from .common import DEFAULT_TENANT, MAX_PAGE
 from .memories import MemoryRecord, MemoryStore
 from .sessions import SessionLoad, SessionRecord, SessionStore, Snapshot
-from .storage import InMemoryStorage, SqliteStorage, Storage
+from .storage import Storage
 
 if TYPE_CHECKING:
-    from .postgres import PostgresStorage
+    from ..storage import InMemoryStorage, PostgresStorage, SqliteStorage
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -49,5 +50,13 @@ __all__ = [
 ]
 
 
-# The PostgreSQL storage needs psycopg: it is imported when first named.
-__getattr__ = lazy_names(__name__, {"PostgresStorage": ".postgres"})
+# The compositions import the log, which imports the stores: they are named
+# here for the callers that know them as agentlog.stores.*, and imported then.
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "InMemoryStorage": "..storage",
+        "PostgresStorage": "..storage",
+        "SqliteStorage": "..storage",
+    },
+)

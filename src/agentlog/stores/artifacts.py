@@ -157,11 +157,7 @@ def _info(key: tuple[str, str], row: Row) -> ArtifactInfo:
 
 
 class ArtifactStore(Transactions):
-    """Artifacts: bytes, media type, sha256 and metadata, tenant-scoped with CAS.
-
-    The contract is written once here, on row primitives (the underscored
-    methods at the end) that the in-memory and the SQLite implementation supply.
-    """
+    """Artifacts: bytes, media type, sha256 and metadata, tenant-scoped with CAS."""
 
     @staticmethod
     def _key(tenant_id: object, artifact_id: object) -> tuple[str, str]:

@@ -219,12 +219,10 @@ def _from_row(
 
 
 class CheckpointStore(Transactions):
-    """Run checkpoints, tenant-scoped, written with compare-and-set revisions.
+    """Run checkpoints, tenant-scoped, written with compare-and-set revisions."""
 
-    The contract is written once here, on row primitives (the underscored
-    methods at the end) that the in-memory and the SQLite implementation supply.
-    """
-
+    # save()'s parameters again, positional: its argument checks, kept apart
+    # from the transaction save() runs (save() is the documented face).
     def _prepare(
         self,
         tenant_id: str,

@@ -96,6 +96,10 @@ class Transactions:
 
     ``work`` receives the context its rows live in: nothing for an in-memory
     store, the engine's :class:`~agentlog.engine.Connection` for SQLite.
+
+    Each store's contract is written once, in its class, on row primitives
+    (the underscored methods at its end) that the in-memory and the SQLite
+    implementation supply.
     """
 
     def _atomic(self, name: str, work: Callable[[Any], _T]) -> _T:

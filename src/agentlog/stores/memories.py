@@ -55,9 +55,6 @@ class MemoryStore(Transactions):
 
     The namespace is part of the key: the same key in two namespaces (or two
     tenants) names two records.
-
-    The contract is written once here, on row primitives (the underscored
-    methods at the end) that the in-memory and the SQLite implementation supply.
     """
 
     @staticmethod

@@ -15,16 +15,11 @@ import builtins
 from collections.abc import Iterator
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
-from ..engine.postgres import DEFAULT_SCHEMA, PostgresDatabase, Rows, rows
-from ..errors import CheckpointerClosedError
-from ..lifecycle import Closable
-from ..log.postgres import PostgresCheckpointer
+from ..engine.postgres import PostgresDatabase, Rows, rows
 from .artifacts import ArtifactStore
 from .artifacts import Row as ArtifactRow
 from .checkpoints import CheckpointStore
-from .common import DEFAULT_TENANT, Transactions, check_name
+from .common import Transactions
 from .memories import MemoryStore
 from .sessions import Entry, Row, SessionStore
 
@@ -33,7 +28,6 @@ __all__ = [
     "PostgresCheckpointStore",
     "PostgresMemoryStore",
     "PostgresSessionStore",
-    "PostgresStorage",
 ]
 
 
@@ -179,55 +173,3 @@ class PostgresArtifactStore(PostgresTransactions, ArtifactStore):
 
     def _get_chunk(self, ctx: Rows, sha: str, n: int) -> bytes | None:
         return ctx.run(rows.get_chunk, sha, n)
-
-
-class PostgresStorage(Closable):
-    """The four stores in one PostgreSQL schema — the session log's own.
-
-    ``PostgresStorage.open(conninfo_or_pool, schema=..., ...)`` takes the
-    options of :class:`~agentlog.PostgresCheckpointer` (pool sizes, timeouts);
-    :meth:`checkpointer` is the Checkpointer face of the same log, on the same
-    pool.
-    """
-
-    def __init__(self, database: PostgresDatabase) -> None:
-        self._db = database
-        self.sessions = PostgresSessionStore(database)
-        self.checkpoints = PostgresCheckpointStore(database)
-        self.memory = PostgresMemoryStore(database)
-        self.artifacts = PostgresArtifactStore(database)
-
-    @classmethod
-    def open(
-        cls,
-        target: str | ConnectionPool[Any],
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        **options: Any,
-    ) -> PostgresStorage:
-        """Open (creating or migrating forward) the store in ``schema``."""
-        return cls(PostgresDatabase(target, schema=schema, **options))
-
-    @property
-    def database(self) -> PostgresDatabase:
-        """The store underneath (its pool and schema)."""
-        return self._db
-
-    def checkpointer(self, tenant: str = DEFAULT_TENANT) -> PostgresCheckpointer:
-        """The Checkpointer face of this schema's session log, for ``tenant``.
-
-        It shares this storage's pool and closes with it; closing the
-        checkpointer alone releases nothing.
-        """
-        if self.closed:
-            raise CheckpointerClosedError("the storage is closed")
-        return PostgresCheckpointer.on_database(self._db, check_name("tenant", tenant))
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has been called."""
-        return self._db.closed
-
-    def close(self) -> None:
-        """Close the pool (if it was made here); later use raises."""
-        self._db.close()

@@ -157,11 +157,7 @@ def _record(key: tuple[str, str], row: Row) -> SessionRecord:
 
 
 class SessionStore(Transactions):
-    """Tenant-scoped sessions: metadata, an item journal with CAS, snapshots.
-
-    The contract is written once here, on row primitives (the underscored
-    methods at the end) that the in-memory and the SQLite implementation supply.
-    """
+    """Tenant-scoped sessions: metadata, an item journal with CAS, snapshots."""
 
     @staticmethod
     def _key(tenant_id: object, session_id: object) -> tuple[str, str]:

@@ -37,7 +37,10 @@ instead: the suites then drive it through :class:`BlockingStorage`;
 The package: :mod:`~agentlog.testing.harness` (``make_event``, the hostile
 ids, the store-suite base), :mod:`~agentlog.testing.races` (the one race
 runner, threads or spawned processes), :mod:`~agentlog.testing.log` (the
-``Checkpointer`` suite) and one module per store suite.
+``Checkpointer`` suite, on its frame :mod:`~agentlog.testing.log_suite`, with
+its metadata, append-key and ``list_page`` parts
+:mod:`~agentlog.testing.log_metadata`, :mod:`~agentlog.testing.log_keys` and
+:mod:`~agentlog.testing.activity`) and one module per store suite.
 """
 
 from __future__ import annotations

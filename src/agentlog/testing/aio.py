@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pytest
 
+from ..activity import ActivityCursor, SessionPage
 from ..aio import AsyncCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
 from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
@@ -77,6 +78,8 @@ class BlockingFacade(Closable):
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
+    # The contract's signatures, spelled again (a facade cannot inherit them);
+    # the docstrings point at the contract's.
     def append(
         self,
         session_id: str,
@@ -118,6 +121,14 @@ class BlockingFacade(Closable):
         if with_metadata:
             return self._run(self._with_metadata().list(with_metadata=True))
         return self._run(self.target.list())
+
+    def list_page(self, limit: int = 50, *, after: ActivityCursor | None = None) -> SessionPage:
+        """See :meth:`agentlog.BaseCheckpointer.list_page`."""
+        target: Any = self._with_metadata()
+        if not callable(getattr(target, "list_page", None)):
+            raise NotImplementedError(f"{type(target).__name__} does not list pages")
+        page: SessionPage = self._run(target.list_page(limit, after=after))
+        return page
 
     def _with_metadata(self) -> AsyncMetadataCheckpointer:
         target = self.target

@@ -63,13 +63,28 @@ def assert_each_refused(calls: Iterable[Callable[[], Any]]) -> None:
             call()
 
 
+class FreshLocation:
+    """The ``location`` fixture every suite uses: a fresh, empty directory,
+    named :attr:`location_name`, for the test's store to live in."""
+
+    #: The directory's name under pytest's ``tmp_path``.
+    location_name: ClassVar[str] = "store"
+
+    @pytest.fixture
+    def location(self, tmp_path: Path) -> Path:
+        """A fresh, empty directory for this test's store."""
+        path = tmp_path / self.location_name
+        path.mkdir()
+        return path
+
+
 def open_store_suite(suite: type[StoreSuite], location: Path) -> Any:
     """Open the storage of ``suite`` at ``location``: the opener a spawned racer
     receives (picklable because ``suite`` is importable from its module)."""
     return suite().open_storage(location)
 
 
-class StoreSuite:
+class StoreSuite(FreshLocation):
     """What the four store suites share: the storage fixture and the races.
 
     Implement :meth:`open_storage` returning an object with the store as an
@@ -77,6 +92,7 @@ class StoreSuite:
     ``close()`` method — a ``SqliteStorage`` or an ``InMemoryStorage``.
     """
 
+    location_name = "storage"
     #: The storage outlives the object: closing and reopening keeps everything.
     durable: ClassVar[bool] = True
     #: Two processes may open one storage at once.
@@ -87,13 +103,6 @@ class StoreSuite:
     def open_storage(self, location: Path) -> Any:
         """Open (or reopen) the storage at ``location``, a directory."""
         raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        """A fresh, empty directory for this test's storage."""
-        path = tmp_path / "storage"
-        path.mkdir()
-        return path
 
     @pytest.fixture
     def storage(self, location: Path) -> Iterator[Any]:

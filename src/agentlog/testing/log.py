@@ -7,149 +7,50 @@ Subclass it in a test module and say how to open your store (see
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
-    IdempotencyKeyError,
     InvalidEventError,
     InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
-    StorageConflictError,
-    StorageDataError,
 )
 from ..events import (
     MAX_SESSION_ID_LENGTH,
     SessionInfo,
-    SessionListing,
-    SessionMetadata,
     StoredEvent,
 )
 from ..fold import fold_events
-from ..log.contract import Checkpointer, MetadataCheckpointer
+from ..log.contract import Checkpointer
 from ..log.handle import Session
+from .activity import ActivityListingConformance
 from .harness import HOSTILE_SESSION_IDS, make_event
-from .races import Race, run_in_threads, run_race
+from .log_keys import AppendKeyConformance
+from .log_metadata import MetadataConformance
+from .log_suite import AppendRace, conversation, seqs
+from .races import run_in_threads, run_race
 
 
-def _conversation(n: int, tag: str = "") -> list[dict[str, Any]]:
-    kinds = ["user", "assistant", "tool_started", "tool_result"]
-    return [make_event(kinds[i % 4], content=f"{tag}message {i}", i=i) for i in range(n)]
-
-
-def _seqs(events: Iterator[StoredEvent]) -> list[int]:
-    return [event.seq for event in events]
-
-
-def open_suite_checkpointer(suite: type[CheckpointerConformance], location: Path) -> Checkpointer:
-    """Open the checkpointer of ``suite`` at ``location``: the opener a spawned
-    racer receives (picklable because ``suite`` is importable from its module)."""
-    return suite().open_checkpointer(location)
-
-
-class AppendRace(Race):
-    """Every round both racers append to ``"race"`` with the same expected
-    head (the round number), so exactly one must win."""
-
-    conflict_error = CheckpointConflictError
-
-    def step(self, store: Any, worker: int, round_no: int) -> bool:
-        store.append(
-            "race", [make_event("user", worker=worker, round=round_no)], expected_head=round_no
-        )
-        return True
-
-    def conflict(self, round_no: int) -> tuple[int | None, int | None]:
-        return round_no, round_no + 1
-
-
-class MetadataRace(Race):
-    """Every round both racers set the metadata of ``"race"`` expecting the
-    revision the round starts at (the round number: each win adds one)."""
-
-    conflict_error = StorageConflictError
-
-    def step(self, store: Any, worker: int, round_no: int) -> bool:
-        store.set_metadata("race", {"worker": worker, "round": round_no}, round_no)
-        return True
-
-    def conflict(self, round_no: int) -> tuple[int | None, int | None]:
-        return round_no, round_no + 1
-
-
-class KeyRace(Race):
-    """Every round both racers append the same event under the same key
-    (``"round-N"``), without an expected head: exactly one writes it, and both
-    get the head after it (each round adds one event)."""
-
-    def step(self, store: Any, worker: int, round_no: int) -> bool:
-        head = store.append("race", [make_event("user", round=round_no)], key=f"round-{round_no}")
-        if head != round_no + 1:
-            raise AssertionError(f"round {round_no}: the keyed append returned head {head}")
-        return True
-
-
-class CheckpointerConformance:
+class CheckpointerConformance(
+    AppendKeyConformance, MetadataConformance, ActivityListingConformance
+):
     """The contract of ``Checkpointer`` as tests; subclass to run them.
 
     Implement :meth:`open_checkpointer`, and set :attr:`durable` and
-    :attr:`multiprocess` to what your backend promises.
+    :attr:`multiprocess` to what your backend promises (the attributes of
+    :class:`~agentlog.testing.log_suite.CheckpointerSuite`).
     """
-
-    #: The store outlives the object: closing and reopening keeps every event.
-    durable: ClassVar[bool] = True
-    #: Two processes may open one store at once (their appends race safely).
-    multiprocess: ClassVar[bool] = False
-    #: ``list()`` reports the same mtimes after a reopen (False for stores
-    #: that cannot record when a truncate or fork happened).
-    persistent_mtime: ClassVar[bool] = True
-    #: Rounds of the two-writer races (threads and processes).
-    race_rounds: ClassVar[int] = 100
-    #: The store keeps session metadata (``metadata`` / ``set_metadata``);
-    #: False only for an adapter over a store with no place for it.
-    stores_metadata: ClassVar[bool] = True
-    #: The store takes append keys (idempotent appends, ``append(..., key=)``);
-    #: False only for an adapter over a store with no place for them.
-    takes_keys: ClassVar[bool] = True
-
-    def open_checkpointer(self, location: Path) -> Checkpointer:
-        """Open (or reopen) the store that lives at ``location``, a directory."""
-        raise NotImplementedError
-
-    @pytest.fixture
-    def location(self, tmp_path: Path) -> Path:
-        """A fresh, empty directory for this test's store."""
-        path = tmp_path / "store"
-        path.mkdir()
-        return path
-
-    @pytest.fixture
-    def cp(self, location: Path) -> Iterator[Checkpointer]:
-        """An open checkpointer on a fresh store."""
-        checkpointer = self.open_checkpointer(location)
-        yield checkpointer
-        checkpointer.close()
-
-    def process_opener(self) -> Callable[[Path], Checkpointer]:
-        """A picklable ``opener(location)`` for the multi-process tests."""
-        return functools.partial(open_suite_checkpointer, type(self))
-
-    def reopen(self, cp: Checkpointer, location: Path) -> Checkpointer:
-        """Close ``cp`` and open the same store again."""
-        cp.close()
-        return self.open_checkpointer(location)
 
     # -- append / read / head ---------------------------------------------------
 
@@ -161,7 +62,7 @@ class CheckpointerConformance:
 
     def test_append_stamps_seq_parent_ts_and_type(self, cp: Checkpointer) -> None:
         before = time.time()
-        events = _conversation(3)
+        events = conversation(3)
         assert cp.append("s", events) == 3
         after = time.time()
         stored = list(cp.read("s"))
@@ -176,34 +77,34 @@ class CheckpointerConformance:
         assert cp.head("s") == 3
 
     def test_batches_are_contiguous(self, cp: Checkpointer) -> None:
-        assert cp.append("s", _conversation(2, "a")) == 2
-        assert cp.append("s", _conversation(1, "b")) == 3
-        assert cp.append("s", _conversation(4, "c")) == 7
+        assert cp.append("s", conversation(2, "a")) == 2
+        assert cp.append("s", conversation(1, "b")) == 3
+        assert cp.append("s", conversation(4, "c")) == 7
         stored = list(cp.read("s"))
-        assert _seqs(iter(stored)) == list(range(1, 8))
+        assert seqs(iter(stored)) == list(range(1, 8))
         assert [e.event["content"][0] for e in stored] == list("aabcccc")
 
     def test_sessions_are_independent(self, cp: Checkpointer) -> None:
-        cp.append("a", _conversation(2))
-        cp.append("b", _conversation(5))
+        cp.append("a", conversation(2))
+        cp.append("b", conversation(5))
         assert cp.head("a") == 2
         assert cp.head("b") == 5
-        assert _seqs(cp.read("a")) == [1, 2]
+        assert seqs(cp.read("a")) == [1, 2]
 
     def test_expected_head_match_and_conflict(self, cp: Checkpointer) -> None:
-        assert cp.append("s", _conversation(2), expected_head=0) == 2
-        assert cp.append("s", _conversation(1), expected_head=2) == 3
+        assert cp.append("s", conversation(2), expected_head=0) == 2
+        assert cp.append("s", conversation(1), expected_head=2) == 3
         with pytest.raises(CheckpointConflictError) as info:
-            cp.append("s", _conversation(2), expected_head=2)
+            cp.append("s", conversation(2), expected_head=2)
         assert (info.value.session_id, info.value.expected, info.value.actual) == ("s", 2, 3)
         with pytest.raises(CheckpointConflictError):
-            cp.append("s", _conversation(1), expected_head=4)
+            cp.append("s", conversation(1), expected_head=4)
         assert cp.head("s") == 3
         assert len(list(cp.read("s"))) == 3
 
     def test_expected_head_on_a_new_session(self, cp: Checkpointer) -> None:
         with pytest.raises(CheckpointConflictError) as info:
-            cp.append("new", _conversation(1), expected_head=1)
+            cp.append("new", conversation(1), expected_head=1)
         assert info.value.actual == 0
         assert cp.head("new") == 0
         assert cp.list() == []
@@ -211,7 +112,7 @@ class CheckpointerConformance:
     def test_empty_append_writes_nothing_and_checks_head(self, cp: Checkpointer) -> None:
         assert cp.append("s", []) == 0
         assert cp.list() == []
-        cp.append("s", _conversation(2))
+        cp.append("s", conversation(2))
         assert cp.append("s", []) == 2
         assert cp.append("s", [], expected_head=2) == 2
         with pytest.raises(CheckpointConflictError):
@@ -223,26 +124,26 @@ class CheckpointerConformance:
         assert cp.append("s", (make_event("assistant"),)) == 4
 
     def test_read_since_is_exclusive_and_limit_bounds(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(10))
-        assert _seqs(cp.read("s", since_seq=0)) == list(range(1, 11))
-        assert _seqs(cp.read("s", since_seq=3)) == list(range(4, 11))
-        assert _seqs(cp.read("s", since_seq=3, limit=2)) == [4, 5]
-        assert _seqs(cp.read("s", since_seq=9)) == [10]
-        assert _seqs(cp.read("s", since_seq=10)) == []
-        assert _seqs(cp.read("s", since_seq=99)) == []
-        assert _seqs(cp.read("s", limit=0)) == []
-        assert _seqs(cp.read("s", limit=100)) == list(range(1, 11))
+        cp.append("s", conversation(10))
+        assert seqs(cp.read("s", since_seq=0)) == list(range(1, 11))
+        assert seqs(cp.read("s", since_seq=3)) == list(range(4, 11))
+        assert seqs(cp.read("s", since_seq=3, limit=2)) == [4, 5]
+        assert seqs(cp.read("s", since_seq=9)) == [10]
+        assert seqs(cp.read("s", since_seq=10)) == []
+        assert seqs(cp.read("s", since_seq=99)) == []
+        assert seqs(cp.read("s", limit=0)) == []
+        assert seqs(cp.read("s", limit=100)) == list(range(1, 11))
 
     def test_long_read_crosses_pages(self, cp: Checkpointer) -> None:
         for start in range(0, 2600, 200):
-            cp.append("s", _conversation(200, f"{start}-"))
+            cp.append("s", conversation(200, f"{start}-"))
         stored = list(cp.read("s"))
-        assert _seqs(iter(stored)) == list(range(1, 2601))
-        assert stored[1234].event == _conversation(200, "1200-")[34]
-        assert _seqs(cp.read("s", since_seq=999, limit=1502)) == list(range(1000, 2502))
+        assert seqs(iter(stored)) == list(range(1, 2601))
+        assert stored[1234].event == conversation(200, "1200-")[34]
+        assert seqs(cp.read("s", since_seq=999, limit=1502)) == list(range(1000, 2502))
 
     def test_read_is_lazy_and_sees_its_start_state(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(3))
+        cp.append("s", conversation(3))
         reader = cp.read("s")
         assert next(reader).seq == 1
         assert [e.seq for e in reader] == [2, 3]
@@ -279,14 +180,14 @@ class CheckpointerConformance:
     # -- list ---------------------------------------------------------------------
 
     def test_list_is_most_recently_active_first(self, cp: Checkpointer) -> None:
-        cp.append("a", _conversation(1))
+        cp.append("a", conversation(1))
         time.sleep(0.02)
-        cp.append("b", _conversation(2))
+        cp.append("b", conversation(2))
         time.sleep(0.02)
-        cp.append("c", _conversation(3))
+        cp.append("c", conversation(3))
         assert [info.id for info in cp.list()] == ["c", "b", "a"]
         time.sleep(0.02)
-        cp.append("a", _conversation(1))
+        cp.append("a", conversation(1))
         infos = cp.list()
         assert [info.id for info in infos] == ["a", "c", "b"]
         assert [info.head for info in infos] == [2, 3, 2]
@@ -302,33 +203,33 @@ class CheckpointerConformance:
     # -- delete -------------------------------------------------------------------
 
     def test_delete_removes_everything_and_is_idempotent(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(4))
-        cp.append("keep", _conversation(1))
+        cp.append("s", conversation(4))
+        cp.append("keep", conversation(1))
         cp.delete("s")
         assert cp.head("s") == 0
         assert list(cp.read("s")) == []
         assert [info.id for info in cp.list()] == ["keep"]
         cp.delete("s")
         cp.delete("never-existed")
-        assert cp.append("s", _conversation(1), expected_head=0) == 1
-        assert _seqs(cp.read("s")) == [1]
+        assert cp.append("s", conversation(1), expected_head=0) == 1
+        assert seqs(cp.read("s")) == [1]
         assert cp.head("keep") == 1
 
     # -- truncate -------------------------------------------------------------------
 
     def test_truncate_moves_the_head_back(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(3))
-        cp.append("s", _conversation(3, "b"))
+        cp.append("s", conversation(3))
+        cp.append("s", conversation(3, "b"))
         assert cp.truncate("s", 4) == 4
         assert cp.head("s") == 4
-        assert _seqs(cp.read("s")) == [1, 2, 3, 4]
+        assert seqs(cp.read("s")) == [1, 2, 3, 4]
         assert cp.append("s", [make_event("user", content="after")], expected_head=4) == 5
         stored = list(cp.read("s"))
         assert stored[-1].event["content"] == "after"
         assert stored[-1].parent_seq == 4
 
     def test_truncate_edges(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(3))
+        cp.append("s", conversation(3))
         assert cp.truncate("s", 3) == 3
         assert cp.truncate("s", 10) == 3
         assert cp.head("s") == 3
@@ -336,15 +237,15 @@ class CheckpointerConformance:
         assert cp.truncate("s", 0) == 0
         assert cp.head("s") == 0
         assert list(cp.read("s")) == []
-        assert cp.append("s", _conversation(1)) == 1
+        assert cp.append("s", conversation(1)) == 1
         with pytest.raises(ValueError):
             cp.truncate("s", -1)
 
     def test_truncate_inside_a_batch_then_append(self, cp: Checkpointer, location: Path) -> None:
-        cp.append("s", _conversation(5))
+        cp.append("s", conversation(5))
         assert cp.truncate("s", 2) == 2
-        cp.append("s", _conversation(2, "new"))
-        expected = _conversation(5)[:2] + _conversation(2, "new")
+        cp.append("s", conversation(2, "new"))
+        expected = conversation(5)[:2] + conversation(2, "new")
         assert [e.event for e in cp.read("s")] == expected
         if self.durable:
             cp = self.reopen(cp, location)
@@ -354,12 +255,12 @@ class CheckpointerConformance:
     # -- fork -----------------------------------------------------------------------
 
     def test_fork_copies_a_prefix_and_leaves_the_source(self, cp: Checkpointer) -> None:
-        events = _conversation(6)
+        events = conversation(6)
         cp.append("src", events[:4])
         cp.append("src", events[4:])
         assert cp.fork("src", 3, "copy") == 3
         assert [e.event for e in cp.read("copy")] == events[:3]
-        assert _seqs(cp.read("copy")) == [1, 2, 3]
+        assert seqs(cp.read("copy")) == [1, 2, 3]
         assert cp.head("src") == 6
         cp.append("copy", [make_event("assistant", content="branch")], expected_head=3)
         cp.append("src", [make_event("assistant", content="trunk")], expected_head=6)
@@ -368,7 +269,7 @@ class CheckpointerConformance:
         assert {info.id for info in cp.list()} == {"src", "copy"}
 
     def test_fork_edges(self, cp: Checkpointer) -> None:
-        cp.append("src", _conversation(3))
+        cp.append("src", conversation(3))
         assert cp.fork("src", 0, "empty") == 0
         assert cp.head("empty") == 0
         assert cp.fork("src", 3, "whole") == 3
@@ -417,7 +318,7 @@ class CheckpointerConformance:
     def test_bad_event_is_refused_and_nothing_written(
         self, cp: Checkpointer, bad: Any, error: type[Exception]
     ) -> None:
-        cp.append("s", _conversation(2))
+        cp.append("s", conversation(2))
         with pytest.raises(error) as info:
             cp.append("s", [make_event("user"), make_event("assistant"), bad])
         assert isinstance(info.value, InvalidEventError)
@@ -452,7 +353,7 @@ class CheckpointerConformance:
     def test_hostile_session_ids_are_refused_everywhere(
         self, cp: Checkpointer, hostile: Any
     ) -> None:
-        cp.append("ok", _conversation(1))
+        cp.append("ok", conversation(1))
         calls: list[Callable[[], Any]] = [
             lambda: cp.append(hostile, [make_event("user")]),
             lambda: list(cp.read(hostile)),
@@ -483,24 +384,24 @@ class CheckpointerConformance:
         ],
     )
     def test_unusual_but_valid_ids_work(self, cp: Checkpointer, session_id: str) -> None:
-        cp.append(session_id, _conversation(2))
+        cp.append(session_id, conversation(2))
         assert cp.head(session_id) == 2
         assert [info.id for info in cp.list()] == [session_id]
-        assert _seqs(cp.read(session_id)) == [1, 2]
+        assert seqs(cp.read(session_id)) == [1, 2]
 
     def test_ids_differing_by_case_are_distinct(self, cp: Checkpointer) -> None:
-        cp.append("Session", _conversation(1))
-        cp.append("session", _conversation(2))
-        cp.append("SESSION", _conversation(3))
+        cp.append("Session", conversation(1))
+        cp.append("session", conversation(2))
+        cp.append("SESSION", conversation(3))
         assert (cp.head("Session"), cp.head("session"), cp.head("SESSION")) == (1, 2, 3)
         assert {info.id for info in cp.list()} == {"Session", "session", "SESSION"}
 
     @pytest.mark.parametrize("bad", [-1, "1", 1.5, True, None, 1 << 64])
     def test_bad_numbers_are_refused(self, cp: Checkpointer, bad: Any) -> None:
-        cp.append("s", _conversation(2))
+        cp.append("s", conversation(2))
         if bad is not None:
             with pytest.raises((TypeError, ValueError)):
-                cp.append("s", _conversation(1), expected_head=bad)
+                cp.append("s", conversation(1), expected_head=bad)
         with pytest.raises((TypeError, ValueError)):
             cp.read("s", since_seq=bad)
         with pytest.raises((TypeError, ValueError)):
@@ -513,7 +414,7 @@ class CheckpointerConformance:
     # -- lifecycle ----------------------------------------------------------------------
 
     def test_closed_checkpointer_refuses_use(self, cp: Checkpointer) -> None:
-        cp.append("s", _conversation(1))
+        cp.append("s", conversation(1))
         cp.close()
         cp.close()
         calls: list[Callable[[], Any]] = [
@@ -531,14 +432,14 @@ class CheckpointerConformance:
 
     def test_context_manager_closes(self, location: Path) -> None:
         with self.open_checkpointer(location) as cp:
-            cp.append("s", _conversation(1))
+            cp.append("s", conversation(1))
         with pytest.raises(CheckpointerClosedError):
             cp.head("s")
 
     def test_reopen_keeps_everything(self, cp: Checkpointer, location: Path) -> None:
         if not self.durable:
             pytest.skip("this backend does not outlive its object")
-        events = _conversation(7)
+        events = conversation(7)
         cp.append("s", events[:3])
         cp.append("s", events[3:])
         cp.append("other", events[:2])
@@ -560,132 +461,6 @@ class CheckpointerConformance:
             assert cp.append("s", [make_event("user")], expected_head=7) == 8
         finally:
             cp.close()
-
-    # -- metadata ---------------------------------------------------------------------
-
-    def with_metadata(self, cp: Checkpointer) -> MetadataCheckpointer:
-        """``cp`` as a :class:`MetadataCheckpointer` (skips the test when this
-        backend keeps no metadata: :attr:`stores_metadata` is False)."""
-        if not self.stores_metadata:
-            cp.close()
-            pytest.skip("this backend has no place for session metadata")
-        assert isinstance(cp, MetadataCheckpointer), f"{type(cp).__name__} keeps no metadata"
-        return cp
-
-    def test_metadata_compare_and_set(self, cp: Checkpointer) -> None:
-        log = self.with_metadata(cp)
-        assert log.metadata("s") == SessionMetadata(None, 0)
-        value = {"title": "Fix the build", "tags": ["ci", "urgent"], "n": 1, "ok": True}
-        first = log.set_metadata("s", value, 0)
-        assert first > 0
-        assert log.metadata("s") == SessionMetadata(value, first)
-        # Created, empty and listed; list() rows still unpack into three names.
-        assert log.head("s") == 0
-        [(session_id, mtime, head)] = log.list()
-        assert (session_id, head) == ("s", 0)
-        assert log.list(with_metadata=True) == [SessionListing("s", mtime, 0, value, first)]
-        second = log.set_metadata("s", ["any", "json"], first)
-        assert second > first
-        for stale in (0, first, second + 1):
-            with pytest.raises(StorageConflictError) as caught:
-                log.set_metadata("s", "lost", stale)
-            assert (caught.value.expected_revision, caught.value.actual_revision) == (
-                stale,
-                second,
-            )
-        assert log.metadata("s") == SessionMetadata(["any", "json"], second)
-        assert log.set_metadata("s", None, second) > second
-        assert log.metadata("s").value is None
-        with pytest.raises(StorageConflictError):
-            log.set_metadata("other", 1, 1)  # an unknown session is at revision 0
-        assert log.metadata("other") == SessionMetadata(None, 0)
-        assert [info.id for info in log.list()] == ["s"]
-
-    def test_every_write_advances_the_revision(self, cp: Checkpointer) -> None:
-        log = self.with_metadata(cp)
-        log.append("s", _conversation(3))
-        seen = [log.metadata("s").revision]
-        log.append("s", _conversation(1))
-        seen.append(log.metadata("s").revision)
-        revision = log.set_metadata("s", {"title": "t"}, seen[-1])
-        seen.append(revision)
-        log.truncate("s", 1)
-        seen.append(log.metadata("s").revision)
-        log.append("s", _conversation(3))  # back to the head it had: still a new revision
-        seen.append(log.metadata("s").revision)
-        assert seen == sorted(set(seen)), seen
-        with pytest.raises(StorageConflictError):
-            log.set_metadata("s", "stale", revision)
-        assert log.metadata("s").value == {"title": "t"}  # appends and truncates keep it
-        assert log.head("s") == 4
-
-    def test_metadata_across_fork_delete_and_reopen(self, cp: Checkpointer, location: Path) -> None:
-        log = self.with_metadata(cp)
-        log.append("s", _conversation(2))
-        revision = log.set_metadata("s", {"title": "kept"}, log.metadata("s").revision)
-        log.fork("s", 1, "fork")
-        assert log.metadata("fork").value is None  # a fork starts without metadata
-        log.set_metadata("gone", "x", 0)
-        log.delete("gone")
-        assert log.metadata("gone") == SessionMetadata(None, 0)
-        if self.durable:
-            log = self.with_metadata(self.reopen(log, location))
-        try:
-            assert log.metadata("s") == SessionMetadata({"title": "kept"}, revision)
-            assert log.metadata("gone") == SessionMetadata(None, 0)
-            assert log.set_metadata("s", {"title": "new"}, revision) > revision
-            assert log.append("s", _conversation(1), expected_head=2) == 3
-            listed = {row.id: row for row in log.list(with_metadata=True)}
-            assert listed["s"].metadata == {"title": "new"}
-            assert listed["s"].head == 3
-            assert listed["fork"].metadata is None
-        finally:
-            log.close()
-
-    @pytest.mark.parametrize("bad", [float("nan"), {1, 2}, b"bytes", {"k": object()}])
-    def test_bad_metadata_is_refused_and_nothing_changes(self, cp: Checkpointer, bad: Any) -> None:
-        log = self.with_metadata(cp)
-        revision = log.set_metadata("s", {"title": "t"}, 0)
-        with pytest.raises(StorageDataError):
-            log.set_metadata("s", bad, revision)
-        bad_revisions: list[Any] = [-1, "1", 1.5, True, None]
-        for revision_bad in bad_revisions:
-            with pytest.raises(StorageDataError):
-                log.set_metadata("s", "x", revision_bad)
-        with pytest.raises(InvalidSessionIdError):
-            log.set_metadata("../x", "x", 0)
-        with pytest.raises(InvalidSessionIdError):
-            log.metadata("a/b")
-        assert log.metadata("s") == SessionMetadata({"title": "t"}, revision)
-        log.close()
-        with pytest.raises(CheckpointerClosedError):
-            log.metadata("s")
-        with pytest.raises(CheckpointerClosedError):
-            log.set_metadata("s", "x", revision)
-
-    def test_two_threads_race_metadata_exactly_one_winner_per_round(self, cp: Checkpointer) -> None:
-        log = self.with_metadata(cp)
-        rounds = self.race_rounds
-        tallies = run_race(MetadataRace(), rounds, store=log)
-        assert sum(wins for _, wins, _ in tallies) == rounds
-        assert log.metadata("race").revision == rounds
-        assert log.metadata("race").value["round"] == rounds - 1
-
-    def test_two_processes_race_metadata_exactly_one_winner_per_round(self, location: Path) -> None:
-        self.with_metadata(self.open_checkpointer(location)).close()
-        if not self.multiprocess:
-            pytest.skip("this backend is for one process")
-        rounds = self.race_rounds
-        outcomes = run_race(MetadataRace(), rounds, opener=self.process_opener(), location=location)
-        assert sum(wins for _, wins, _ in outcomes) == rounds
-        log = self.with_metadata(self.open_checkpointer(location))
-        try:
-            value, revision = log.metadata("race")
-            assert revision == rounds
-            assert value["round"] == rounds - 1
-            assert value["worker"] in (0, 1)
-        finally:
-            log.close()
 
     # -- the session handle -------------------------------------------------------------
 
@@ -724,114 +499,6 @@ class CheckpointerConformance:
             finally:
                 cp.close()
 
-    # -- idempotent appends ------------------------------------------------------------
-
-    def keyed(self, cp: Checkpointer) -> Checkpointer:
-        """``cp``, or a skip when this store takes no append keys."""
-        if not self.takes_keys:
-            pytest.skip("this store takes no append keys")
-        return cp
-
-    def test_a_repeated_key_writes_nothing_and_returns_the_first_head(
-        self, cp: Checkpointer
-    ) -> None:
-        cp = self.keyed(cp)
-        events = _conversation(2)
-        assert cp.append("s", events, key="step-1") == 2
-        # A retry: with the head its first try saw (stale now), or none at all.
-        assert cp.append("s", events, expected_head=0, key="step-1") == 2
-        assert cp.append("s", events, key="step-1") == 2
-        assert cp.head("s") == 2
-        # The same events with their keys in another order are the same events.
-        reordered = [dict(reversed(list(event.items()))) for event in events]
-        assert cp.append("s", reordered, key="step-1") == 2
-        assert cp.append("s", _conversation(1, "b"), key="step-2") == 3
-        assert cp.append("s", events, key="step-1") == 2  # the first head, not the current one
-        assert _seqs(cp.read("s")) == [1, 2, 3]
-        # Keys are per session: the same key elsewhere is a new append.
-        assert cp.append("other", events, key="step-1") == 2
-        # A keyed append still checks expected_head when it is new.
-        with pytest.raises(CheckpointConflictError):
-            cp.append("s", events, expected_head=1, key="step-3")
-        assert cp.head("s") == 3
-
-    def test_a_key_with_other_events_is_refused_and_nothing_written(self, cp: Checkpointer) -> None:
-        cp = self.keyed(cp)
-        cp.append("s", _conversation(2), key="k")
-        for other in (_conversation(2, "x"), _conversation(3), _conversation(1)):
-            with pytest.raises(IdempotencyKeyError) as caught:
-                cp.append("s", other, key="k")
-            assert (caught.value.session_id, caught.value.key) == ("s", "k")
-        assert cp.head("s") == 2
-        assert [e.event for e in cp.read("s")] == _conversation(2)
-
-    @pytest.mark.parametrize("bad", ["", "a/b", "..", "x\x00y", 7, b"k", "k" * 256])
-    def test_bad_keys_are_refused_and_nothing_written(self, cp: Checkpointer, bad: Any) -> None:
-        cp = self.keyed(cp)
-        with pytest.raises(StorageDataError):
-            cp.append("s", _conversation(1), key=bad)
-        with pytest.raises(StorageDataError):
-            cp.append("s", [], key=bad)
-        assert cp.head("s") == 0
-
-    def test_an_empty_keyed_append_is_not_recorded(self, cp: Checkpointer) -> None:
-        cp = self.keyed(cp)
-        assert cp.append("s", [], key="k") == 0
-        assert cp.append("s", _conversation(1), key="k") == 1
-        assert cp.append("s", [], key="k") == 1
-
-    def test_keys_live_with_their_events(self, cp: Checkpointer) -> None:
-        """A truncate below an append forgets its key, a fork carries the keys
-        of what it copies whole, a delete forgets every key."""
-        cp = self.keyed(cp)
-        cp.append("s", _conversation(2), key="a")  # 1..2
-        cp.append("s", _conversation(2, "b"), key="b")  # 3..4
-        cp.append("s", _conversation(2, "c"), key="c")  # 5..6
-        cp.fork("s", 4, "f")
-        assert cp.append("f", _conversation(2, "b"), key="b") == 4
-        assert cp.append("f", _conversation(2, "c"), key="c") == 6  # not copied: new
-        cp.fork("s", 3, "g")  # cuts batch b: its key does not come along
-        assert cp.append("g", _conversation(2, "b"), key="b") == 5
-        cp.truncate("s", 3)
-        assert cp.append("s", _conversation(2), key="a") == 2
-        assert cp.append("s", _conversation(2, "b"), key="b") == 5  # forgotten: written again
-        assert cp.head("s") == 5
-        cp.delete("s")
-        assert cp.append("s", _conversation(2, "c"), key="c") == 2
-        assert _seqs(cp.read("s")) == [1, 2]
-
-    def test_keys_survive_a_reopen(self, cp: Checkpointer, location: Path) -> None:
-        cp = self.keyed(cp)
-        if not self.durable:
-            pytest.skip("this store does not outlive its object")
-        cp.append("s", _conversation(2), key="k")
-        cp = self.reopen(cp, location)
-        try:
-            assert cp.append("s", _conversation(2), key="k") == 2
-            with pytest.raises(IdempotencyKeyError):
-                cp.append("s", _conversation(1), key="k")
-            assert cp.head("s") == 2
-        finally:
-            cp.close()
-
-    def test_two_threads_race_one_key_per_round_exactly_once(self, cp: Checkpointer) -> None:
-        cp = self.keyed(cp)
-        rounds = self.race_rounds
-        run_race(KeyRace(), rounds, store=cp)
-        assert [e.event["round"] for e in cp.read("race")] == list(range(rounds))
-
-    def test_two_processes_race_one_key_per_round_exactly_once(self, location: Path) -> None:
-        if not self.multiprocess or not self.takes_keys:
-            pytest.skip("this backend is for one process, or takes no keys")
-        rounds = self.race_rounds
-        self.open_checkpointer(location).close()
-        run_race(KeyRace(), rounds, opener=self.process_opener(), location=location)
-        cp = self.open_checkpointer(location)
-        try:
-            assert [e.event["round"] for e in cp.read("race")] == list(range(rounds))
-        finally:
-            cp.close()
-
     # -- concurrency ------------------------------------------------------------------
 
     def test_two_threads_race_exactly_one_winner_per_round(self, cp: Checkpointer) -> None:
@@ -839,7 +506,7 @@ class CheckpointerConformance:
         tallies = run_race(AppendRace(), rounds, store=cp)
         assert sum(wins for _, wins, _ in tallies) == rounds
         stored = list(cp.read("race"))
-        assert _seqs(iter(stored)) == list(range(1, rounds + 1))
+        assert seqs(iter(stored)) == list(range(1, rounds + 1))
         assert [e.event["round"] for e in stored] == list(range(rounds))
 
     def test_threads_appending_freely_get_disjoint_contiguous_batches(
@@ -854,7 +521,7 @@ class CheckpointerConformance:
 
         run_in_threads(writer, workers)
         stored = list(cp.read("shared"))
-        assert _seqs(iter(stored)) == list(range(1, workers * batches * size + 1))
+        assert seqs(iter(stored)) == list(range(1, workers * batches * size + 1))
         for start in range(0, len(stored), size):
             chunk = [e.event for e in stored[start : start + size]]
             assert [e["i"] for e in chunk] == list(range(size))
@@ -871,7 +538,7 @@ class CheckpointerConformance:
         cp = self.open_checkpointer(location)
         try:
             stored = list(cp.read("race"))
-            assert _seqs(iter(stored)) == list(range(1, rounds + 1))
+            assert seqs(iter(stored)) == list(range(1, rounds + 1))
             assert [e.event["round"] for e in stored] == list(range(rounds))
             per_worker = [sum(1 for e in stored if e.event["worker"] == w) for w in (0, 1)]
             assert per_worker == [dict((w, n) for w, n, _ in outcomes)[w] for w in (0, 1)]
@@ -910,7 +577,7 @@ class CheckpointerConformance:
                 break
         thread.join()
         assert not failures, failures
-        assert _seqs(iter(seen)) == list(range(1, total + 1))
+        assert seqs(iter(seen)) == list(range(1, total + 1))
         assert [e.event["n"] for e in seen] == list(range(total))
 
 

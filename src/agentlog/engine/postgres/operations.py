@@ -57,6 +57,7 @@ __all__ = [
     "list_all_sessions",
     "list_sessions",
     "list_sessions_metadata",
+    "list_sessions_page",
     "plan_group",
     "retained_start",
     "scan",
@@ -185,6 +186,23 @@ def list_sessions_metadata(
     """``(name, mtime, head, metadata json | None, revision)`` of the tenant's
     sessions, most recently active first."""
     rows = yield from fetch_all(q.list_metadata, (tenant,))
+    return _listing_rows(rows)
+
+
+def list_sessions_page(
+    q: Statements, tenant: str, limit: int, after: tuple[float, str] | None
+) -> Operation[list[tuple[str, float, int, bytes | None, int]]]:
+    """At most ``limit`` rows of :func:`list_sessions_metadata`'s shape,
+    ``(mtime, name)`` descending, after ``after`` (None: from the start)."""
+    if after is None:
+        rows = yield from fetch_all(q.list_page, (tenant, limit))
+    else:
+        mtime, name = after
+        rows = yield from fetch_all(q.list_page_after, (tenant, mtime, mtime, name, limit))
+    return _listing_rows(rows)
+
+
+def _listing_rows(rows: list[Any]) -> list[tuple[str, float, int, bytes | None, int]]:
     return [
         (str(n), float(m), int(h), None if d is None else bytes(d), int(r))
         for n, m, h, d, r in rows

@@ -208,6 +208,14 @@ class Statements:
             " ORDER BY mtime DESC, name"
         )
 
+        # A page by activity, keyset on (mtime, name) descending: the
+        # sessions_by_activity index (tenant, mtime DESC) is walked from the
+        # cursor's mtime (the redundant "mtime <=" makes that its bound), ties
+        # sorted on the way.
+        page = f"SELECT name, mtime, head, metadata, revision FROM {s}.sessions WHERE tenant = %s"
+        order = " ORDER BY mtime DESC, name DESC LIMIT %s"
+        self.list_page = page + order
+        self.list_page_after = page + " AND mtime <= %s AND (mtime, name) < (%s, %s)" + order
         # The migration's target: a session as its source had it, and its ledger.
         self.session_names = f"SELECT name FROM {s}.sessions WHERE tenant = %s"
         self.ledger = (

@@ -111,6 +111,9 @@ class AsyncAgentlogSaver(SaverBase):
             with core.lock:
                 self._maintenance.done(ops)
 
+    # LangGraph's BaseCheckpointSaver signatures: each face (async here, the
+    # sync twins below, the sync saver's) must spell them; the logic is one
+    # plan in Core that every face commits.
     async def aput(
         self,
         config: RunnableConfig,

@@ -6,7 +6,8 @@ extension types (LangGraph's encoding of messages, pydantic models, any class)
 kept as raw :class:`ormsgpack.Ext` values, split into its channels and packed
 again, so each channel's blob is the very value the framework stored, and no
 class is ever constructed; pending writes are copied as their ``(type,
-bytes)``. Every checkpoint becomes a snapshot (its channels whole), so no
+bytes)``, and so is each blob of a saver that stores channels apart
+(PostgresSaver's) — :class:`Typed`. Every checkpoint becomes a snapshot (its channels whole), so no
 value needs comparing with its parent's.
 """
 
@@ -25,7 +26,16 @@ from .core import Core
 from .encoding import EVENT_TYPE, as_text, event_size, session_id_for
 from .index import SessionIndex
 
-__all__ = ["ForeignCheckpoint", "ForeignWrite", "has_ext", "thread_events", "unpack_raw"]
+__all__ = [
+    "ForeignCheckpoint",
+    "ForeignWrite",
+    "Typed",
+    "has_ext",
+    "stored_value",
+    "thread_events",
+    "unpack_raw",
+    "unpickled_checkpoint",
+]
 
 _OPTION = ormsgpack.OPT_NON_STR_KEYS
 
@@ -35,11 +45,49 @@ def unpack_raw(data: bytes) -> Any:
     return ormsgpack.unpackb(data, ext_hook=ormsgpack.Ext, option=_OPTION)
 
 
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """A channel value as a serializer stored it, ``(type, bytes)``: carried
+    on as it is, never decoded."""
+
+    kind: str
+    data: bytes
+
+
+def stored_value(kind: str, data: bytes) -> Typed:
+    """A stored channel blob as a :class:`Typed` value; a msgpack one is
+    unpacked (extension types raw) to refuse one that is corrupt."""
+    if kind == "msgpack":
+        unpack_raw(data)
+    return Typed(kind, data)
+
+
+def unpickled_checkpoint(data: bytes) -> dict[str, Any]:
+    """A checkpoint a serializer with ``pickle_fallback`` pickled whole, made
+    one of :func:`unpack_raw`'s: each channel value stored again as that
+    serializer stores it (msgpack where it can, pickled again where it
+    cannot). It unpickles ``data``: call it only when the user allows it."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    serde = JsonPlusSerializer(pickle_fallback=True)
+    try:
+        body = serde.loads_typed(("pickle", data))
+    except Exception as exc:  # whatever unpickling raises: the data is bad
+        raise ValueError(f"cannot be unpickled: {exc}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("channel_values"), dict):
+        raise ValueError("not a checkpoint")
+    values = {k: Typed(*serde.dumps_typed(v)) for k, v in body["channel_values"].items()}
+    rest = {k: v for k, v in body.items() if k != "channel_values"}
+    return {**unpack_raw(_RawSerde().dumps_typed(rest)[1]), "channel_values": values}
+
+
 def has_ext(value: Any) -> bool:
     """Whether an :func:`unpack_raw` value holds an extension type (an object
     LangGraph's serializer would construct when it reads the value)."""
     if isinstance(value, ormsgpack.Ext):
         return True
+    if isinstance(value, Typed):
+        return value.kind == "msgpack" and has_ext(unpack_raw(value.data))
     if isinstance(value, dict):
         return any(has_ext(k) or has_ext(v) for k, v in value.items())
     if isinstance(value, (list, tuple)):
@@ -48,9 +96,12 @@ def has_ext(value: Any) -> bool:
 
 
 class _RawSerde:
-    """Packs :func:`unpack_raw` values again, extension types as they were."""
+    """Packs :func:`unpack_raw` values again, extension types as they were,
+    and gives a :class:`Typed` value's own bytes."""
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if isinstance(obj, Typed):
+            return obj.kind, obj.data
         return "msgpack", ormsgpack.packb(obj, option=_OPTION)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:

@@ -233,6 +233,8 @@ class AgentlogSaver(SaverBase):
         self._run(lambda: self._maintenance.delete_for_runs(run_ids))
 
     # -- async twins (inline) -------------------------------------------------
+    # LangGraph's signatures again, as its BaseCheckpointSaver asks; each body
+    # is one call of the sync method.
 
     async def aput(
         self,

@@ -31,15 +31,27 @@
   }
 
   let cursor = null;
+  let looked = 0;  // sessions the filter has looked at so far
+  function note() {
+    status.textContent = rows.children.length ? ""
+      : !filter.value ? "No sessions."
+      : cursor === null ? "No sessions match."
+      : "No match among the " + looked + " most recently active sessions looked at.";
+  }
+
   async function load(reset) {
     const found = await api("/api/sessions", {
       tenant: AL.tenant(), q: filter.value, cursor: reset ? null : cursor, limit: 50,
     });
-    if (reset) rows.replaceChildren();
+    if (reset) { rows.replaceChildren(); looked = 0; }
     for (const s of found.sessions) rows.append(row(s));
     cursor = found.next_cursor;
+    looked += found.scanned;
     more.hidden = cursor === null;
-    status.textContent = rows.children.length ? "" : "No sessions" + (filter.value ? " match." : ".");
+    // A filtered request looks at a bounded number of sessions: with a cursor
+    // left, the button looks further.
+    more.textContent = filter.value ? "search further" : "more sessions";
+    note();
   }
 
   // The live first page: a session that moved comes to the top, a new one appears.
@@ -59,7 +71,7 @@
         cursor = found.next_cursor;
         more.hidden = false;
       }
-      status.textContent = rows.children.length ? "" : "No sessions" + (filter.value ? " match." : ".");
+      note();
     });
   }
 

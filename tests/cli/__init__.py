@@ -1,0 +1,1 @@
+"""The agentlog command line, as a user runs it: ``python -m agentlog …``."""
