@@ -41,6 +41,7 @@ __all__ = [
     "AppendKey",
     "Fork",
     "ForkOrigin",
+    "RawEvent",
     "SessionEvent",
     "SessionInfo",
     "SessionListing",
@@ -105,6 +106,26 @@ class StoredEvent(NamedTuple):
     """The event's ``type`` field."""
     event: dict[str, Any]
     """The event mapping itself, ``type`` included."""
+
+
+class RawEvent(NamedTuple):
+    """An event as stored, its JSON not decoded: what ``read_json`` yields.
+
+    ``json`` is the event's payload exactly as the store holds it (compact
+    JSON, one object, ``type`` included), already checked against its
+    checksum; a server that only passes events on writes it out as it is.
+    """
+
+    seq: int
+    """Position in the session, 1, 2, 3 … with no gaps."""
+    parent_seq: int
+    """The seq this event follows (``seq - 1``); 0 for the first event."""
+    ts: float
+    """When the event was appended, in seconds since the epoch."""
+    type: str
+    """The event's ``type`` field."""
+    json: bytes
+    """The event mapping's stored JSON bytes."""
 
 
 class SessionInfo(NamedTuple):

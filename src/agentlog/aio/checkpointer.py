@@ -23,7 +23,7 @@ import itertools
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar, overload
 
 from ..activity import ActivityCursor, SessionPage
@@ -31,6 +31,7 @@ from ..errors import CheckpointerClosedError
 from ..events import (
     Fork,
     ForkOrigin,
+    RawEvent,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -77,12 +78,14 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _take(
-    events: Iterator[StoredEvent], count: int
-) -> tuple[builtins.list[StoredEvent], Exception | None]:
+#: What a read or a follower yields: events, or events with their JSON undecoded.
+_E = TypeVar("_E", StoredEvent, RawEvent)
+
+
+def _take(events: Iterator[_E], count: int) -> tuple[builtins.list[_E], Exception | None]:
     """Up to ``count`` events, and the error that stopped them (every event
     before a damaged one is handed out first)."""
-    taken: builtins.list[StoredEvent] = []
+    taken: builtins.list[_E] = []
     try:
         for event in itertools.islice(events, count):
             taken.append(event)
@@ -92,9 +95,9 @@ def _take(
 
 
 def _follow_step(
-    port: WriterPort, session_id: str, last: int
-) -> tuple[Any, builtins.list[StoredEvent]]:
-    return port.change_token(session_id), port.follow_page(session_id, last)
+    port: WriterPort, page: Callable[[str, int], builtins.list[_E]], session_id: str, last: int
+) -> tuple[Any, builtins.list[_E]]:
+    return port.change_token(session_id), page(session_id, last)
 
 
 class _LoopWaker:
@@ -393,15 +396,27 @@ class AsyncBaseCheckpointer(AsyncClosable):
         self._loop_flushes += 1
         settle([(job.future, *outcome(result)) for job, result in zip(jobs, results, strict=True)])
 
-    async def read(
+    def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
     ) -> AsyncIterator[StoredEvent]:
         """Yield the events after ``since_seq`` in seq order, a page at a time.
 
         Other tasks run between pages.
         """
+        return self._paged(functools.partial(self._backend.read, session_id, since_seq, limit))
+
+    def read_json(
+        self, session_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> AsyncIterator[RawEvent]:
+        """:meth:`read`, each event's JSON as stored (see
+        :meth:`agentlog.BaseCheckpointer.read_json`)."""
+        return self._paged(functools.partial(self._backend.read_json, session_id, since_seq, limit))
+
+    async def _paged(self, read: Callable[[], Iterator[_E]]) -> AsyncGenerator[_E, None]:
+        """``read()``'s events a page at a time off the loop (its arguments checked
+        on the first look, as a generator's are); other tasks run between pages."""
         self._check_open()
-        events = self._backend.read(session_id, since_seq, limit)
+        events = read()
         while True:
             taken, error = await self._read(functools.partial(_take, events, 1000))
             for event in taken:
@@ -416,7 +431,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """The seq of the last event; 0 for an empty or unknown session."""
         return await self._read(functools.partial(self._backend.head, session_id))
 
-    async def follow(
+    def follow(
         self,
         session_id: str,
         since_seq: int = 0,
@@ -436,6 +451,27 @@ class AsyncBaseCheckpointer(AsyncClosable):
         checkpointer ends it with :class:`CheckpointerClosedError`; a
         truncate below what it yielded with :class:`SessionTruncatedError`.
         """
+        return self._follow(session_id, since_seq, poll_interval, self._port.follow_page)
+
+    def follow_json(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> AsyncIterator[RawEvent]:
+        """:meth:`follow`, each event's JSON as stored, not decoded (see
+        :meth:`agentlog.BaseCheckpointer.read_json`): what a server passing
+        a live session on (a Server-Sent Events tail) writes out as it is."""
+        return self._follow(session_id, since_seq, poll_interval, self._port.follow_json_page)
+
+    async def _follow(
+        self,
+        session_id: str,
+        since_seq: int,
+        poll_interval: float,
+        read_page: Callable[[str, int], builtins.list[_E]],
+    ) -> AsyncGenerator[_E, None]:
         self._check_open()
         backend = self._backend
         session_id = check_session_id(session_id)
@@ -448,7 +484,7 @@ class AsyncBaseCheckpointer(AsyncClosable):
             check_open=self._check_open,
             mark=lambda: signal.count,
             look=lambda after: self._read(
-                functools.partial(_follow_step, self._port, session_id, after)
+                functools.partial(_follow_step, self._port, read_page, session_id, after)
             ),
             token=lambda: self._read(functools.partial(self._port.change_token, session_id)),
             wait=lambda mark: waker.wait(mark, poll_interval),

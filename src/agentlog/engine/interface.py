@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..events import AppendKey, EncodedBatch, StoredEvent
+from ..events import AppendKey, EncodedBatch, RawEvent, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
 
 __all__ = [
@@ -190,6 +190,10 @@ class LogEngine(Database, Protocol):
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
+        ...
+
+    def scan_json(self, tenant: str, name: str, since_seq: int, limit: int) -> list[RawEvent]:
+        """:meth:`scan`, each event's JSON as stored (checked, not decoded)."""
         ...
 
     def head(self, tenant: str, name: str) -> int:

@@ -18,10 +18,18 @@ from ..errors import (
     StorageConflictError,
     damaged_event,
 )
-from ..events import AppendKey, EncodedBatch, StoredEvent, check_retained, check_session_id
+from ..events import (
+    AppendKey,
+    EncodedBatch,
+    RawEvent,
+    StoredEvent,
+    check_retained,
+    check_session_id,
+)
 from ..integrity import (
     GENESIS,
     chain_digest,
+    checked_raw_page,
     checksum,
     checksum_problem,
     stored_bytes,
@@ -85,6 +93,14 @@ class LogOperations(EngineCore[ConnectionT]):
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""
         raise NotImplementedError
+
+    def scan_json(self, tenant: str, name: str, since_seq: int, limit: int) -> list[RawEvent]:
+        """:meth:`scan`, each event's JSON as stored (checked against its crc,
+        not decoded): written once, for both twins."""
+        rows = self.read(
+            "read", lambda conn: conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit))
+        )
+        return checked_raw_page(name, rows)
 
     def head(self, tenant: str, name: str) -> int:
         """The session's head; 0 when it is empty or unknown."""

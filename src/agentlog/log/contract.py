@@ -39,6 +39,7 @@ from ..events import (
     EncodedBatch,
     Fork,
     ForkOrigin,
+    RawEvent,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -50,6 +51,7 @@ from ..events import (
     check_session_id,
     decode_json,
     encode_events,
+    encode_json,
     encode_metadata,
     sorted_forks,
 )
@@ -129,6 +131,8 @@ def check_fork(session_id: str, at_seq: int, new_session_id: str) -> tuple[str, 
 DEFAULT_POLL_INTERVAL = 0.01
 
 _T = TypeVar("_T")
+#: A page's events: decoded, or their JSON as stored.
+_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 @runtime_checkable
@@ -280,6 +284,15 @@ class BaseCheckpointer(Closable, ABC):
     @abstractmethod
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]: ...
 
+    def _scan_json(self, session_id: str, since_seq: int, limit: int) -> builtins.list[RawEvent]:
+        """:meth:`_scan` with each event's stored JSON bytes, not decoded (checked
+        as :meth:`_scan` checks it). This default encodes what :meth:`_scan`
+        decoded; a backend that stores the bytes hands them on."""
+        return [
+            RawEvent(e.seq, e.parent_seq, e.ts, e.type, encode_json(e.event))
+            for e in self._scan(session_id, since_seq, limit)
+        ]
+
     @abstractmethod
     def _head(self, session_id: str) -> int: ...
 
@@ -342,8 +355,8 @@ class BaseCheckpointer(Closable, ABC):
         return 1
 
     def _check_page(
-        self, session_id: str, since_seq: int, page: builtins.list[StoredEvent]
-    ) -> builtins.list[StoredEvent]:
+        self, session_id: str, since_seq: int, page: builtins.list[_E]
+    ) -> builtins.list[_E]:
         """``page`` read after ``since_seq``, or :class:`EventsPrunedError` when
         retention pruned the events right after ``since_seq`` (never skip them).
 
@@ -468,6 +481,9 @@ class BaseCheckpointer(Closable, ABC):
             try_read=self._try_read,
             change_token=self._checked_change_token,
             follow_page=self._follow_page,
+            follow_json_page=lambda session_id, after: self._follow_page(
+                session_id, after, self._scan_json
+            ),
         )
 
     def _append_completions(self) -> AppendCompletions | None:
@@ -536,21 +552,50 @@ class BaseCheckpointer(Closable, ABC):
         pruned session's retained start (see ``SessionStore.prune``) raises
         :class:`EventsPrunedError`; nothing is skipped silently.
         """
+        return self._read_with(self._scan, session_id, since_seq, limit)
+
+    def read_json(
+        self, session_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> Iterator[RawEvent]:
+        """:meth:`read`, each event as a :class:`~agentlog.RawEvent`: its stored
+        JSON bytes, not decoded, for a server that only passes events on.
+
+        The same rules as :meth:`read`: every payload is checked against its
+        checksum, and a damaged one raises :class:`CorruptDatabaseError`
+        naming it after the events before it; pruned events raise
+        :class:`EventsPrunedError`.
+        """
+        return self._read_with(self._scan_json, session_id, since_seq, limit)
+
+    def _read_with(
+        self,
+        scan: Callable[[str, int, int], builtins.list[_E]],
+        session_id: str,
+        since_seq: int,
+        limit: int | None,
+    ) -> Iterator[_E]:
+        """:meth:`read`'s checks, then its pages as ``scan`` reads them."""
         self._check_open()
         session_id = check_session_id(session_id)
         since_seq = check_seq("since_seq", since_seq)
         if limit is not None:
             limit = check_seq("limit", limit)
-        return self._pages(session_id, since_seq, limit)
+        return self._pages(session_id, since_seq, limit, scan)
 
-    def _pages(self, session_id: str, since_seq: int, limit: int | None) -> Iterator[StoredEvent]:
+    def _pages(
+        self,
+        session_id: str,
+        since_seq: int,
+        limit: int | None,
+        scan: Callable[[str, int, int], builtins.list[_E]],
+    ) -> Iterator[_E]:
         remaining = limit
         page_size = self._page_size
         while True:
             want = page_size if remaining is None else min(page_size, remaining)
             if want == 0:
                 return
-            page, damage = self._scan_to_damage(session_id, since_seq, want)
+            page, damage = self._scan_to_damage(session_id, since_seq, want, scan)
             page = self._check_page(session_id, since_seq, page)
             yield from page
             if damage is not None:
@@ -728,8 +773,22 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         return self._change_token(check_session_id(session_id))
 
-    def _follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
-        """One step of a follower: up to a page of events after ``after_seq``.
+    @overload
+    def _follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]: ...
+
+    @overload
+    def _follow_page(
+        self, session_id: str, after_seq: int, scan: Callable[[str, int, int], builtins.list[_E]]
+    ) -> builtins.list[_E]: ...
+
+    def _follow_page(
+        self,
+        session_id: str,
+        after_seq: int,
+        scan: Callable[[str, int, int], builtins.list[Any]] | None = None,
+    ) -> builtins.list[Any]:
+        """One step of a follower: up to a page of events after ``after_seq``
+        (read with ``scan``, :meth:`_scan` by default).
 
         An empty list means nothing new. Raises
         :class:`SessionTruncatedError` when the head is below ``after_seq``
@@ -741,20 +800,24 @@ class BaseCheckpointer(Closable, ABC):
         if not has_new_events(session_id, after_seq, self._head(session_id)):
             return []
         # Up to a damaged event; the next step starts at it and raises.
-        page = self._scan_to_damage(session_id, after_seq, self._page_size)[0]
+        page = self._scan_to_damage(session_id, after_seq, self._page_size, scan or self._scan)[0]
         return self._check_page(session_id, after_seq, page)
 
     def _scan_to_damage(
-        self, session_id: str, since_seq: int, limit: int
-    ) -> tuple[builtins.list[StoredEvent], CorruptDatabaseError | None]:
+        self,
+        session_id: str,
+        since_seq: int,
+        limit: int,
+        scan: Callable[[str, int, int], builtins.list[_E]],
+    ) -> tuple[builtins.list[_E], CorruptDatabaseError | None]:
         """A page, or when it holds a damaged event, the events before it and
         the error naming it (raised at once when the damaged event is the first)."""
         try:
-            return self._scan(session_id, since_seq, limit), None
+            return scan(session_id, since_seq, limit), None
         except CorruptDatabaseError as exc:
             if exc.seq is None or not since_seq + 1 < exc.seq <= since_seq + limit:
                 raise
-            return self._scan(session_id, since_seq, exc.seq - 1 - since_seq), exc
+            return scan(session_id, since_seq, exc.seq - 1 - since_seq), exc
 
     def follow(
         self,

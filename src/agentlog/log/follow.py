@@ -23,10 +23,10 @@ import asyncio
 import builtins
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Hashable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, Generic, NamedTuple, NoReturn, TypeVar
 
 from ..errors import SessionTruncatedError
-from ..events import StoredEvent
+from ..events import RawEvent, StoredEvent
 
 __all__ = [
     "TOKEN",
@@ -43,9 +43,12 @@ __all__ = [
     "has_new_events",
 ]
 
+#: What a follower's pages hold: events, or events with their JSON undecoded.
+_E = TypeVar("_E", StoredEvent, RawEvent)
+
 #: What a look sends back: the change token, and the page after the cursor
 #: (empty: nothing new).
-Looked = tuple[Hashable, builtins.list[StoredEvent]]
+Looked = tuple[Hashable, builtins.list[_E]]
 
 
 def has_new_events(session_id: str, after_seq: int, head: int) -> bool:
@@ -63,7 +66,7 @@ class Look(NamedTuple):
 
     after_seq: int
 
-    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+    def call(self, port: FollowPort[Any] | AsyncFollowPort[Any]) -> Any:
         """The port's call that performs the step (awaitable on an async port)."""
         return port.look(self.after_seq)
 
@@ -74,7 +77,7 @@ class Wait(NamedTuple):
 
     mark: int
 
-    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+    def call(self, port: FollowPort[Any] | AsyncFollowPort[Any]) -> Any:
         """The port's call that performs the step (awaitable on an async port)."""
         return port.wait(self.mark)
 
@@ -87,7 +90,7 @@ class Token:
     def __repr__(self) -> str:
         return "TOKEN"
 
-    def call(self, port: FollowPort | AsyncFollowPort) -> Any:
+    def call(self, port: FollowPort[Any] | AsyncFollowPort[Any]) -> Any:
         """The port's call that performs the step (awaitable on an async port)."""
         return port.token()
 
@@ -99,7 +102,7 @@ TOKEN = Token()
 class Deliver(NamedTuple):
     """Step: hand ``events`` (a page, in seq order) to the consumer; send back None."""
 
-    events: builtins.list[StoredEvent]
+    events: builtins.list[Any]
 
 
 #: What :func:`follow_steps` asks of its driver: a call on its port, or a page to hand on.
@@ -135,7 +138,7 @@ def follow_steps(
 
 
 @dataclass(frozen=True, slots=True)
-class FollowPort:
+class FollowPort(Generic[_E]):
     """How a follower looks and waits, with blocking calls (see :func:`follow_pages`)."""
 
     #: Raise once the checkpointer is closed.
@@ -143,7 +146,7 @@ class FollowPort:
     #: The commit count of this process's writes.
     mark: Callable[[], int]
     #: ``look(after_seq)``: ``(change token, page after after_seq)``.
-    look: Callable[[int], Looked]
+    look: Callable[[int], Looked[_E]]
     #: The change token now.
     token: Callable[[], Hashable]
     #: ``wait(mark)``: block until the count moves past ``mark`` (True) or the poll interval ends.
@@ -151,7 +154,7 @@ class FollowPort:
 
 
 @dataclass(frozen=True, slots=True)
-class AsyncFollowPort:
+class AsyncFollowPort(Generic[_E]):
     """How a follower looks and waits, awaited (see :func:`follow_pages_async`)."""
 
     #: Raise once the checkpointer is closed.
@@ -159,14 +162,14 @@ class AsyncFollowPort:
     #: The commit count of this process's writes.
     mark: Callable[[], int]
     #: ``await look(after_seq)``: ``(change token, page after after_seq)``.
-    look: Callable[[int], Awaitable[Looked]]
+    look: Callable[[int], Awaitable[Looked[_E]]]
     #: ``await token()``: the change token now.
     token: Callable[[], Awaitable[Hashable]]
     #: ``await wait(mark)``: until the count moves past ``mark`` (True) or the poll interval ends.
     wait: Callable[[int], Awaitable[bool]]
 
 
-def follow_pages(port: FollowPort, since_seq: int) -> Generator[builtins.list[StoredEvent], None]:
+def follow_pages(port: FollowPort[_E], since_seq: int) -> Generator[builtins.list[_E], None]:
     """The pages of events after ``since_seq`` as they are committed, forever:
     :func:`follow_steps` driven with ``port``'s blocking calls."""
     steps = follow_steps(since_seq, port.mark, port.check_open)
@@ -180,8 +183,8 @@ def follow_pages(port: FollowPort, since_seq: int) -> Generator[builtins.list[St
 
 
 async def follow_pages_async(
-    port: AsyncFollowPort, since_seq: int
-) -> AsyncGenerator[builtins.list[StoredEvent], None]:
+    port: AsyncFollowPort[_E], since_seq: int
+) -> AsyncGenerator[builtins.list[_E], None]:
     """:func:`follow_pages`, awaited: other tasks run between two pages."""
     steps = follow_steps(since_seq, port.mark, port.check_open)
     step = next(steps)

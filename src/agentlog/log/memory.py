@@ -16,7 +16,14 @@ import builtins
 from ..engine.memory import Entry, MemoryLog, MemorySession
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
-from ..events import AppendKey, EncodedBatch, SessionInfo, StoredEvent, decode_payload
+from ..events import (
+    AppendKey,
+    EncodedBatch,
+    RawEvent,
+    SessionInfo,
+    StoredEvent,
+    decode_payload,
+)
 from .contract import BaseCheckpointer, CommitSignal, PreparedAppend, metadata_conflict
 
 __all__ = ["Entry", "MemoryCheckpointer", "MemoryLog", "MemorySession"]
@@ -99,19 +106,33 @@ class MemoryCheckpointer(BaseCheckpointer):
             written.keys[key.name] = (key.digest, head)
             return head
 
-    def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+    def _journal(
+        self, session_id: str, since_seq: int, limit: int
+    ) -> tuple[int, builtins.list[Entry]]:
+        """The seq before a page, and the page's stored ``(ts, type, json, …)`` entries."""
         with self._log.lock:
             self._check_open()
             session = self._log.get(self._tenant, session_id)
             if session is None:
-                return []
+                return since_seq, []
             # From the first retained event on: a page that starts past
             # since_seq + 1 tells the caller that retention pruned the rest.
             start = max(since_seq, session.dropped)
             offset = start - session.dropped
-            rows = session.journal[offset : offset + limit]
+            return start, session.journal[offset : offset + limit]
+
+    def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        start, rows = self._journal(session_id, since_seq, limit)
         return [
             StoredEvent(seq, seq - 1, ts, kind, decode_payload(data))
+            for seq, (ts, kind, data, _) in enumerate(rows, start + 1)
+        ]
+
+    def _scan_json(self, session_id: str, since_seq: int, limit: int) -> builtins.list[RawEvent]:
+        # The bytes this process encoded and kept: nothing else can change them.
+        start, rows = self._journal(session_id, since_seq, limit)
+        return [
+            RawEvent(seq, seq - 1, ts, kind, data)
             for seq, (ts, kind, data, _) in enumerate(rows, start + 1)
         ]
 

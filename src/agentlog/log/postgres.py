@@ -32,6 +32,7 @@ from ..errors import StorageDataError, StorageUnavailableError
 from ..events import (
     AppendKey,
     EncodedBatch,
+    RawEvent,
     SessionInfo,
     SessionListing,
     StoredEvent,
@@ -308,6 +309,11 @@ class PostgresCheckpointer(BaseCheckpointer):
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._db.query(
             "reading", operations.scan, self._tenant, session_id, since_seq, limit
+        )
+
+    def _scan_json(self, session_id: str, since_seq: int, limit: int) -> builtins.list[RawEvent]:
+        return self._db.query(
+            "reading", operations.scan_json, self._tenant, session_id, since_seq, limit
         )
 
     def _head(self, session_id: str) -> int:

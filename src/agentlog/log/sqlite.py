@@ -27,6 +27,7 @@ from ..errors import (
 from ..events import (
     AppendKey,
     EncodedBatch,
+    RawEvent,
     SessionInfo,
     SessionListing,
     StoredEvent,
@@ -364,6 +365,9 @@ class SqliteCheckpointer(BaseCheckpointer):
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._engine.scan(self._tenant, session_id, since_seq, limit)
+
+    def _scan_json(self, session_id: str, since_seq: int, limit: int) -> builtins.list[RawEvent]:
+        return self._engine.scan_json(self._tenant, session_id, since_seq, limit)
 
     def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""

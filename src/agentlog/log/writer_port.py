@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
 
-from ..events import EncodedBatch, SessionEvent, StoredEvent
+from ..events import EncodedBatch, RawEvent, SessionEvent, StoredEvent
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
@@ -96,6 +96,10 @@ class WriterPort(Protocol):
         """One step of a follower: up to a page of events after ``after_seq``."""
         ...
 
+    def follow_json_page(self, session_id: str, after_seq: int) -> builtins.list[RawEvent]:
+        """:meth:`follow_page`, the events' JSON not decoded (``follow_json``'s step)."""
+        ...
+
 
 class _PrepareAppend(Protocol):
     """The type of :meth:`WriterPort.prepare_append` (its default argument kept)."""
@@ -125,3 +129,4 @@ class BoundWriterPort:
     try_read: _TryRead
     change_token: Callable[[str], Hashable]
     follow_page: Callable[[str, int], builtins.list[StoredEvent]]
+    follow_json_page: Callable[[str, int], builtins.list[RawEvent]]

@@ -31,7 +31,7 @@ from ..events import MAX_POSITION
 from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
-from .source import MAX_PAGE, BadRequest, Source, check_id, event_bytes
+from .source import MAX_PAGE, BadRequest, Source, check_id, event_line
 
 __all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "create_app"]
 
@@ -339,8 +339,9 @@ async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
 
     async def pump() -> None:
         try:
-            async for event in log.follow(session_id, after):
-                await queue.put(event)
+            # The stored JSON, not decoded: each event is written out as it is.
+            async for event in log.follow_json(session_id, after):
+                await queue.put((event.seq, event_line(session_id, event)))
         except SessionTruncatedError:
             head = await log.head(session_id)
             await queue.put(_End("truncated", {"head": head}))
@@ -356,10 +357,19 @@ async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
             except asyncio.TimeoutError:
                 yield b": keep-alive\n\n"
                 continue
+            # What else is queued goes out in the same write (a backlog, a
+            # catch-up after a reconnect): one chunk, not one per event.
+            chunk = []
+            while not isinstance(item, _End):
+                chunk.append(_sse("event", item[1], item[0]))
+                if queue.empty():
+                    break
+                item = queue.get_nowait()
+            if chunk:
+                yield b"".join(chunk)
             if isinstance(item, _End):
                 yield _sse(item.kind, orjson.dumps(item.data))
                 return
-            yield _sse("event", event_bytes(item), item.seq)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

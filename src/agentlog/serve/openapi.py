@@ -142,7 +142,7 @@ def openapi_document() -> dict[str, Any]:
             "a SessionStore session's newest snapshot", [_SESSION, _TENANT]
         ),
         "/api/health": _get(
-            "engine, integrity check and statistics",
+            "engine, schema version, integrity check and statistics",
             [_query("deep", {"type": "string", "enum": ["0", "1"]}, "also read every event")],
         ),
     }

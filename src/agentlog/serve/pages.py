@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -34,6 +35,14 @@ def _page(request: Request) -> tuple[str | None, int]:
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
     return request.query_params.get("after") or None, int(raw)
+
+
+def _attachment(name: str) -> str:
+    """A Content-Disposition that saves the bytes under a safe form of ``name``:
+    letters, digits, ``.``, ``-`` and ``_`` only (no quote, no path, no
+    leading dot), at most 100 characters; ``artifact.bin`` when none is left."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip("._")[:100] or "artifact.bin"
+    return f'attachment; filename="{safe}"'
 
 
 def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Route]:
@@ -102,7 +111,7 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
             iterate_in_threadpool(chunks()),
             media_type="application/octet-stream",
             headers={
-                "content-disposition": 'attachment; filename="artifact.bin"',
+                "content-disposition": _attachment(artifact_id),
                 "content-length": str(info.size),
                 "x-agentlog-sha256": info.sha256,
             },
@@ -130,6 +139,7 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
             log: Any = source.log(source.tenant)  # every kind agentlog opens checks itself
             ok, detail = log.check_integrity(deep=deep)
             stats = getattr(log, "stats", None)
+            found = None if stats is None else stats()
             info = engine_info()
             return {
                 "store": source.location,
@@ -139,8 +149,9 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
                     "sqlite_version": info["sqlite_version"],
                     "available": info["available"],
                 },
+                "schema_version": None if found is None else found.get("schema_version"),
                 "check": {"deep": deep, "ok": ok, "detail": detail},
-                "stats": None if stats is None else stats(),
+                "stats": found,
             }
 
         return _json(await run_in_threadpool(look))

@@ -19,7 +19,8 @@ import orjson
 
 from ..activity import ActivityCursor, check_page_request
 from ..aio import AsyncBaseCheckpointer
-from ..events import SessionListing, StoredEvent, check_session_id
+from ..errors import damaged_event
+from ..events import RawEvent, SessionListing, check_session_id
 from ..log import BaseCheckpointer
 from ..stores import DEFAULT_TENANT
 
@@ -28,7 +29,8 @@ __all__ = [
     "SCAN_ROWS",
     "BadRequest",
     "Source",
-    "event_bytes",
+    "event_json",
+    "event_line",
     "listing_json",
     "page_sessions",
 ]
@@ -41,20 +43,33 @@ class BadRequest(ValueError):
     """A request the API refuses with 400 (its message is shown to the caller)."""
 
 
-def event_bytes(event: StoredEvent) -> bytes:
+def event_json(event: RawEvent) -> dict[str, Any]:
     """An event as the API shows it (seq, parent_seq, ts, type and the event
-    itself), as JSON. The event is encoded on its own and set in
-    place, so that an event as deep as the store accepts (its encoder's
-    limit) is not refused for the one level the wrapper adds."""
-    head = orjson.dumps([event.seq, event.parent_seq, event.ts, event.type])
-    seq, parent, ts, kind = head[1:-1].split(b",", 3)
-    return b'{"seq":%s,"parent_seq":%s,"ts":%s,"type":%s,"event":%s}' % (
-        seq,
-        parent,
-        ts,
-        kind,
-        orjson.dumps(event.event),
-    )
+    itself), ready for ``orjson.dumps``: the event's stored bytes are set in
+    place as they are (an :class:`orjson.Fragment`), never decoded, so an
+    event as deep as the store accepts is passed on as it is."""
+    return {
+        "seq": event.seq,
+        "parent_seq": event.parent_seq,
+        "ts": event.ts,
+        "type": event.type,
+        "event": orjson.Fragment(event.json),
+    }
+
+
+def event_line(session_id: str, event: RawEvent) -> bytes:
+    """:func:`event_json` encoded for a Server-Sent Events ``data:`` line.
+
+    The stored JSON is compact and holds no line break (a string's are
+    escaped), so it fits the line as it is; bytes that hold one were not
+    written by agentlog's encoder: they are decoded and encoded again, or
+    refused as damaged when they do not decode."""
+    if b"\n" in event.json or b"\r" in event.json:
+        try:
+            event = event._replace(json=orjson.dumps(orjson.loads(event.json)))
+        except orjson.JSONDecodeError:
+            raise damaged_event(session_id, event.seq, "payload does not decode") from None
+    return orjson.dumps(event_json(event))
 
 
 def _metadata_text(metadata: Any) -> tuple[str | None, list[str]]:
@@ -242,8 +257,8 @@ class Source:
             end = head + 1 if before is None else min(before, head + 1)
             after = max(0, end - 1 - limit)
             limit = max(0, end - 1 - after)
-        events = log.read(session_id, since_seq=after, limit=limit) if limit else iter(())
-        return b'{"head":%d,"events":[%s]}' % (head, b",".join(map(event_bytes, events)))
+        events = log.read_json(session_id, since_seq=after, limit=limit) if limit else iter(())
+        return orjson.dumps({"head": head, "events": list(map(event_json, events))})
 
     def close(self) -> None:
         """Close every checkpointer (and the stores) the viewer opened."""

@@ -21,8 +21,15 @@ from ...errors import (
     SessionNotFoundError,
     StorageConflictError,
 )
-from ...events import MAX_POSITION, AppendKey, EncodedBatch, StoredEvent, check_retained
-from ...integrity import checked_payloads
+from ...events import (
+    MAX_POSITION,
+    AppendKey,
+    EncodedBatch,
+    RawEvent,
+    StoredEvent,
+    check_retained,
+)
+from ...integrity import checked_payloads, checked_raw_page
 from .journal import AppendRequest, append_step, notify_key
 from .protocol import Operation, execute, fetch_all, fetch_one, pipeline
 from .schema import schema_version
@@ -127,10 +134,28 @@ def scan(
     q: Statements, tenant: str, name: str, since: int, limit: int
 ) -> Operation[list[StoredEvent]]:
     """Up to ``limit`` events after ``since``, in seq order (one keyset page)."""
+    rows = yield from _scan_rows(q, tenant, name, since, limit)
+    return stored_page(name, rows)
+
+
+def _scan_rows(
+    q: Statements, tenant: str, name: str, since: int, limit: int
+) -> Operation[Sequence[Sequence[Any]]]:
+    """The ``(seq, ts, type, payload, crc)`` rows of :func:`scan`'s page."""
     if since >= MAX_SEQ:
         return []
-    rows = yield from fetch_all(q.scan, (tenant, name, since, limit), binary=True)
-    return stored_page(name, rows)
+    rows: Sequence[Sequence[Any]] = yield from fetch_all(
+        q.scan, (tenant, name, since, limit), binary=True
+    )
+    return rows
+
+
+def scan_json(
+    q: Statements, tenant: str, name: str, since: int, limit: int
+) -> Operation[list[RawEvent]]:
+    """:func:`scan`, each event's JSON as stored (checked against its crc, not decoded)."""
+    rows = yield from _scan_rows(q, tenant, name, since, limit)
+    return checked_raw_page(name, rows)
 
 
 def checked_page(

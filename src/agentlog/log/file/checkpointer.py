@@ -29,7 +29,7 @@ from ...errors import (
     StorageUnavailableError,
     damaged_event,
 )
-from ...events import AppendKey, EncodedBatch, SessionInfo, StoredEvent
+from ...events import AppendKey, EncodedBatch, RawEvent, SessionInfo, StoredEvent
 from ...files import DEFAULT_FILE_MODE, check_file_mode
 from ...integrity import DamagedEvent, Progress, describe_damage
 from ..contract import (
@@ -52,6 +52,7 @@ from .format import (
     line_payload,
     metadata_file,
     parse_session_file,
+    raw_page,
     read_metadata_file,
     session_file_name,
 )
@@ -70,6 +71,10 @@ from .ownership import (
 __all__ = ["FileCheckpointer"]
 
 _T = TypeVar("_T")
+#: A page's events: decoded, or their JSON as the lines hold it.
+_E = TypeVar("_E", StoredEvent, RawEvent)
+#: How a page of whole lines becomes events (``decode_page`` or ``raw_page``).
+_Page = Callable[[str, Path, int, bytes], builtins.list[_E]]
 
 
 class _Session:
@@ -668,19 +673,34 @@ class FileCheckpointer(BaseCheckpointer):
     # -- reading -----------------------------------------------------------------
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+        return self._scan_with(decode_page, session_id, since_seq, limit)
+
+    def _scan_json(self, session_id: str, since_seq: int, limit: int) -> builtins.list[RawEvent]:
+        return self._scan_with(raw_page, session_id, since_seq, limit)
+
+    def _scan_with(
+        self, page: _Page[_E], session_id: str, since_seq: int, limit: int
+    ) -> builtins.list[_E]:
+        """Up to ``limit`` events after ``since_seq``, as ``page`` reads the lines."""
         if not self.read_only:
-            return self._scan_once(session_id, since_seq, limit)
+            return self._scan_once(page, session_id, since_seq, limit)
         # The owner may change the file between looking at it and reading it:
         # read it again from the start, and believe damage only when it stays.
         for _ in range(2):
             try:
-                return self._scan_once(session_id, since_seq, limit)
+                return self._scan_once(page, session_id, since_seq, limit)
             except CorruptDatabaseError:
                 with self._lock:
                     self._sessions.pop(session_id, None)
-        return self._scan_once(session_id, since_seq, limit)
+        return self._scan_once(page, session_id, since_seq, limit)
 
-    def _scan_once(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
+    def _scan_once(
+        self,
+        page: _Page[_E],
+        session_id: str,
+        since_seq: int,
+        limit: int,
+    ) -> builtins.list[_E]:
         with self._lock:
             self._check_open()
             session = self._session(session_id)
@@ -699,7 +719,7 @@ class FileCheckpointer(BaseCheckpointer):
                 raise
         if len(data) != stop - start:
             raise CorruptDatabaseError(f"{session.path} is shorter than its log")
-        return decode_page(session.session_id, session.path, since_seq, data)
+        return page(session.session_id, session.path, since_seq, data)
 
     def _change_token(self, session_id: str) -> tuple[int, int, int] | None:
         if not self.read_only:

@@ -59,7 +59,7 @@ import orjson
 # The one import of the C engine's line check: the sqlite work may move it.
 from ...engine import first_bad_crc_line
 from ...errors import CorruptDatabaseError, damaged_event
-from ...events import AppendKey, StoredEvent
+from ...events import AppendKey, RawEvent, StoredEvent
 from ...integrity import payload_problem
 
 __all__ = [
@@ -328,28 +328,60 @@ def read_session_file(data: bytes, name: str) -> tuple[str, list[tuple[float, st
     return session_id, events
 
 
-def decode_page(session_id: str, path: Path, since_seq: int, data: bytes) -> list[StoredEvent]:
-    """The events of ``data``: whole event lines read from ``path`` after
-    ``since_seq``, each checked against its crc (by the C engine's loop when
-    it is built); :class:`CorruptDatabaseError` naming the first damaged one."""
+def _checked_records(
+    session_id: str, path: Path, since_seq: int, data: bytes
+) -> builtins.list[dict[str, Any]]:
+    """The decoded lines of ``data`` (whole event lines read from ``path`` after
+    ``since_seq``), each checked against its crc (by the C engine's loop when
+    it is built) and its seq; :class:`CorruptDatabaseError` naming the first
+    damaged one."""
     if first_bad_crc_line is not None and first_bad_crc_line(data) >= 0:
         # The C engine's loop found a line whose crc does not match.
         raise _first_damaged(session_id, path, since_seq, data[:-1].split(b"\n"))
     try:
-        records = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
+        records: builtins.list[dict[str, Any]] = orjson.loads(
+            b"[" + data[:-1].replace(b"\n", b",") + b"]"
+        )
     except orjson.JSONDecodeError:
         raise _first_damaged(session_id, path, since_seq, data[:-1].split(b"\n")) from None
     if len(records) != data.count(b"\n"):
         raise _first_damaged(session_id, path, since_seq, data[:-1].split(b"\n"))
     if first_bad_crc_line is None:
         _check_crcs(session_id, path, since_seq, data, records)
-    events = []
     for seq, record in enumerate(records, since_seq + 1):
         if record.get("seq") != seq:
             raise CorruptDatabaseError(f"{path}: line {seq} holds seq {record.get('seq')}")
+    return records
+
+
+def decode_page(session_id: str, path: Path, since_seq: int, data: bytes) -> list[StoredEvent]:
+    """The events of ``data``: whole event lines read from ``path`` after
+    ``since_seq``, checked (see :func:`_checked_records`)."""
+    events = []
+    for seq, record in enumerate(
+        _checked_records(session_id, path, since_seq, data), since_seq + 1
+    ):
         event = record["event"]
         events.append(_new_stored(StoredEvent, (seq, seq - 1, record["ts"], event["type"], event)))
     return events
+
+
+def raw_page(session_id: str, path: Path, since_seq: int, data: bytes) -> list[RawEvent]:
+    """:func:`decode_page` with each event's bytes as the line holds them (the
+    lines are still decoded once, for the check and each event's type)."""
+    records = _checked_records(session_id, path, since_seq, data)
+    find = bytes.find
+    lines = data[:-1].split(b"\n")
+    return [
+        RawEvent(
+            seq,
+            seq - 1,
+            record["ts"],
+            record["event"]["type"],
+            line[find(line, _EVENT_KEY, 20) + 8 : -1],
+        )
+        for seq, (record, line) in enumerate(zip(records, lines, strict=True), since_seq + 1)
+    ]
 
 
 def _check_crcs(

@@ -15,7 +15,9 @@
     out.replaceChildren(
       el("h2", {}, "Engine"),
       el("p", {}, "engine ", el("code", {}, found.engine.engine), " · SQLite ",
-        el("code", {}, found.engine.sqlite_version), " · store ", found.kind),
+        el("code", {}, found.engine.sqlite_version), " · store ", found.kind,
+        found.schema_version === null ? "" : " · schema version ",
+        found.schema_version === null ? null : el("code", { id: "schema" }, String(found.schema_version))),
       el("h2", {}, check.deep ? "check --deep" : "check"),
       el("p", { id: "check", class: check.ok ? "ok" : "error" }, check.ok ? "ok: " : "damaged: ",
         String(check.detail)),

@@ -52,10 +52,19 @@
       hint: "",
       async show() {
         const found = await api("/api/stores/sessions", { tenant });
-        return table(["session", "head", "snapshot through", "revision", "metadata"],
+        const loaded = el("div", { id: "snapshot" });
+        // A session's newest snapshot (its state) and what came after it, on demand.
+        const open = (id) => api("/api/stores/sessions/" + encodeURIComponent(id), { tenant })
+          .then((s) => loaded.replaceChildren(el("h2", {}, "Session ", el("code", {}, id)),
+            el("p", { class: "muted" }, s.snapshot === null ? "no snapshot"
+              : "snapshot through item " + s.snapshot.through_sequence + " · " + s.items_after_snapshot +
+                " items after it"), json(s.snapshot === null ? null : s.snapshot.state)))
+          .catch((e) => loaded.replaceChildren(el("p", { class: "error" }, e.message)));
+        return el("div", {}, table(["session", "head", "snapshot through", "revision", "metadata", ""],
           found.sessions.map((s) => [s.session_id, String(s.head),
             s.snapshot_through === null ? "" : String(s.snapshot_through), String(s.revision),
-            json(s.metadata)]));
+            json(s.metadata),
+            el("button", { class: "open", onclick: () => open(s.session_id) }, "snapshot")])), loaded);
       },
     },
   };
