@@ -1,7 +1,8 @@
 """The file backend's checkpointer: one JSONL file per session, owned by one process.
 
-The files' format is :mod:`.format`'s, the directory's ownership and the safe
-opening of its files :mod:`.ownership`'s, the integrity checks :mod:`.checks`'.
+The files' format is :mod:`.format`'s, a session's state :mod:`.state`'s,
+the directory's ownership and the safe opening of its files
+:mod:`.ownership`'s, the integrity checks :mod:`.checks`'.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from .ownership import (
     read_regular,
     require_store,
 )
+from .state import SessionState
 
 __all__ = ["FileCheckpointer"]
 
@@ -75,47 +77,6 @@ _T = TypeVar("_T")
 _E = TypeVar("_E", StoredEvent, RawEvent)
 #: How a page of whole lines becomes events (``decode_page`` or ``raw_page``).
 _Page = Callable[[str, Path, int, bytes], builtins.list[_E]]
-
-
-class _Session:
-    """What the owning process knows about one session file."""
-
-    __slots__ = ("activity", "base", "header", "keys", "meta", "meta_loaded", "mtime",
-                 "offsets", "path", "session_id", "stamp")  # fmt: skip
-
-    def __init__(
-        self,
-        session_id: str,
-        path: Path,
-        offsets: array[int],
-        mtime: float,
-        stamp: tuple[int, int, int] | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.path = path
-        # offsets[k] is where event k+1 starts; offsets[head] is the end of
-        # the committed log. offsets[0] is the end of the header.
-        self.offsets = offsets
-        # The file's own mtime, so list() reads the same after a reopen; the
-        # activity counter orders changes that fall in one clock tick.
-        self.mtime = mtime
-        self.activity = 0
-        # The file as it was read (a read-only checkpointer reloads on change).
-        self.stamp = stamp
-        # From the metadata file, read on first use: the metadata's JSON and
-        # the base of the revision (revision = base + head).
-        self.meta: bytes | None = None
-        self.base = 0
-        self.meta_loaded = False
-        # Its append keys (key -> (digest, head)), read from the file on the
-        # first keyed append; None until then.
-        self.keys: dict[str, tuple[bytes, int]] | None = None
-        # The header line, once read (it records a fork's origin; never rewritten).
-        self.header: bytes | None = None
-
-    @property
-    def head(self) -> int:
-        return len(self.offsets) - 1
 
 
 class FileCheckpointer(BaseCheckpointer):
@@ -166,7 +127,7 @@ class FileCheckpointer(BaseCheckpointer):
         self.read_only = bool(read_only)
         self._lock = threading.RLock()
         self._pid = os.getpid()
-        self._sessions: dict[str, _Session | None] = {}
+        self._sessions: dict[str, SessionState | None] = {}
         self._all_loaded = False
         self._activity = 0
         self._lock_fd: int | None = None
@@ -188,7 +149,7 @@ class FileCheckpointer(BaseCheckpointer):
 
     # -- loading -----------------------------------------------------------------
 
-    def _session(self, session_id: str) -> _Session | None:
+    def _session(self, session_id: str) -> SessionState | None:
         """The session's state, loading (and repairing) its file on first use.
 
         Read-only, the file is looked at every time and read again when it
@@ -202,7 +163,7 @@ class FileCheckpointer(BaseCheckpointer):
         self._sessions[session_id] = session
         return session
 
-    def _fresh(self, session_id: str) -> _Session | None:
+    def _fresh(self, session_id: str) -> SessionState | None:
         cached = self._sessions.get(session_id)
         path = self.directory / session_file_name(session_id) if cached is None else cached.path
         try:
@@ -223,7 +184,7 @@ class FileCheckpointer(BaseCheckpointer):
             self._sessions[session_id] = session
         return session
 
-    def _load(self, path: Path, expected_id: str | None) -> _Session | None:
+    def _load(self, path: Path, expected_id: str | None) -> SessionState | None:
         try:
             data, st = read_regular(path)
         except FileNotFoundError:
@@ -247,7 +208,7 @@ class FileCheckpointer(BaseCheckpointer):
                     os.close(fd)
             except OSError as exc:
                 raise StorageUnavailableError(f"cannot repair {path}: {exc}") from exc
-        session = _Session(session_id, path, offsets, st.st_mtime, file_stamp(st))
+        session = SessionState(session_id, path, offsets, st.st_mtime, file_stamp(st))
         session.header = data[: offsets[0]]
         return session
 
@@ -272,7 +233,7 @@ class FileCheckpointer(BaseCheckpointer):
     def _reload_all(self) -> None:
         """Read-only: the sessions as the directory holds them now."""
         known = {s.path.name: s for s in self._sessions.values() if s is not None}
-        current: dict[str, _Session | None] = {}
+        current: dict[str, SessionState | None] = {}
         for path in sorted(self.directory.glob(f"*{SUFFIX}")):
             if not is_regular(path):
                 continue  # not one of ours
@@ -348,7 +309,7 @@ class FileCheckpointer(BaseCheckpointer):
                 raise
             raise StorageUnavailableError(f"{what} failed: {exc}") from exc
 
-    def _touch(self, session: _Session, mtime: float | None = None) -> None:
+    def _touch(self, session: SessionState, mtime: float | None = None) -> None:
         """Record a change to ``session``: its file's mtime and the order of changes."""
         session.mtime = session.path.stat().st_mtime if mtime is None else mtime
         self._activity += 1
@@ -360,7 +321,7 @@ class FileCheckpointer(BaseCheckpointer):
     def _meta_path(path: Path) -> Path:
         return path.with_name(path.name + METADATA_SUFFIX)
 
-    def _load_meta(self, session: _Session) -> None:
+    def _load_meta(self, session: SessionState) -> None:
         """Read the session's metadata file (owner: once; read-only: every time)."""
         if session.meta_loaded and not self.read_only:
             return
@@ -375,7 +336,7 @@ class FileCheckpointer(BaseCheckpointer):
             session.base, session.meta = read_metadata_file(data, str(path), session.session_id)
         session.meta_loaded = True
 
-    def _write_meta(self, session: _Session, meta: bytes | None, base: int) -> None:
+    def _write_meta(self, session: SessionState, meta: bytes | None, base: int) -> None:
         """Replace the session's metadata file atomically (temporary file + rename)."""
         self._write_new(
             self._meta_path(session.path), metadata_file(session.session_id, meta, base)
@@ -506,7 +467,7 @@ class FileCheckpointer(BaseCheckpointer):
                     position += len(line)
                     offsets.append(position)
                 if session is None:
-                    session = _Session(session_id, path, offsets, mtime)
+                    session = SessionState(session_id, path, offsets, mtime)
                     self._sessions[session_id] = session
                 self._touch(session, mtime)
             except BaseException as exc:
@@ -526,7 +487,7 @@ class FileCheckpointer(BaseCheckpointer):
             return end
 
     @staticmethod
-    def _events_through(session: _Session, to_seq: int, data: bytes) -> tuple[bytes, bool]:
+    def _events_through(session: SessionState, to_seq: int, data: bytes) -> tuple[bytes, bool]:
         """The event lines 1..``to_seq`` of ``data`` (the file from offset 0),
         with the batch that ``to_seq`` falls in closed at ``to_seq``, and
         whether any line had to be rewritten for that."""
@@ -642,7 +603,7 @@ class FileCheckpointer(BaseCheckpointer):
         return found
 
     @staticmethod
-    def _origin(session: _Session) -> tuple[str, int] | None:
+    def _origin(session: SessionState) -> tuple[str, int] | None:
         """The fork origin the session file's header records."""
         if session.header is None:
             try:
