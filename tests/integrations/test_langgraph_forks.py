@@ -19,8 +19,8 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-# First: test_langgraph's guard skips (or fails) this module too without langgraph.
-from .test_langgraph import BaseCheckpointSaver, Command, InMemorySaver, RunnableConfig
+# First: the guard skips (or fails) this module too without langgraph.
+from .langgraph_api import BaseCheckpointSaver, Command, InMemorySaver, RunnableConfig
 
 # isort: split
 from langgraph.graph import START, StateGraph
