@@ -4,9 +4,11 @@ playing the server's part here."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pytest
 
 pytest.importorskip("psycopg")
@@ -15,7 +17,11 @@ from agentlog.engine.postgres import Statements, oversized_batch
 from agentlog.engine.postgres import operations as ops
 from agentlog.engine.postgres.arrays import ByteaArray
 from agentlog.engine.postgres.protocol import Execute, Operation, Pipeline
-from agentlog.errors import CheckpointConflictError, EventsPrunedError
+from agentlog.errors import CheckpointConflictError, CorruptDatabaseError, EventsPrunedError
+from agentlog.events import StoredEvent
+from agentlog.integrity import checked_payloads
+
+from ..conftest import require_engine
 
 Q = Statements("agentlog")
 BATCH = [("user", b'{"type":"user","content":"hi"}')]
@@ -84,3 +90,53 @@ def test_an_empty_page_after_pruned_events_is_refused() -> None:
     # No events after 0 here, and the session's first stored one is 11.
     with pytest.raises(EventsPrunedError):
         play(ops.checked_page(Q, "t", "s", 0, 100), [[], (20, 11)])
+
+
+def _rows(count: int, crc: bool = True) -> list[tuple[Any, ...]]:
+    payloads = [orjson.dumps({"type": "user", "n": n, "text": "é" * n}) for n in range(count)]
+    return [
+        (n + 1, 1.5 + n, "user", payload, zlib.crc32(payload) if crc else None)
+        for n, payload in enumerate(payloads)
+    ]
+
+
+def _pure_page(name: str, rows: list[tuple[Any, ...]]) -> list[StoredEvent]:
+    # The pure twin: what stored_page does without the C engine.
+    events = checked_payloads(name, rows)
+    return [StoredEvent(r[0], r[0] - 1, r[1], r[2], e) for r, e in zip(rows, events, strict=True)]
+
+
+def test_the_c_page_is_the_pure_pages_twin() -> None:
+    require_engine("c")
+    from agentlog.engine import cengine
+
+    rows = _rows(300)
+    rows[100:120] = _rows(20, crc=False)  # rows stored before checksums, and a gap in seqs
+    rows = [(n * 2 if n > 150 else n, *rest) for n, *rest in rows]
+    page = cengine.postgres_page("s", rows)
+    assert page == _pure_page("s", rows) == ops.stored_page("s", rows)
+    assert all(type(event) is StoredEvent for event in page)
+    assert cengine.postgres_page("s", []) == []
+    # Rows it does not know (not tuples, or TEXT payloads) are the pure twin's.
+    assert cengine.postgres_page("s", [list(row) for row in rows]) is None
+    assert cengine.postgres_page("s", [(*rows[0][:3], rows[0][3].decode(), None)]) is None
+
+
+@pytest.mark.parametrize("damage", ["crc", "json", "count"])
+def test_the_c_page_names_the_first_damaged_event_as_the_pure_one(damage: str) -> None:
+    require_engine("c")
+    from agentlog.engine import cengine
+
+    rows = _rows(10)
+    if damage == "crc":
+        rows[6] = (*rows[6][:4], rows[6][4] ^ 1)
+    elif damage == "json":
+        rows[6] = (*rows[6][:3], b'{"type": "us', None)
+    else:
+        rows[6] = (*rows[6][:3], b'{"type":"user"},{"type":"user"}', None)
+    with pytest.raises(CorruptDatabaseError) as pure:
+        _pure_page("s", rows)
+    with pytest.raises(CorruptDatabaseError) as compiled:
+        cengine.postgres_page("s", rows)
+    assert str(compiled.value) == str(pure.value)
+    assert compiled.value.seq == pure.value.seq == 7

@@ -14,9 +14,11 @@ the embedded SQLite, one translation unit): ``connection.pxi`` (prepared
 statements, ``CConnection``), ``group_commit.pxi`` (requests, ``_apply`` and
 ``_commit_group``, the write lock and the writer thread) and ``scan.pxi``
 (page stepping and ``StoredEvent`` building); this file holds ``CEngine``.
-``line_check.pxi`` is the file store's check of its lines' CRCs: compiled into
-this module (the one C module agentlog builds), but no part of the engine
-(reached through ``agentlog.engine.line_check``).
+``line_check.pxi`` is the file store's check of its lines' CRCs and
+``postgres_page.pxi`` the PostgreSQL backend's page of events: compiled into
+this module (the one C module agentlog builds), but no part of the SQLite
+engine (reached through ``agentlog.engine.line_check`` and
+``agentlog.engine.postgres.operations``).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
@@ -24,7 +26,7 @@ from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLongLong
 from cpython.mem cimport PyMem_RawFree
 from libc.stdint cimport int64_t, uint64_t
-from libc.stdlib cimport calloc, free, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset, strlen, strncpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from posix.unistd cimport close, getpid, read, usleep
@@ -112,6 +114,7 @@ include "line_check.pxi"
 include "connection.pxi"
 include "group_commit.pxi"
 include "scan.pxi"
+include "postgres_page.pxi"
 
 
 def _sqlite_info():
