@@ -4,6 +4,7 @@ command line's mistakes as one line."""
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -104,3 +105,36 @@ def test_the_command_serves_until_stopped(sqlite_store: Store) -> None:
     finally:
         process.terminate()
         process.wait(30)
+
+
+def test_ctrl_c_with_live_streams_open_stops_quietly(sqlite_store: Store) -> None:
+    # Every open page holds a live stream: a stop must end them, not leave
+    # uvicorn to cancel them and log the cancellation as an error.
+    sqlite_store.writer().append("s", [{"type": "user", "content": "hi"}])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentlog", "serve", sqlite_store.location, "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    streams: list[socket.socket] = []
+    try:
+        assert process.stderr is not None
+        found = re.search(r"at http://127\.0\.0\.1:(\d+)/ ", process.stderr.readline())
+        assert found
+        port = int(found.group(1))
+        for path in ["/api/sessions/stream", "/api/sessions/s/tail"]:
+            stream = socket.create_connection(("127.0.0.1", port), timeout=30)
+            stream.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            assert stream.recv(4096).startswith(b"HTTP/1.1 200"), path  # the stream is open
+            streams.append(stream)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 130
+        rest = process.stderr.read()
+        assert "Traceback" not in rest and "ERROR" not in rest, rest
+    finally:
+        for stream in streams:
+            stream.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)

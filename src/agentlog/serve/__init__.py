@@ -11,8 +11,9 @@ from __future__ import annotations
 import secrets
 import webbrowser
 from collections.abc import Callable
+from types import FrameType
 
-from .app import create_app, guarded_app
+from .app import Stopping, create_app, guarded_app
 from .security import is_loopback
 from .source import Source
 
@@ -40,8 +41,18 @@ def run(
 
     token = access_token(host)
     shown = f"[{host}]" if ":" in host else host
-    app = guarded_app(source, token=token)
-    # Open live tails never end on their own: a stop waits for them only briefly.
+    stopping = Stopping()
+    app = guarded_app(source, token=token, stopping=stopping)
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose stop first ends the live streams (they
+        never end on their own), so it need not cancel them."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            stopping.set()
+            super().handle_exit(sig, frame)
+
+    # The streams end at once on a stop; anything slower gets two seconds.
     config = uvicorn.Config(
         app,
         host=host,
@@ -50,7 +61,7 @@ def run(
         lifespan="on",
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = Server(config)
     # Bound here, so that a port in use is an OSError for the caller to
     # report (uvicorn's own bind would log it and exit).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

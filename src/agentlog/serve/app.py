@@ -33,7 +33,7 @@ from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
 from .source import MAX_PAGE, BadRequest, Source, check_id, event_line
 
-__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "create_app"]
+__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "Stopping", "create_app"]
 
 #: Seconds between the comments that keep an idle live tail's connection open.
 HEARTBEAT_SECONDS = 15.0
@@ -52,6 +52,31 @@ _STATIC_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".html": "text/html; charset=utf-8",
 }
+
+
+class Stopping:
+    """Set when the server begins to stop. The live streams never end on
+    their own, so each one ends when this is set: a stop does not wait for
+    them, nor is a stream cancelled mid-write."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self) -> None:
+        """Note the running loop (the app's startup calls this)."""
+        self._loop = asyncio.get_running_loop()
+
+    def set(self) -> None:
+        """Stop the streams; safe from a signal handler or another thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.event.set)
+
+    async def within(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True when the server is stopping."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.event.wait(), seconds)
+        return self.event.is_set()
 
 
 def _static(name: str) -> bytes:
@@ -97,9 +122,11 @@ def _sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
     return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
-def create_app(source: Source) -> Starlette:
+def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
     """The viewer of ``source`` as an ASGI application (not yet guarded:
-    :func:`guarded_app` adds the Host check, the token and the headers)."""
+    :func:`guarded_app` adds the Host check, the token and the headers);
+    its live streams end when ``stopping`` is set."""
+    stopping = Stopping() if stopping is None else stopping
     csrf = secrets.token_urlsafe(32)
 
     def api(
@@ -188,7 +215,8 @@ def create_app(source: Source) -> Starlette:
                 elif idle >= HEARTBEAT_SECONDS:
                     idle = 0.0
                     yield b": keep-alive\n\n"
-                await asyncio.sleep(pause)
+                if await stopping.within(pause):
+                    return
                 idle += pause
 
         return _event_stream(stream())
@@ -235,12 +263,12 @@ def create_app(source: Source) -> Starlette:
         session_id = check_id(request.path_params["session_id"])
         # A reconnect names the last event it had; a first connect, ?after=.
         resume = request.headers.get("last-event-id")
-        if resume is not None and resume.isdigit():
+        if resume is not None and resume.isascii() and resume.isdigit():
             after = min(int(resume), MAX_POSITION)
         else:
             after = _int(request, "after", 0) or 0
         log = await run_in_threadpool(source.async_log, tenant)
-        return _event_stream(_tail(log, session_id, after))
+        return _event_stream(_tail(log, session_id, after, stopping))
 
     @api
     async def write(request: Request) -> Response:
@@ -300,6 +328,7 @@ def create_app(source: Source) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stopping.bind()
         try:
             yield
         finally:
@@ -332,7 +361,7 @@ class _End:
     data: dict[str, Any]
 
 
-async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
+async def _tail(log: Any, session_id: str, after: int, stopping: Stopping) -> AsyncIterator[bytes]:
     """A session's events after ``after`` as SSE, then each one as it is
     committed; a truncate under the viewer is an ``truncated`` event, last."""
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
@@ -349,14 +378,22 @@ async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
             await queue.put(_End("error", {"error": str(exc)}))
 
     task = asyncio.ensure_future(pump())
+    # A stop ends the tail between writes, never in the middle of one.
+    stop = asyncio.ensure_future(stopping.event.wait())
+    get: asyncio.Future[Any] | None = None
     try:
         yield b"retry: 1000\n\n"
         while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), HEARTBEAT_SECONDS)
-            except asyncio.TimeoutError:
+            get = asyncio.ensure_future(queue.get())
+            await asyncio.wait(
+                {get, stop}, timeout=HEARTBEAT_SECONDS, return_when="FIRST_COMPLETED"
+            )
+            if not get.done():
+                if stop.done():
+                    return
                 yield b": keep-alive\n\n"
                 continue
+            item = get.result()
             # What else is queued goes out in the same write (a backlog, a
             # catch-up after a reconnect): one chunk, not one per event.
             chunk = []
@@ -371,11 +408,13 @@ async def _tail(log: Any, session_id: str, after: int) -> AsyncIterator[bytes]:
                 yield _sse(item.kind, orjson.dumps(item.data))
                 return
     finally:
-        task.cancel()
+        for pending in (task, stop, get):
+            if pending is not None:
+                pending.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
 
 
-def guarded_app(source: Source, *, token: str | None) -> Guard:
+def guarded_app(source: Source, *, token: str | None, stopping: Stopping | None = None) -> Guard:
     """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`."""
-    return Guard(create_app(source), token=token)
+    return Guard(create_app(source, stopping), token=token)
