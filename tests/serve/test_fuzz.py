@@ -13,9 +13,10 @@ pytest.importorskip("httpx")  # Starlette's test client
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from starlette.routing import Route  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
-from agentlog.serve import guarded_app  # noqa: E402
+from agentlog.serve import create_app, guarded_app  # noqa: E402
 from agentlog.serve.openapi import openapi_document  # noqa: E402
 
 from .conftest import Store  # noqa: E402
@@ -97,3 +98,16 @@ def test_no_request_the_document_describes_is_a_500(sqlite_store: Store) -> None
                 assert reply.headers["x-content-type-options"] == "nosniff"
 
         check()
+
+
+def test_the_document_names_every_api_route(sqlite_store: Store) -> None:
+    # Other tools read the API by its document: a route left out of it is
+    # one they cannot find (and one the fuzzing above never reaches).
+    app = create_app(sqlite_store.source())
+    served = {
+        route.path.replace("{action:str}", "{action}")
+        for route in app.routes
+        if isinstance(route, Route) and route.path.startswith("/api/")
+    }
+    documented = set(openapi_document()["paths"])
+    assert served - {"/api/openapi.json"} == documented

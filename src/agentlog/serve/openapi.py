@@ -48,14 +48,19 @@ _SEQ = {"type": "integer", "minimum": 0, "maximum": MAX_POSITION}
 _SESSION = _path("session_id", "the session id")
 
 
-def _get(summary: str, params: list[dict[str, Any]], ok: dict[str, Any] = _JSON_OBJECT) -> Any:
-    return {
-        "get": {
-            "summary": summary,
-            "parameters": params,
-            "responses": {"200": {"description": "found", **ok}, "400": _ERROR, "404": _ERROR},
-        }
-    }
+def _get(
+    summary: str,
+    params: list[dict[str, Any]],
+    ok: dict[str, Any] = _JSON_OBJECT,
+    *,
+    missing: bool = True,
+) -> Any:
+    """A GET; ``missing=False`` where an unknown name is not a 404 (a session
+    that does not exist yet has no events, and its tail waits for them)."""
+    responses: dict[str, Any] = {"200": {"description": "found", **ok}, "400": _ERROR}
+    if missing:
+        responses["404"] = _ERROR
+    return {"get": {"summary": summary, "parameters": params, "responses": responses}}
 
 
 def openapi_document() -> dict[str, Any]:
@@ -78,6 +83,13 @@ def openapi_document() -> dict[str, Any]:
                 ),
             ],
         ),
+        "/api/sessions/stream": _get(
+            "the live sessions list: Server-Sent Events, each a ``sessions`` event holding"
+            " the first page (as /api/sessions gives it) whenever it changes",
+            [_TENANT, _LIMIT, _query("q", {"type": "string"}, "as for /api/sessions")],
+            _SSE,
+            missing=False,
+        ),
         "/api/sessions/{session_id}": _get("a session's head and metadata", [_SESSION, _TENANT]),
         "/api/sessions/{session_id}/events": _get(
             "a page of a session's events (default: its last page)",
@@ -88,12 +100,14 @@ def openapi_document() -> dict[str, Any]:
                 _query("after", _SEQ, "the events after this seq"),
                 _query("before", {**_SEQ, "minimum": 1}, "the events before this seq"),
             ],
+            missing=False,
         ),
         "/api/sessions/{session_id}/tail": _get(
             "the live tail: Server-Sent Events, one per event (its id the seq); "
             "Last-Event-ID resumes after it",
             [_SESSION, _TENANT, _query("after", _SEQ, "start after this seq")],
             _SSE,
+            missing=False,
         ),
         "/api/sessions/{session_id}/lineage": _get(
             "the fork tree: where the session was forked from (origin, and the chain of "
