@@ -87,20 +87,29 @@ def test_command_line_mistakes_are_one_line(tmp_path: Path, sqlite_store: Store)
     assert not (tmp_path / "missing.db").exists()
 
 
-def test_the_command_serves_until_stopped(sqlite_store: Store) -> None:
-    sqlite_store.writer().append("s", [{"type": "user", "content": "hi"}])
+def _serving(store: Store) -> tuple[subprocess.Popen[str], int]:
+    """``agentlog serve`` of ``store`` on a free port, and that port."""
+    store.writer().append("s", [{"type": "user", "content": "hi"}])
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentlog", "serve", sqlite_store.location, "--port", "0"],
+        [sys.executable, "-m", "agentlog", "serve", store.location, "--port", "0"],
         stderr=subprocess.PIPE,
         text=True,
         env=child_env(),
     )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    found = re.search(r"at http://127\.0\.0\.1:(\d+)/ ", line)
+    if not found:
+        process.kill()
+        process.wait(30)
+        raise AssertionError(line)
+    return process, int(found.group(1))
+
+
+def test_the_command_serves_until_stopped(sqlite_store: Store) -> None:
+    process, port = _serving(sqlite_store)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        found = re.search(r"at (http://127\.0\.0\.1:\d+/) ", line)
-        assert found, line
-        sessions = get_json(found.group(1) + "api/sessions")["sessions"]
+        sessions = get_json(f"http://127.0.0.1:{port}/api/sessions")["sessions"]
         assert [s["id"] for s in sessions] == ["s"]
     finally:
         process.terminate()
@@ -110,19 +119,9 @@ def test_the_command_serves_until_stopped(sqlite_store: Store) -> None:
 def test_ctrl_c_with_live_streams_open_stops_quietly(sqlite_store: Store) -> None:
     # Every open page holds a live stream: a stop must end them, not leave
     # uvicorn to cancel them and log the cancellation as an error.
-    sqlite_store.writer().append("s", [{"type": "user", "content": "hi"}])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agentlog", "serve", sqlite_store.location, "--port", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+    process, port = _serving(sqlite_store)
     streams: list[socket.socket] = []
     try:
-        assert process.stderr is not None
-        found = re.search(r"at http://127\.0\.0\.1:(\d+)/ ", process.stderr.readline())
-        assert found
-        port = int(found.group(1))
         for path in ["/api/sessions/stream", "/api/sessions/s/tail"]:
             stream = socket.create_connection(("127.0.0.1", port), timeout=30)
             stream.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
@@ -130,6 +129,7 @@ def test_ctrl_c_with_live_streams_open_stops_quietly(sqlite_store: Store) -> Non
             streams.append(stream)
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 130
+        assert process.stderr is not None
         rest = process.stderr.read()
         assert "Traceback" not in rest and "ERROR" not in rest, rest
     finally:
