@@ -4,6 +4,7 @@ paged from the end, the live tail (with Last-Event-ID), and read-only."""
 from __future__ import annotations
 
 import base64
+import http.client
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from agentlog.serve import app as app_module
 from agentlog.serve import source as source_module
 
 from ..conftest import child_env
@@ -345,3 +347,35 @@ def test_health_reports_engine_check_and_stats(store: Store, serve: Callable[...
         assert deep["stats"] is None
     else:
         assert deep["stats"]["sessions"] == 1
+
+
+def test_an_idle_tail_loses_nothing_after_its_heartbeats(
+    sqlite_store: Store, serve: Callable[..., Viewer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(app_module, "HEARTBEAT_SECONDS", 0.05)
+    log = sqlite_store.writer()
+    log.append("s", [{"type": "user", "content": "0"}])
+    viewer = serve(sqlite_store.source())
+    connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
+    connection.request("GET", "/api/sessions/s/tail?after=1")
+    response = connection.getresponse()
+    try:
+        assert response.status == 200
+        beats = 0
+        while beats < 3:  # idle: only heartbeats come
+            line = response.fp.readline()
+            assert line, "the tail ended"
+            beats += line.startswith(b": keep-alive")
+        log.append("s", [{"type": "user", "content": str(n)} for n in (1, 2, 3)])
+        seqs: list[int] = []
+        beats = 0
+        while len(seqs) < 3:
+            line = response.fp.readline()
+            assert line, "the tail ended"
+            beats += line.startswith(b": keep-alive")
+            assert beats < 400, f"only {seqs} came in 20 s of heartbeats"
+            if line.startswith(b"id: "):
+                seqs.append(int(line[4:]))
+        assert seqs == [2, 3, 4]
+    finally:
+        connection.close()

@@ -384,7 +384,10 @@ async def _tail(log: Any, session_id: str, after: int, stopping: Stopping) -> As
     try:
         yield b"retry: 1000\n\n"
         while True:
-            get = asyncio.ensure_future(queue.get())
+            # One getter at a time, kept across heartbeats: a getter left
+            # waiting would take the next event and drop it.
+            if get is None or get.done():
+                get = asyncio.ensure_future(queue.get())
             await asyncio.wait(
                 {get, stop}, timeout=HEARTBEAT_SECONDS, return_when="FIRST_COMPLETED"
             )
