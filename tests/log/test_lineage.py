@@ -151,6 +151,30 @@ def test_a_version_5_postgres_store_is_brought_forward(
         assert row[0] == PG_VERSION
 
 
+def test_a_version_5_postgres_store_read_only_has_no_lineage(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    # What agentlog serve opens by default: nothing is brought forward, and a
+    # store without the lineage table reads as one with no lineage.
+    import psycopg
+
+    from agentlog import PostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(postgres_server, schema=schema) as log:
+        log.append("old", [EVENT])
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE {schema}.fork_origins")  # what version 6 adds
+        conn.execute(f"UPDATE {schema}.agentlog_version SET version = 5")
+    with PostgresCheckpointer(postgres_server, schema=schema, read_only=True) as log:
+        assert log.lineage("old") is None
+        assert log.forks("old") == []
+        assert [e.seq for e in log.read("old")] == [1]
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        row: Any = conn.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
+        assert row[0] == 5
+
+
 def test_postgres_idle_retention_deletes_a_fork_with_its_record(
     postgres_server: str, tmp_path: Path
 ) -> None:

@@ -271,6 +271,10 @@ class Statements:
         self.insert_fork_origin = (
             f"INSERT INTO {origins} (tenant, session, source, seq) VALUES (%s, %s, %s, %s)"
         )
+        #: Whether the table exists: a store before version 6, opened
+        #: read-only (so not brought forward), has none.
+        self.fork_origins_table = origins
+        self.has_fork_origins = "SELECT to_regclass(%s) IS NOT NULL"
         self.fork_origin = f"SELECT source, seq FROM {origins} {one}"
         #: ``(tenant, source)``: its forks, ``(session, seq)``, from the index on source.
         self.forks_of = f"SELECT session, seq FROM {origins} {tenant} source = %s"
