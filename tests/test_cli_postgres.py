@@ -259,6 +259,19 @@ def test_an_unreachable_server_is_one_line_without_the_password() -> None:
     assert "?password=***" in line, line
 
 
+def test_a_migration_source_url_is_one_line_without_its_password(tmp_path: Path) -> None:
+    # libpq quotes a URL's contents in some errors (here, a bad %-escape in
+    # the password itself); the source's password is hidden as the target's is.
+    for password in (quote(PASSWORD, safe=""), "p%zzsecret"):
+        url = f"postgresql://agent:{password}@127.0.0.1:1/agents"
+        run = agentlog_run("migrate", url, str(tmp_path / "out.db"))
+        line = refused(run)
+        assert password not in run.stdout + run.stderr, line
+        assert PASSWORD not in run.stdout + run.stderr, line
+        assert line.startswith("agentlog migrate: error: "), line
+    assert not (tmp_path / "out.db").exists()
+
+
 def test_a_wrong_password_is_one_line_without_it(postgres_server: str, tmp_path: Path) -> None:
     """A role that logs in with a password (scram-sha-256 for it alone, in pg_hba.conf)."""
     role = "cli_pw_" + postgres_schema(tmp_path)[2:12]

@@ -27,7 +27,7 @@ def _run(argv: list[str]) -> None:
     if argv[:1] == ["bench"]:
         bench(argv[1:])
         return
-    prog, store, named = "agentlog", None, True
+    prog, store, source, named = "agentlog", None, None, True
     try:
         if argv[:1] == ["_demo-resume"] and len(argv) == 3:
             # The demo's second process: internal, so not a listed command.
@@ -40,15 +40,17 @@ def _run(argv: list[str]) -> None:
             raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see: {prog} --help)")
         # The store a message may name (migrate's is its target): its password hidden.
         store = getattr(args, "store", None) or getattr(args, "target", None)
+        # Migrate's source may be a PostgreSQL URL too, quoted by libpq's errors.
+        source = getattr(args, "source", None)
         named = args.command != "migrate"  # its errors name the source or the target
         prog = f"agentlog {args.command}"
         args.func(args)
     except UsageError as exc:
-        fail(exc.prog or prog, scrub(str(exc), store))
+        fail(exc.prog or prog, scrub(scrub(str(exc), store), source))
     except (AgentlogError, ValueError, OSError) as exc:  # typed errors, bad arguments, I/O
         if isinstance(exc, BrokenPipeError):
             raise
-        message = scrub(str(exc) or type(exc).__name__, store)
+        message = scrub(scrub(str(exc) or type(exc).__name__, store), source)
         where = shown(store) if store and named else None
         if where and where not in message and not isinstance(exc, ValueError):
             message = f"{where}: {message}"  # say which store, when the error does not
