@@ -102,3 +102,21 @@ def test_fork_at_this_event_records_lineage(
 def test_the_openapi_document_lists_the_lineage_path() -> None:
     paths = openapi_document()["paths"]
     assert "get" in paths["/api/sessions/{session_id}/lineage"]
+
+
+def test_an_empty_fork_is_in_the_tree_and_has_its_own(
+    store: Store, serve: Callable[..., Viewer]
+) -> None:
+    # A fork at seq 0 holds no event (and, on a file store, no revision):
+    # its recorded origin is what says it exists.
+    log = store.writer()
+    log.append("trunk", EVENTS)
+    log.fork("trunk", 0, "empty")
+    viewer = serve(store.source())
+    empty = _tree(viewer, "empty")
+    assert empty["exists"] is True and empty["head"] == 0
+    assert empty["origin"]["session_id"] == "trunk" and empty["origin"]["seq"] == 0
+    trunk = _tree(viewer, "trunk")
+    assert [(n["session_id"], n["seq"], n["exists"]) for n in trunk["forks"]] == [
+        ("empty", 0, True)
+    ]

@@ -26,7 +26,11 @@ def _node(log: BaseCheckpointer, session_id: str, seq: int | None) -> dict[str, 
     """A session of the tree, with the seq of its parent there that it was
     forked at (None for the oldest ancestor)."""
     head = log.head(session_id)
-    exists = head > 0 or log.metadata(session_id).revision > 0
+    # An empty session with no metadata still exists when it is a recorded
+    # fork (a fork at seq 0 of a file store has neither head nor revision).
+    exists = (
+        head > 0 or log.metadata(session_id).revision > 0 or log.lineage(session_id) is not None
+    )
     return {"session_id": session_id, "seq": seq, "head": head, "exists": exists}
 
 
