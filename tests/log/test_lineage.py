@@ -187,3 +187,45 @@ def test_postgres_idle_retention_deletes_a_fork_with_its_record(
         log.append("copy", [EVENT])
         assert log.lineage("copy") is None
         assert log.forks("src") == []
+
+
+def test_a_record_an_older_version_left_behind_is_taken_by_the_next_fork(
+    tmp_path: Path, engine: str
+) -> None:
+    # A process of version 11, still running after another upgraded the
+    # file, deletes a fork without its record; SQLite then gives the next
+    # session the same sid, whose fork must take the row over.
+    db = tmp_path / "s.db"
+    with SqliteCheckpointer(db, engine=engine) as log:
+        log.append("src", [EVENT])
+        log.fork("src", 1, "gone")
+    conn = sqlite3.connect(db)
+    with conn:
+        (sid,) = conn.execute("SELECT sid FROM sessions WHERE name = 'gone'").fetchone()
+        conn.execute("DELETE FROM events WHERE id > ? AND id <= ?", (sid << 32, (sid + 1) << 32))
+        conn.execute("DELETE FROM sessions WHERE sid = ?", (sid,))
+    conn.close()
+    with SqliteCheckpointer(db, engine=engine) as log:
+        log.append("src", [EVENT])
+        log.fork("src", 2, "next")
+        assert log.lineage("next") == ForkOrigin("src", 2)
+        assert log.forks("src") == [Fork("next", 2)]
+
+
+def test_a_postgres_record_an_older_version_left_behind_is_replaced(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    from agentlog import PostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(postgres_server, schema=schema) as log:
+        log.append("src", [EVENT, EVENT])
+        log.fork("src", 1, "again")
+    with psycopg.connect(postgres_server, autocommit=True) as conn:  # a version-5 delete
+        conn.execute(f"DELETE FROM {schema}.events WHERE session = 'again'")
+        conn.execute(f"DELETE FROM {schema}.sessions WHERE name = 'again'")
+    with PostgresCheckpointer(postgres_server, schema=schema) as log:
+        log.fork("src", 2, "again")
+        assert log.lineage("again") == ForkOrigin("src", 2)

@@ -57,7 +57,11 @@ DELETE_APPEND_KEYS_AFTER = "DELETE FROM append_keys WHERE sid = ? AND head > ?"
 # -- fork lineage --------------------------------------------------------------------
 
 #: ``(sid, tenant, source name, seq)``: a fork's origin, in the fork's write.
-INSERT_FORK_ORIGIN = "INSERT INTO fork_origins (sid, tenant, source, seq) VALUES (?, ?, ?, ?)"
+# OR REPLACE: a row a process of an older version left behind when it
+# deleted the fork (it knows no fork_origins) is the new fork's to take.
+INSERT_FORK_ORIGIN = (
+    "INSERT OR REPLACE INTO fork_origins (sid, tenant, source, seq) VALUES (?, ?, ?, ?)"
+)
 DELETE_FORK_ORIGIN = "DELETE FROM fork_origins WHERE sid = ?"
 FORK_ORIGIN = (
     "SELECT f.source, f.seq FROM sessions s JOIN fork_origins f ON f.sid = s.sid"

@@ -267,9 +267,12 @@ class Statements:
         """Fork lineage (schema version 6): a fork's origin, its source's forks."""
         origins = f"{s}.fork_origins"
         one, tenant = "WHERE tenant = %s AND session = %s", "WHERE tenant = %s AND"
-        #: ``(tenant, fork, source, seq)``, in the fork's transaction.
+        #: ``(tenant, fork, source, seq)``, in the fork's transaction; a row a
+        #: process of an older version left behind at a delete is replaced.
         self.insert_fork_origin = (
             f"INSERT INTO {origins} (tenant, session, source, seq) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (tenant, session) DO UPDATE"
+            " SET source = EXCLUDED.source, seq = EXCLUDED.seq"
         )
         #: Whether the table exists: a store before version 6, opened
         #: read-only (so not brought forward), has none.
