@@ -157,6 +157,24 @@ def test_a_changed_file_line_is_an_error_not_bytes(tmp_path: Path) -> None:
             assert "checksum mismatch" in str(error)
 
 
+def test_a_file_line_without_a_checksum_gives_its_event_whatever_its_key_order(
+    tmp_path: Path,
+) -> None:
+    # A line written before checksums, or by hand: nothing vouches for a slice
+    # of it, so its event is encoded from what the line decodes to.
+    directory = tmp_path / "files"
+    with FileCheckpointer(directory) as cp:
+        cp.append("s", [{"type": "user", "content": f"m {i}"} for i in range(1, 4)])
+    path = directory / session_file_name("s")
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = b'{"event":{"type":"user","content":"by hand"},"seq":2,"end":2,"ts":1.5}'
+    path.write_bytes(b"\n".join(lines))
+    with FileCheckpointer(directory, read_only=True) as cp:
+        raw = list(cp.read_json("s"))
+        assert [orjson.loads(e.json) for e in raw] == [e.event for e in cp.read("s")]
+        assert orjson.loads(raw[1].json) == {"type": "user", "content": "by hand"}
+
+
 def test_a_changed_postgres_payload_is_an_error_not_bytes(
     tmp_path: Path, postgres_server: str
 ) -> None:
