@@ -16,7 +16,7 @@ from agentlog import CorruptDatabaseError, FileCheckpointer, Fork, ForkOrigin, S
 from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.engine.schema import SCHEMA_VERSION
 
-from ..conftest import postgres_schema
+from ..conftest import postgres_schema, require_engine
 from ..engine.test_schema import digest, make_old_file
 
 EVENT = {"type": "user", "content": "hi"}
@@ -56,7 +56,7 @@ def test_an_older_file_opened_read_only_has_no_lineage_and_is_left_as_it_is(
 
 
 def test_both_engines_read_each_other_s_lineage(tmp_path: Path) -> None:
-    pytest.importorskip("agentlog.engine.cengine")
+    require_engine("c")  # (a skip where it is turned off, as in the pure pass)
     db = tmp_path / "shared.db"
     with SqliteCheckpointer(db, engine="c") as log:
         log.append("src", [EVENT, EVENT])
