@@ -467,16 +467,9 @@ def fork(
     return at_seq
 
 
-def _records_lineage(q: Statements) -> Operation[bool]:
-    """Whether the store has its lineage table: one before version 6 opened
-    read-only has none, and so no lineage (as an older SQLite file)."""
-    row = yield from fetch_one(q.has_fork_origins, (q.fork_origins_table,))
-    return bool(row is not None and row[0])
-
-
 def fork_origin(q: Statements, tenant: str, name: str) -> Operation[tuple[str, int] | None]:
     """``(source, seq)`` the session was forked from, or None (no record)."""
-    if not (yield from _records_lineage(q)):
+    if not q.records_lineage:  # a read-only store before version 6, as an older SQLite file
         return None
     row = yield from fetch_one(q.fork_origin, (tenant, name))
     return None if row is None else (str(row[0]), int(row[1]))
@@ -484,7 +477,7 @@ def fork_origin(q: Statements, tenant: str, name: str) -> Operation[tuple[str, i
 
 def forks_of(q: Statements, tenant: str, name: str) -> Operation[list[tuple[str, int]]]:
     """``(fork, seq)`` of the sessions whose recorded source is ``name``."""
-    if not (yield from _records_lineage(q)):
+    if not q.records_lineage:
         return []
     rows = yield from fetch_all(q.forks_of, (tenant, name))
     return [(str(fork), int(seq)) for fork, seq in rows]

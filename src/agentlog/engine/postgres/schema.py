@@ -38,6 +38,7 @@ from .protocol import Operation, execute, fetch_all, fetch_one
 __all__ = [
     "CHECKSUM_VERSION",
     "DEFAULT_SCHEMA",
+    "LINEAGE_VERSION",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "check_schema_name",
@@ -55,6 +56,9 @@ SCHEMA_VERSION = 6
 
 #: The version from which events carry ``crc``.
 CHECKSUM_VERSION = 4
+#: The version that added ``fork_origins`` (a read-only open of an older
+#: store has no lineage to read).
+LINEAGE_VERSION = 6
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}\Z")
 
@@ -277,13 +281,14 @@ def migrate(schema: str) -> Operation[None]:
     yield from execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
 
 
-def open_store(schema: str, *, create: bool, read_only: bool) -> Operation[None]:
+def open_store(schema: str, *, create: bool, read_only: bool) -> Operation[int]:
     """Opening a store (run in one transaction): create or migrate it, or, with
     ``create=False`` or ``read_only``, refuse a schema without one
-    (:class:`StorageNotFoundError`); ``read_only`` changes nothing."""
+    (:class:`StorageNotFoundError`); ``read_only`` changes nothing. Returns
+    the version the store is at once opened (an older one only read-only)."""
     if create and not read_only:
         yield from migrate(schema)
-        return
+        return SCHEMA_VERSION
     version = yield from schema_version(schema)
     if version == 0:
         raise StorageNotFoundError(
@@ -293,3 +298,5 @@ def open_store(schema: str, *, create: bool, read_only: bool) -> Operation[None]
         raise _newer(schema, version)
     if not read_only:
         yield from migrate(schema)
+        return SCHEMA_VERSION
+    return version

@@ -274,10 +274,9 @@ class Statements:
             " ON CONFLICT (tenant, session) DO UPDATE"
             " SET source = EXCLUDED.source, seq = EXCLUDED.seq"
         )
-        #: Whether the table exists: a store before version 6, opened
-        #: read-only (so not brought forward), has none.
-        self.fork_origins_table = origins
-        self.has_fork_origins = "SELECT to_regclass(%s) IS NOT NULL"
+        #: False for a store opened read-only before version 6 (the driver
+        #: says so at open): it has no lineage table, so no lineage.
+        self.records_lineage = True
         self.fork_origin = f"SELECT source, seq FROM {origins} {one}"
         #: ``(tenant, source)``: its forks, ``(session, seq)``, from the index on source.
         self.forks_of = f"SELECT session, seq FROM {origins} {tenant} source = %s"

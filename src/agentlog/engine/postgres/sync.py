@@ -25,7 +25,13 @@ from .connect import (
 from .deadline import Deadlines
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
-from .schema import DEFAULT_SCHEMA, check_schema_name, open_store, schema_version
+from .schema import (
+    DEFAULT_SCHEMA,
+    LINEAGE_VERSION,
+    check_schema_name,
+    open_store,
+    schema_version,
+)
 from .statements import Statements
 
 __all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
@@ -177,7 +183,7 @@ class PostgresDatabase:
                 self._pool.connection() as conn,
                 conn.transaction(),
             ):
-                drive(conn, opening)
+                self._opened_at(drive(conn, opening))
             return
         if not isinstance(target, str):
             raise TypeError(
@@ -211,10 +217,15 @@ class PostgresDatabase:
                 psycopg.connect(target, **self.connect_kwargs) as conn,
                 conn.transaction(),
             ):
-                drive(conn, opening)
+                self._opened_at(drive(conn, opening))
         except BaseException:
             self.close()
             raise
+
+    def _opened_at(self, version: int) -> None:
+        # A store opened read-only stays at its version: one before 6 has no
+        # lineage table, and its lineage reads find none rather than fail.
+        self.q.records_lineage = version >= LINEAGE_VERSION
 
     def check_writable(self, what: str) -> None:
         """Refuse a write to a store opened ``read_only``."""
