@@ -127,13 +127,12 @@ def test_the_async_twin_and_the_handles_read_lineage(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_version_5_postgres_store_is_brought_forward(
-    postgres_server: str, tmp_path: Path
-) -> None:
+def _version_5_store(postgres_server: str, tmp_path: Path) -> str:
+    """The schema of a PostgreSQL store made as version 5 wrote it (one
+    session, "old"): version 6's lineage table dropped, the version set back."""
     import psycopg
 
     from agentlog import PostgresCheckpointer
-    from agentlog.engine.postgres.schema import SCHEMA_VERSION as PG_VERSION
 
     schema = postgres_schema(tmp_path)
     with PostgresCheckpointer(postgres_server, schema=schema) as log:
@@ -141,14 +140,30 @@ def test_a_version_5_postgres_store_is_brought_forward(
     with psycopg.connect(postgres_server, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {schema}.fork_origins")  # what version 6 adds
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 5")
+    return schema
+
+
+def _version_of(postgres_server: str, schema: str) -> int:
+    import psycopg
+
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        row: Any = conn.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
+        return int(row[0])
+
+
+def test_a_version_5_postgres_store_is_brought_forward(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    from agentlog import PostgresCheckpointer
+    from agentlog.engine.postgres.schema import SCHEMA_VERSION as PG_VERSION
+
+    schema = _version_5_store(postgres_server, tmp_path)
     with PostgresCheckpointer(postgres_server, schema=schema) as log:
         assert log.lineage("old") is None
         log.fork("old", 1, "new")
         assert log.lineage("new") == ForkOrigin("old", 1)
         assert log.forks("old") == [Fork("new", 1)]
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        row: Any = conn.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
-        assert row[0] == PG_VERSION
+    assert _version_of(postgres_server, schema) == PG_VERSION
 
 
 def test_a_version_5_postgres_store_read_only_has_no_lineage(
@@ -156,23 +171,14 @@ def test_a_version_5_postgres_store_read_only_has_no_lineage(
 ) -> None:
     # What agentlog serve opens by default: nothing is brought forward, and a
     # store without the lineage table reads as one with no lineage.
-    import psycopg
-
     from agentlog import PostgresCheckpointer
 
-    schema = postgres_schema(tmp_path)
-    with PostgresCheckpointer(postgres_server, schema=schema) as log:
-        log.append("old", [EVENT])
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE {schema}.fork_origins")  # what version 6 adds
-        conn.execute(f"UPDATE {schema}.agentlog_version SET version = 5")
+    schema = _version_5_store(postgres_server, tmp_path)
     with PostgresCheckpointer(postgres_server, schema=schema, read_only=True) as log:
         assert log.lineage("old") is None
         assert log.forks("old") == []
         assert [e.seq for e in log.read("old")] == [1]
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        row: Any = conn.execute(f"SELECT version FROM {schema}.agentlog_version").fetchone()
-        assert row[0] == 5
+    assert _version_of(postgres_server, schema) == 5
 
 
 def test_postgres_idle_retention_deletes_a_fork_with_its_record(
