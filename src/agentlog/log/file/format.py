@@ -381,7 +381,7 @@ def raw_page(session_id: str, path: Path, since_seq: int, data: bytes) -> list[R
             # A line's crc vouches for the slice; a line without one (written
             # before checksums, or by hand, its keys in any order) is encoded.
             line[find(line, _EVENT_KEY, 20) + 8 : -1]
-            if "crc" in record
+            if record.get("crc") is not None
             else orjson.dumps(record["event"]),
         )
         for seq, (record, line) in enumerate(zip(records, lines, strict=True), since_seq + 1)
