@@ -81,9 +81,10 @@ def shown(location: str) -> str:
     return f"{scheme}://{authority}{_URL_PASSWORD.sub(_hide, tail)}"
 
 
-def scrub(message: str, location: str | None) -> str:
-    """``message`` with any password of ``location`` in it replaced by ``***``."""
-    if location:
-        for secret in _passwords(location):
-            message = message.replace(secret, "***")
+def scrub(message: str, *locations: str | None) -> str:
+    """``message`` with any password of ``locations`` in it replaced by ``***``."""
+    for location in locations:
+        if location:
+            for secret in _passwords(location):
+                message = message.replace(secret, "***")
     return message

@@ -46,11 +46,11 @@ def _run(argv: list[str]) -> None:
         prog = f"agentlog {args.command}"
         args.func(args)
     except UsageError as exc:
-        fail(exc.prog or prog, scrub(scrub(str(exc), store), source))
+        fail(exc.prog or prog, scrub(str(exc), store, source))
     except (AgentlogError, ValueError, OSError) as exc:  # typed errors, bad arguments, I/O
         if isinstance(exc, BrokenPipeError):
             raise
-        message = scrub(scrub(str(exc) or type(exc).__name__, store), source)
+        message = scrub(str(exc) or type(exc).__name__, store, source)
         where = shown(store) if store and named else None
         if where and where not in message and not isinstance(exc, ValueError):
             message = f"{where}: {message}"  # say which store, when the error does not
