@@ -57,10 +57,16 @@ def _cells(page: Any) -> list[list[str]]:
 
 
 def _tab(page: Any, name: str, key: str | None = None) -> None:
+    """Choose a tab (and a key), and wait until the page shows that view: the
+    rows of the tab before it are never read as this one's."""
+    from playwright.sync_api import expect
+
     page.click(f"button[data-view='{name}']")
     if key is not None:
         page.fill("#key", key)
         page.press("#key", "Enter")
+    shown = f"{name}:{key or ''}"
+    expect(page.locator("#store")).to_have_attribute("data-shown", shown)
 
 
 def test_the_stores_page_shows_each_store(
@@ -72,6 +78,7 @@ def test_the_stores_page_shows_each_store(
     from playwright.sync_api import expect
 
     page.goto(viewer.url + "/stores")
+    expect(page.locator("#store")).to_have_attribute("data-shown", "checkpoints:")
     expect(page.locator("#store tbody tr")).to_have_count(2)
     runs = {row[0]: row for row in _cells(page)}
     assert runs["run-1"][1:3] == ["interrupted", "s"]

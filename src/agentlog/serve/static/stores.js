@@ -71,13 +71,22 @@
 
   let current = AL.query().get("view") || "checkpoints";
   if (!views[current]) current = "checkpoints";
+  let latest = 0;
   async function render() {
+    // A slower answer for a tab left behind never paints over the one now chosen.
+    const mine = ++latest;
     const view = views[current];
+    const shown = current + ":" + input.value;
     input.placeholder = view.hint;
     input.hidden = !view.hint;
     for (const b of tabs.children) b.classList.toggle("on", b.dataset.view === current);
-    try { out.replaceChildren(await view.show(input.value)); }
-    catch (e) { out.replaceChildren(el("p", { class: "error" }, e.message)); }
+    delete out.dataset.shown;
+    let body;
+    try { body = await view.show(input.value); }
+    catch (e) { body = el("p", { class: "error" }, e.message); }
+    if (mine !== latest) return;
+    out.replaceChildren(body);
+    out.dataset.shown = shown;  // what is on the page, for a reader (and a test) to wait on
   }
   for (const name of Object.keys(views)) {
     tabs.append(el("button", { "data-view": name, onclick: () => { current = name; input.value = ""; render(); } }, name));
