@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import time
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 import agentlog.migrate.sources as migrate_sources
+import agentlog.migrate.targets as migrate_targets
 from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage, fold_events
 from agentlog.cli import main
 from agentlog.errors import SchemaVersionError
@@ -395,6 +397,32 @@ def test_a_target_in_a_missing_directory_is_refused_not_created(
     with pytest.raises(MigrationError, match="no such directory"):
         migrate(v1_source, target, dry_run=dry_run)
     assert not (tmp_path / "no-such-dir").exists()
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_a_backup_cut_short_is_not_left_behind(
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: bool
+) -> None:
+    """The target's copy fails (a full disk) after the source's was taken: the
+    half-made backup directory goes, the target is as it was, and a re-run works."""
+    target = tmp_path / "t.db"
+    with SqliteCheckpointer(target) as log:
+        log.append("other", [{"type": "user", "content": "x"}])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+
+    def full_disk(self: object, into: Path) -> None:
+        assert (into / "source").is_dir()  # the source's copy is made by now
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(migrate_targets.SqliteTarget, "backup", full_disk)
+    backup = {"backup_dir": tmp_path / "bk"} if named else {}
+    with pytest.raises(OSError, match="No space left"):
+        migrate(v1_source, target, **backup)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == digest
+    monkeypatch.undo()
+    assert migrate(v1_source, target, **backup).migrated == 2
 
 
 @pytest.mark.parametrize("inside", ["bk", "bk/deeper"])

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -174,8 +175,14 @@ def migrate(
         backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     else:
         backup = _new_backup_directory(dst, src)
-    copy = src.backup(backup / "source")
-    dst.backup(backup)
+    try:
+        copy = src.backup(backup / "source")
+        dst.backup(backup)
+    except BaseException:
+        # A backup cut short (a full disk, a lost server, Ctrl-C) is no backup:
+        # nothing half-made is left for a user to mistake for one.
+        shutil.rmtree(backup, ignore_errors=True)
+        raise
     report.backup = backup
     wanted = sys.stderr.isatty() if progress is None else progress
     show = progress_bar(sys.stderr, "sessions") if wanted else None
