@@ -249,7 +249,7 @@ def test_into_postgresql_resumes_as_on_sqlitesaver(
     saver_db: Path, tmp_path: Path, postgres_server: str
 ) -> None:
     url, schema = pg_target(postgres_server, tmp_path)
-    report = migrate(saver_db, url, schema=schema)
+    report = migrate(saver_db, url, schema=schema, backup_dir=tmp_path / "backup")
     assert report.migrated == len(report.sessions) >= 2 * len(THREADS)
     their_copy = tmp_path / "theirs.db"
     their_copy.write_bytes(saver_db.read_bytes())

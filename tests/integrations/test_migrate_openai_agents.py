@@ -218,7 +218,7 @@ def test_into_postgresql_reads_back_item_for_item(
     from ..test_migrate_postgres import pg_target
 
     url, schema = pg_target(postgres_server, tmp_path)
-    assert migrate(sdk_db, url, schema=schema).migrated == 3
+    assert migrate(sdk_db, url, schema=schema, backup_dir=tmp_path / "b").migrated == 3
 
     async def read() -> list[Any]:
         async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
