@@ -668,7 +668,6 @@ class AsyncPostgresStorage(AsyncStorage):
 
     def __init__(self, storage: PostgresStorage) -> None:
         super().__init__(storage)
-        self._postgres = storage
 
     @classmethod
     async def open(
