@@ -129,6 +129,9 @@ class AsyncPostgresCheckpointer(AsyncClosable):
       :class:`CheckpointerClosedError`.
     """
 
+    # The keywords of PostgresCheckpointer (and the engine's PostgresDatabase)
+    # again, each spelled out rather than **options: help(), the docs and mypy
+    # show callers every one with its default.
     def __init__(
         self,
         target: str | AsyncConnectionPool[Any],
@@ -397,6 +400,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 "reading the head", operations.head, self._tenant, session_id
             )
 
+    # The overloads again, as on AsyncBaseCheckpointer: a call on this class is
+    # typed (and its list() documented) by the class's own.
     @overload
     async def list(self) -> builtins.list[SessionInfo]: ...
 

@@ -93,6 +93,8 @@ class PostgresCheckpointer(BaseCheckpointer):
     never before: a pool's connections cannot cross into a child process.
     """
 
+    # PostgresDatabase's keywords again, spelled out rather than **options: help(),
+    # the docs and mypy show callers every one with its default.
     def __init__(
         self,
         target: str | ConnectionPool[Any],
