@@ -84,7 +84,7 @@ from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .handle import AsyncSession
 from .stores import AsyncStorage
-from .writer import off_loop
+from .writer import off_loop, outcome, settle
 
 __all__ = ["AsyncPostgresCheckpointer", "AsyncPostgresStorage"]
 
@@ -295,22 +295,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     async def _write_group(self, jobs: builtins.list[_Job]) -> None:
         """One append alone (one statement), or several in one transaction."""
-        ts = time.time()
-        results: builtins.list[int | Exception] = []
+        futures = [future for *_, future in jobs]
         try:
-            results = await self._write(jobs, ts)
+            results = await self._write(jobs, time.time())
         except Exception as exc:  # the whole group failed: each caller hears
-            for *_, future in jobs:
-                if not future.done():
-                    future.set_exception(exc)
+            settle([(future, None, exc) for future in futures])
             return
-        for (*_, future), result in zip(jobs, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        settle(
+            [(future, *outcome(result)) for future, result in zip(futures, results, strict=True)]
+        )
         self.write_groups += 1
         self._commit()
 
