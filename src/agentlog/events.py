@@ -502,6 +502,16 @@ def check_poll_interval(value: object) -> float:
     return seconds
 
 
+def idle_cutoff(idle_for: object) -> float:
+    """Retention's cut-off for ``delete_idle(idle_for)``: the time ``idle_for``
+    seconds (a number >= 0) ago, else ``TypeError`` / ``ValueError``."""
+    if isinstance(idle_for, bool) or not isinstance(idle_for, (int, float)):
+        raise TypeError("idle_for must be a number of seconds")
+    if not idle_for >= 0:
+        raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
+    return time.time() - idle_for
+
+
 def check_retained(
     session_id: str, what: str, point: int, first: int, oldest_snapshot: int | None
 ) -> None:

@@ -515,6 +515,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
                 del self._wakers[waker.loop]
                 waker.signal.unsubscribe(waker.on_commit)
 
+    # The overloads of contract.AsyncMetadataCheckpointer.list again: mypy types
+    # a call on this class (and the docs show its list()) by the class's own.
     @overload
     async def list(self) -> builtins.list[SessionInfo]: ...
 

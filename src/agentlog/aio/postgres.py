@@ -84,7 +84,7 @@ from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .handle import AsyncSession
 from .stores import AsyncStorage
-from .writer import off_loop
+from .writer import off_loop, outcome, settle
 
 __all__ = ["AsyncPostgresCheckpointer", "AsyncPostgresStorage"]
 
@@ -129,6 +129,9 @@ class AsyncPostgresCheckpointer(AsyncClosable):
       :class:`CheckpointerClosedError`.
     """
 
+    # The keywords of PostgresCheckpointer (and the engine's PostgresDatabase)
+    # again, each spelled out rather than **options: help(), the docs and mypy
+    # show callers every one with its default.
     def __init__(
         self,
         target: str | AsyncConnectionPool[Any],
@@ -292,22 +295,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     async def _write_group(self, jobs: builtins.list[_Job]) -> None:
         """One append alone (one statement), or several in one transaction."""
-        ts = time.time()
-        results: builtins.list[int | Exception] = []
+        futures = [future for *_, future in jobs]
         try:
-            results = await self._write(jobs, ts)
+            results = await self._write(jobs, time.time())
         except Exception as exc:  # the whole group failed: each caller hears
-            for *_, future in jobs:
-                if not future.done():
-                    future.set_exception(exc)
+            settle([(future, None, exc) for future in futures])
             return
-        for (*_, future), result in zip(jobs, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        settle(
+            [(future, *outcome(result)) for future, result in zip(futures, results, strict=True)]
+        )
         self.write_groups += 1
         self._commit()
 
@@ -397,6 +393,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 "reading the head", operations.head, self._tenant, session_id
             )
 
+    # The overloads again, as on AsyncBaseCheckpointer: a call on this class is
+    # typed (and its list() documented) by the class's own.
     @overload
     async def list(self) -> builtins.list[SessionInfo]: ...
 
@@ -668,7 +666,6 @@ class AsyncPostgresStorage(AsyncStorage):
 
     def __init__(self, storage: PostgresStorage) -> None:
         super().__init__(storage)
-        self._postgres = storage
 
     @classmethod
     async def open(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import threading
-import time
 from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
@@ -37,6 +36,7 @@ from ..events import (
     SessionListing,
     StoredEvent,
     check_identifier,
+    idle_cutoff,
 )
 from ..integrity import DamagedEvent, Progress, describe_damage, session_damage
 from .contract import BaseCheckpointer, PreparedAppend, listings
@@ -93,6 +93,8 @@ class PostgresCheckpointer(BaseCheckpointer):
     never before: a pool's connections cannot cross into a child process.
     """
 
+    # PostgresDatabase's keywords again, spelled out rather than **options: help(),
+    # the docs and mypy show callers every one with its default.
     def __init__(
         self,
         target: str | ConnectionPool[Any],
@@ -183,11 +185,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         appended to after the cut-off is kept.
         """
         self._check_open()
-        if isinstance(idle_for, bool) or not isinstance(idle_for, (int, float)):
-            raise TypeError("idle_for must be a number of seconds")
-        if not idle_for >= 0:
-            raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
-        before, batch, db = time.time() - idle_for, 100, self._db
+        before, batch, db = idle_cutoff(idle_for), 100, self._db
         deleted: builtins.list[str] = []
         while True:
             names = db.write(

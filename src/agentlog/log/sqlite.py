@@ -34,6 +34,7 @@ from ..events import (
     check_identifier,
     check_seq,
     check_session_id,
+    idle_cutoff,
 )
 from ..files import DEFAULT_FILE_MODE, check_file_mode
 from ..integrity import ChainReport, DamagedEvent, Progress, describe_damage
@@ -313,11 +314,7 @@ class SqliteCheckpointer(BaseCheckpointer):
         own transaction). Their space is reused by later writes.
         """
         self._check_open()
-        if isinstance(idle_for, bool) or not isinstance(idle_for, (int, float)):
-            raise TypeError("idle_for must be a number of seconds")
-        if not idle_for >= 0:
-            raise ValueError(f"idle_for must be >= 0, not {idle_for!r}")
-        deleted = self._engine.delete_idle(self._tenant, time.time() - idle_for)
+        deleted = self._engine.delete_idle(self._tenant, idle_cutoff(idle_for))
         if deleted:
             self._notify_commit()
         return deleted

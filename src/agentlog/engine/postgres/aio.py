@@ -66,6 +66,8 @@ async def drive_async(
 ) -> _T:
     """Await ``operation`` on ``conn`` (in whatever transaction ``conn`` is in);
     its result. ``binary``: every statement's results in binary."""
+    # sync.drive's loop, awaited: the one place the two drivers differ (as
+    # psycopg's own wait and wait_async do); the operations are written once.
     adapt(conn.adapters)
     try:
         step = next(operation)

@@ -142,6 +142,8 @@ class PostgresDatabase:
     (see :mod:`.deadline`).
     """
 
+    # The public checkpointers repeat these keywords (see log/postgres.py): each
+    # signature spelled out is what help(), the docs and mypy show its callers.
     def __init__(
         self,
         target: str | ConnectionPool[Any],
