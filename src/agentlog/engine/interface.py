@@ -89,6 +89,8 @@ class AppendCompletions(Protocol):
 class Database(Protocol):
     """An open agentlog database: what every role of an engine tells about it."""
 
+    # Properties, alike in shape: a protocol's plain attribute would ask every
+    # engine for a settable one.
     @property
     def name(self) -> str:
         """``"c"`` or ``"python"``."""
