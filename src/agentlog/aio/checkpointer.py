@@ -229,6 +229,8 @@ class AsyncBaseCheckpointer(AsyncClosable):
             return await self._write(read)
         return result
 
+    # The public signatures are AsyncCheckpointer's (aio/contract.py), spelled
+    # again as every implementation must; mypy checks that they agree.
     async def append(
         self,
         session_id: str,

@@ -21,7 +21,8 @@ class AsyncCheckpointer(Protocol):
     """
 
     # Every method's signature is the sync contract's, awaited: each
-    # implementation (and the BlockingFacade) spells it again, as it must.
+    # implementation spells it again, as it must (a Protocol lends no
+    # signature, and no async one can be derived from a sync one).
     async def append(
         self,
         session_id: str,

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import SchemaVersionError, StorageNotFoundError
 from ..files import DEFAULT_FILE_MODE, check_file_mode
-from .connections import DEFAULT_WAL_SIZE_LIMIT
+from .connections import DEFAULT_WAL_SIZE_LIMIT, EngineOptions
 from .interface import AppendCompletions, Connection, Engine, EngineFactory
 from .line_check import first_bad_crc_line
 from .pure import PyEngine
@@ -71,9 +71,9 @@ def engine_class(name: str | None = None) -> EngineFactory:
 
 
 # The engine options (synchronous … hash_chain) are spelled here, on
-# open_shared_engine, on EngineCore and on SqliteCheckpointer: each is a public
-# signature with its own defaults and documentation; one options object would
-# change four public signatures.
+# open_shared_engine and on SqliteCheckpointer: each is a public signature with
+# its own defaults and documentation, which one options object would change.
+# Below this point they travel as one EngineOptions.
 def open_engine(
     path: str | os.PathLike[str],
     *,
@@ -99,8 +99,7 @@ def open_engine(
     writer too; see :mod:`agentlog.integrity`).
     """
     location = _check_options(path, synchronous, busy_timeout_ms, wal_size_limit)
-    return engine_class(engine)(
-        location,
+    options = EngineOptions(
         synchronous=synchronous,
         busy_timeout_ms=max(0, busy_timeout_ms),
         integrity_check_on_open=bool(integrity_check_on_open),
@@ -110,6 +109,7 @@ def open_engine(
         immutable=bool(immutable),
         hash_chain=bool(hash_chain),
     )
+    return engine_class(engine)(location, options=options)
 
 
 def _check_options(

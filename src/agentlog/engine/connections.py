@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -40,6 +41,7 @@ __all__ = [
     "ConnectionT",
     "DriverConnection",
     "EngineCore",
+    "EngineOptions",
     "ReaderPool",
     "WriteLock",
     "refuse_undecodable",
@@ -216,6 +218,23 @@ def _reader_factory(engine: EngineCore[ConnectionT]) -> Callable[[], ConnectionT
     return connect
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine opens its file: the options of
+    :func:`~agentlog.engine.open_engine` (which documents them), as it checked
+    them. One object, so that an engine class and its factory protocol do not
+    spell the list again."""
+
+    synchronous: str = "normal"
+    busy_timeout_ms: int = 5000
+    integrity_check_on_open: bool = False
+    read_only: bool = False
+    wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT
+    file_mode: int = DEFAULT_FILE_MODE
+    immutable: bool = False
+    hash_chain: bool = False
+
+
 class EngineCore(Generic[ConnectionT]):
     """An engine's connections and transactions, less the driver and the operations.
 
@@ -224,34 +243,23 @@ class EngineCore(Generic[ConnectionT]):
 
     name: ClassVar[str] = "base"
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        synchronous: str = "normal",
-        busy_timeout_ms: int = 5000,
-        integrity_check_on_open: bool = False,
-        read_only: bool = False,
-        wal_size_limit: int = DEFAULT_WAL_SIZE_LIMIT,
-        file_mode: int = DEFAULT_FILE_MODE,
-        immutable: bool = False,
-        hash_chain: bool = False,
-    ) -> None:
+    def __init__(self, path: str, *, options: EngineOptions) -> None:
+        synchronous = options.synchronous
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
         self.path = path
-        self.read_only = bool(read_only)
+        self.read_only = bool(options.read_only)
         self.schema_version = 0
         # Whether appends link each event into its session's hash chain: asked
         # for here, or kept by the file since an earlier open asked (_prepare).
-        self.hash_chain = bool(hash_chain)
+        self.hash_chain = bool(options.hash_chain)
         self._memory = path == ":memory:"
         # A read of a file no process has open (no -wal, no -shm): SQLite
         # creates nothing beside it and takes no locks (read_only only).
-        self._immutable = bool(immutable) and self.read_only and not self._memory
-        self._busy_timeout_ms = max(0, int(busy_timeout_ms))
+        self._immutable = bool(options.immutable) and self.read_only and not self._memory
+        self._busy_timeout_ms = max(0, int(options.busy_timeout_ms))
         self.synchronous = synchronous
-        self.wal_size_limit = wal_size_limit
+        self.wal_size_limit = options.wal_size_limit
         self._commits_unlooked = 0
         # A read-only open of an older file: run on each connection first
         # (schema.read_only_shims), set once the file's version is known.
@@ -266,7 +274,9 @@ class EngineCore(Generic[ConnectionT]):
             _refuse_special_file(path)
         # A new file is created here, with file_mode (the owner's only unless
         # told otherwise); SQLite gives its -wal and -shm files the same mode.
-        created = not self._memory and not self.read_only and create_private_file(path, file_mode)
+        created = (
+            not self._memory and not self.read_only and create_private_file(path, options.file_mode)
+        )
         try:
             # Read-only opens need no query_only: the file itself is opened read-only.
             self._writer = self._connect(query_only=False)
@@ -277,7 +287,7 @@ class EngineCore(Generic[ConnectionT]):
         try:
             self._claim_file()
             with self._translating(f"cannot open {path!r}"):
-                self._prepare(synchronous, integrity_check_on_open)
+                self._prepare(synchronous, options.integrity_check_on_open)
         except BaseException as exc:
             self._release_file()
             self._writer.close()

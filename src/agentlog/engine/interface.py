@@ -15,10 +15,13 @@ a class. The docstrings here are the reference; the implementations' add how.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..events import AppendKey, EncodedBatch, RawEvent, StoredEvent
 from ..integrity import ChainReport, DamagedEvent, Progress
+
+if TYPE_CHECKING:
+    from .connections import EngineOptions
 
 __all__ = [
     "AppendCompletions",
@@ -86,6 +89,8 @@ class AppendCompletions(Protocol):
 class Database(Protocol):
     """An open agentlog database: what every role of an engine tells about it."""
 
+    # Properties, alike in shape: a protocol's plain attribute would ask every
+    # engine for a settable one.
     @property
     def name(self) -> str:
         """``"c"`` or ``"python"``."""
@@ -391,20 +396,8 @@ class EngineFactory(Protocol):
 
     name: str
 
-    def __call__(
-        self,
-        path: str,
-        *,
-        synchronous: str = "normal",
-        busy_timeout_ms: int = 5000,
-        integrity_check_on_open: bool = False,
-        read_only: bool = False,
-        wal_size_limit: int = ...,
-        file_mode: int = 0o600,
-        immutable: bool = False,
-        hash_chain: bool = False,
-    ) -> Engine:
-        """Open (creating and migrating forward, unless ``read_only``) ``path``."""
+    def __call__(self, path: str, *, options: EngineOptions) -> Engine:
+        """Open (creating and migrating forward, unless ``options.read_only``) ``path``."""
         ...
 
     def sqlite_info(self) -> dict[str, Any]:

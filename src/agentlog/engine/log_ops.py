@@ -10,6 +10,7 @@ pairs; pages leave as :class:`StoredEvent` objects. The hot paths
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import (
     CheckpointConflictError,
@@ -77,18 +78,11 @@ class LogOperations(EngineCore[ConnectionT]):
         self._check_open()
         return None
 
-    def queue_append(
-        self,
-        tenant: str,
-        name: str,
-        expected_head: int | None,
-        ts: float,
-        batch: EncodedBatch,
-        completions: AppendCompletions,
-    ) -> object:
-        """Queue an append for the writer thread (only where
-        :meth:`append_completions` gave a channel)."""
-        raise NotImplementedError
+    def queue_append(self, *args: Any, **kwargs: Any) -> object:
+        """Refused: this engine has no writer thread to queue an append to, so
+        :meth:`append_completions` gives no channel and nobody calls this (the
+        C twin's is the one that queues, with the protocol's arguments)."""
+        raise NotImplementedError(f"the {self.name} engine has no writer thread to queue to")
 
     def scan(self, tenant: str, name: str, since_seq: int, limit: int) -> list[StoredEvent]:
         """One page of events after ``since_seq``, at most ``limit`` of them."""

@@ -239,6 +239,9 @@ class BaseCheckpointer(Closable, ABC):
         return page
 
     # -- the contract -----------------------------------------------------------
+    # The public signatures (append's, list's overloads …) are the contract's
+    # (contract.py; awaited in agentlog.aio): a Protocol lends a class none, so
+    # they stand here again, and mypy checks that the two agree.
 
     def _check_open(self) -> None:
         if self._closed:

@@ -16,17 +16,17 @@ import atexit
 import builtins
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, overload
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
 from .. import events as E
-from ..activity import ActivityCursor, SessionPage
+from ..activity import SessionPage
 from ..aio import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
 from ..errors import CheckpointConflictError, CheckpointerClosedError
-from ..events import SessionEvent, SessionInfo, SessionListing, SessionMetadata, StoredEvent
+from ..events import SessionMetadata, StoredEvent
 from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
@@ -79,57 +79,65 @@ class BlockingFacade(Closable):
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    # The contract's signatures, spelled again (a facade cannot inherit them);
-    # the docstrings point at the contract's.
-    def append(
-        self,
-        session_id: str,
-        events: Iterable[SessionEvent],
-        expected_head: int | None = None,
-        *,
-        key: str | None = None,
-    ) -> int:
+    # Arguments pass through as given: the async backend is the one that must
+    # check them (a facade that read them would hide its mistakes), and the
+    # signatures are the contract's (agentlog.Checkpointer and its twins).
+    def append(self, *args: Any, **kwargs: Any) -> int:
         """See :meth:`agentlog.Checkpointer.append`."""
-        return self._run(self.target.append(session_id, events, expected_head, key=key))
+        return self._run(self.target.append(*args, **kwargs))
 
-    def read(
-        self, session_id: str, since_seq: int = 0, limit: int | None = None
-    ) -> Iterator[StoredEvent]:
+    def read(self, *args: Any, **kwargs: Any) -> Iterator[StoredEvent]:
         """See :meth:`agentlog.Checkpointer.read` (collected on the loop, then iterated)."""
 
         async def collect() -> builtins.list[StoredEvent]:
-            return [event async for event in self.target.read(session_id, since_seq, limit)]
+            return [event async for event in self.target.read(*args, **kwargs)]
 
         return iter(self._run(collect()))
 
-    def head(self, session_id: str) -> int:
+    def head(self, *args: Any, **kwargs: Any) -> int:
         """See :meth:`agentlog.Checkpointer.head`."""
-        return self._run(self.target.head(session_id))
+        return self._run(self.target.head(*args, **kwargs))
 
-    @overload
-    def list(self) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
-
-    def list(
-        self, *, with_metadata: bool = False
-    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+    def list(self, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`agentlog.BaseCheckpointer.list`."""
-        if with_metadata:
-            return self._run(self._with_metadata().list(with_metadata=True))
-        return self._run(self.target.list())
+        target = self._with_metadata() if kwargs.get("with_metadata") else self.target
+        return self._run(target.list(*args, **kwargs))
 
-    def list_page(self, limit: int = 50, *, after: ActivityCursor | None = None) -> SessionPage:
+    def list_page(self, *args: Any, **kwargs: Any) -> SessionPage:
         """See :meth:`agentlog.BaseCheckpointer.list_page`."""
         target: Any = self._with_metadata()
         if not callable(getattr(target, "list_page", None)):
             raise NotImplementedError(f"{type(target).__name__} does not list pages")
-        page: SessionPage = self._run(target.list_page(limit, after=after))
+        page: SessionPage = self._run(target.list_page(*args, **kwargs))
         return page
+
+    def metadata(self, *args: Any, **kwargs: Any) -> SessionMetadata:
+        """See :meth:`agentlog.log.MetadataCheckpointer.metadata`."""
+        return self._run(self._with_metadata().metadata(*args, **kwargs))
+
+    def set_metadata(self, *args: Any, **kwargs: Any) -> int:
+        """See :meth:`agentlog.log.MetadataCheckpointer.set_metadata`."""
+        return self._run(self._with_metadata().set_metadata(*args, **kwargs))
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        """See :meth:`agentlog.Checkpointer.delete`."""
+        self._run(self.target.delete(*args, **kwargs))
+
+    def truncate(self, *args: Any, **kwargs: Any) -> int:
+        """See :meth:`agentlog.Checkpointer.truncate`."""
+        return self._run(self.target.truncate(*args, **kwargs))
+
+    def fork(self, *args: Any, **kwargs: Any) -> int:
+        """See :meth:`agentlog.Checkpointer.fork`."""
+        return self._run(self.target.fork(*args, **kwargs))
+
+    def lineage(self, *args: Any, **kwargs: Any) -> E.ForkOrigin | None:
+        """See :meth:`agentlog.BaseCheckpointer.lineage`."""
+        return self._run(self._with_lineage().lineage(*args, **kwargs))
+
+    def forks(self, *args: Any, **kwargs: Any) -> builtins.list[E.Fork]:
+        """See :meth:`agentlog.BaseCheckpointer.forks`."""
+        return self._run(self._with_lineage().forks(*args, **kwargs))
 
     def _with_metadata(self) -> AsyncMetadataCheckpointer:
         target = self.target
@@ -137,40 +145,11 @@ class BlockingFacade(Closable):
             raise NotImplementedError(f"{type(target).__name__} does not store session metadata")
         return target
 
-    def metadata(self, session_id: str) -> SessionMetadata:
-        """See :meth:`agentlog.log.MetadataCheckpointer.metadata`."""
-        return self._run(self._with_metadata().metadata(session_id))
-
-    def set_metadata(self, session_id: str, value: Any, expected_revision: int) -> int:
-        """See :meth:`agentlog.log.MetadataCheckpointer.set_metadata`."""
-        target = self._with_metadata()
-        return self._run(target.set_metadata(session_id, value, expected_revision))
-
-    def delete(self, session_id: str) -> None:
-        """See :meth:`agentlog.Checkpointer.delete`."""
-        self._run(self.target.delete(session_id))
-
-    def truncate(self, session_id: str, to_seq: int) -> int:
-        """See :meth:`agentlog.Checkpointer.truncate`."""
-        return self._run(self.target.truncate(session_id, to_seq))
-
-    def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
-        """See :meth:`agentlog.Checkpointer.fork`."""
-        return self._run(self.target.fork(session_id, at_seq, new_session_id))
-
     def _with_lineage(self) -> AsyncLineageCheckpointer:
         target = self.target
         if not isinstance(target, AsyncLineageCheckpointer):
             raise NotImplementedError(f"{type(target).__name__} does not record fork lineage")
         return target
-
-    def lineage(self, session_id: str) -> E.ForkOrigin | None:
-        """See :meth:`agentlog.BaseCheckpointer.lineage`."""
-        return self._run(self._with_lineage().lineage(session_id))
-
-    def forks(self, session_id: str) -> builtins.list[E.Fork]:
-        """See :meth:`agentlog.BaseCheckpointer.forks`."""
-        return self._run(self._with_lineage().forks(session_id))
 
     @property
     def closed(self) -> bool:
