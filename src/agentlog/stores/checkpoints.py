@@ -34,7 +34,6 @@ from .common import (
     check_page,
     check_revision,
     encode_value,
-    must_exist,
 )
 
 __all__ = [
@@ -308,9 +307,8 @@ class CheckpointStore(Transactions):
     def load(self, tenant_id: str, run_id: str) -> Checkpoint:
         """The checkpoint, or :class:`StorageNotFoundError`."""
         key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
-        row = must_exist(
-            _resource(*key),
-            self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key)),
+        row = self._existing(
+            "checkpoint load", _resource(*key), lambda ctx: self._get_row(ctx, key)
         )
         return _from_row(*row)
 
