@@ -301,6 +301,8 @@ class SessionStore(Transactions):
 
         return self._atomic("session compact", work)
 
+    # list() and delete() take the same arguments in every store (a page; a
+    # compare-and-set): each store's public signature, its body one helper call.
     def list(
         self, tenant_id: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[SessionRecord]:
