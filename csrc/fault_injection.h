@@ -127,35 +127,22 @@ agentlog_fault_read(sqlite3_file *f, void *buf, int amount, sqlite3_int64 offset
     return AGENTLOG_REAL(f)->pMethods->xRead(AGENTLOG_REAL(f), buf, amount, offset);
 }
 
-static int
-agentlog_fault_write(sqlite3_file *f, const void *buf, int amount, sqlite3_int64 offset)
-{
-    int rc = agentlog_fault_io(SQLITE_IOERR_WRITE);
-    if (rc != SQLITE_OK) {
-        return rc;
+/* The three calls a full or failing disk can fail: the fault, where one
+ * fires, else the real call. One definition, so the three cannot drift. */
+#define AGENTLOG_FAULTY(name, ioerr, method, params, args)                    \
+    static int agentlog_fault_##name params                                  \
+    {                                                                        \
+        int rc = agentlog_fault_io(ioerr);                                   \
+        return rc != SQLITE_OK ? rc : AGENTLOG_REAL(f)->pMethods->method args; \
     }
-    return AGENTLOG_REAL(f)->pMethods->xWrite(AGENTLOG_REAL(f), buf, amount, offset);
-}
 
-static int
-agentlog_fault_truncate(sqlite3_file *f, sqlite3_int64 size)
-{
-    int rc = agentlog_fault_io(SQLITE_IOERR_TRUNCATE);
-    if (rc != SQLITE_OK) {
-        return rc;
-    }
-    return AGENTLOG_REAL(f)->pMethods->xTruncate(AGENTLOG_REAL(f), size);
-}
-
-static int
-agentlog_fault_sync(sqlite3_file *f, int flags)
-{
-    int rc = agentlog_fault_io(SQLITE_IOERR_FSYNC);
-    if (rc != SQLITE_OK) {
-        return rc;
-    }
-    return AGENTLOG_REAL(f)->pMethods->xSync(AGENTLOG_REAL(f), flags);
-}
+AGENTLOG_FAULTY(write, SQLITE_IOERR_WRITE, xWrite,
+                (sqlite3_file *f, const void *buf, int amount, sqlite3_int64 offset),
+                (AGENTLOG_REAL(f), buf, amount, offset))
+AGENTLOG_FAULTY(truncate, SQLITE_IOERR_TRUNCATE, xTruncate, (sqlite3_file *f, sqlite3_int64 size),
+                (AGENTLOG_REAL(f), size))
+AGENTLOG_FAULTY(sync, SQLITE_IOERR_FSYNC, xSync, (sqlite3_file *f, int flags),
+                (AGENTLOG_REAL(f), flags))
 
 static int
 agentlog_fault_file_size(sqlite3_file *f, sqlite3_int64 *size)

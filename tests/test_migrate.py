@@ -295,17 +295,11 @@ def test_a_version_6_ledger_is_brought_forward(tmp_path: Path, engine: str) -> N
     db = sqlite3.connect(target)
     for statement in [sql for version in range(1, 6) for sql in MIGRATIONS[version]]:
         db.execute(statement)
-    db.execute(  # the ledger as version 6 was first released
-        """CREATE TABLE migration_ledger (
-            source_id TEXT NOT NULL,
-            source_key TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            tenant TEXT NOT NULL,
-            session_id TEXT NOT NULL,
-            migrated REAL NOT NULL,
-            PRIMARY KEY (source_id, source_key)
-        ) WITHOUT ROWID"""
-    )
+    # The ledger as version 6 was first released: today's step 6 but for its key.
+    (ledger,) = MIGRATIONS[6]
+    first_released = ledger.replace("(source_id, tenant, source_key)", "(source_id, source_key)")
+    assert first_released != ledger
+    db.execute(first_released)
     db.execute("PRAGMA application_id = 1095191623")
     db.execute("PRAGMA user_version = 6")
     db.execute("INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'acme', 'a', 1.0)")

@@ -41,6 +41,12 @@ class AgentlogError(Exception):
     # another process) as it was made; one made from a message needs nothing.
     _made_from: tuple[Any, ...] | None = None
 
+    def _made(self, **fields: Any) -> None:
+        """Keep ``fields`` as attributes, and pickle as made from them (in
+        the order of ``__init__``'s parameters, which they must follow)."""
+        self.__dict__.update(fields)
+        self._made_from = tuple(fields.values())
+
     def __reduce__(self) -> str | tuple[Any, ...]:
         if self._made_from is None:
             return super().__reduce__()
@@ -54,14 +60,15 @@ class CheckpointConflictError(AgentlogError):
     then retry with the new head, or fork from an earlier point.
     """
 
+    session_id: str
+    expected: int
+    actual: int
+
     def __init__(self, session_id: str, expected: int, actual: int) -> None:
         super().__init__(
             f"session {session_id!r}: expected head {expected}, but the head is {actual}"
         )
-        self.session_id = session_id
-        self.expected = expected
-        self.actual = actual
-        self._made_from = (session_id, expected, actual)
+        self._made(session_id=session_id, expected=expected, actual=actual)
 
 
 class InvalidSessionIdError(AgentlogError, ValueError):
@@ -102,15 +109,16 @@ class SessionTruncatedError(AgentlogError):
     from there.
     """
 
+    session_id: str
+    seq: int
+    head: int
+
     def __init__(self, session_id: str, seq: int, head: int) -> None:
         super().__init__(
             f"session {session_id!r} ends at seq {head}, before the follower's seq {seq}"
             " (truncated or deleted since, or never that long)"
         )
-        self.session_id = session_id
-        self.seq = seq
-        self.head = head
-        self._made_from = (session_id, seq, head)
+        self._made(session_id=session_id, seq=seq, head=head)
 
 
 class EventsPrunedError(AgentlogError, LookupError):
@@ -124,17 +132,18 @@ class EventsPrunedError(AgentlogError, LookupError):
     says more where there is more to say.
     """
 
+    session_id: str
+    seq: int
+    first_retained: int
+    detail: str
+
     def __init__(self, session_id: str, seq: int, first_retained: int, detail: str = "") -> None:
         message = (
             f"session {session_id!r}: the events before seq {first_retained} were pruned "
             f"(asked for the events after {seq})"
         )
         super().__init__(f"{message}; {detail}" if detail else message)
-        self.session_id = session_id
-        self.seq = seq
-        self.first_retained = first_retained
-        self.detail = detail
-        self._made_from = (session_id, seq, first_retained, detail)
+        self._made(session_id=session_id, seq=seq, first_retained=first_retained, detail=detail)
 
 
 class CheckpointerClosedError(AgentlogError, RuntimeError):
@@ -210,13 +219,12 @@ class IdempotencyKeyError(AgentlogError):
     names one batch of events (see the manual's idempotency page).
     """
 
+    session_id: str
+    key: str
+
     def __init__(self, session_id: str, key: str) -> None:
         super().__init__(f"session {session_id!r}: key {key!r} was already used for other events")
-        self.session_id = session_id
-        self.key = key
-
-    def __reduce__(self) -> tuple[type[IdempotencyKeyError], tuple[str, str]]:
-        return (type(self), (self.session_id, self.key))
+        self._made(session_id=session_id, key=key)
 
 
 class StorageConflictError(AgentlogError):
@@ -227,16 +235,19 @@ class StorageConflictError(AgentlogError):
     Nothing was written; stores never fall back to last-write-wins.
     """
 
+    resource: str
+    expected_revision: int | None
+    actual_revision: int | None
+
     def __init__(
         self, resource: str, expected_revision: int | None, actual_revision: int | None
     ) -> None:
         super().__init__(
             f"{resource}: expected revision {expected_revision}, found {actual_revision}"
         )
-        self.resource = resource
-        self.expected_revision = expected_revision
-        self.actual_revision = actual_revision
-        self._made_from = (resource, expected_revision, actual_revision)
+        self._made(
+            resource=resource, expected_revision=expected_revision, actual_revision=actual_revision
+        )
 
 
 class StorageNotFoundError(AgentlogError, LookupError):

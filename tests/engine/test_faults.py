@@ -60,6 +60,22 @@ def faults_required() -> bool:
     return os.environ.get("AGENTLOG_REQUIRE_FAULTS", "") not in ("", "0")
 
 
+# Every sweep runs under each kind of fault and each mode: fixtures, so the
+# four sweeps ask for them by name rather than each parametrizing again.
+@pytest.fixture(params=FAULT_KINDS)
+def kind(request: pytest.FixtureRequest) -> FaultKind:
+    """Each kind of fault in turn."""
+    found: FaultKind = request.param
+    return found
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request: pytest.FixtureRequest) -> str:
+    """Each mode in turn: a fault once, or one that stays (see :data:`MODES`)."""
+    found: str = request.param
+    return found
+
+
 @pytest.fixture
 def seam() -> Iterator[FaultSeam]:
     """The seam (skipped, or failed under ``AGENTLOG_REQUIRE_FAULTS``, without it),
@@ -204,8 +220,6 @@ def sweep(
     assert failures or total == 0
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("kind", FAULT_KINDS)
 @pytest.mark.parametrize("case", LOG_CASES, ids=[case.name for case in LOG_CASES])
 def test_log_operation_under_faults(
     tmp_path: Path, seam: FaultSeam, case: LogCase, kind: FaultKind, mode: str
@@ -299,8 +313,6 @@ def with_acked(before: dict[str, Any], acked: dict[str, list[int]]) -> dict[str,
     return expected
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_group_commit_under_faults(
     tmp_path: Path, seam: FaultSeam, kind: FaultKind, mode: str
 ) -> None:
@@ -346,8 +358,6 @@ async def async_race(cp: AsyncSqliteCheckpointer) -> dict[str, list[int]]:
     return acked
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_async_group_commit_under_faults(
     tmp_path: Path, seam: FaultSeam, kind: FaultKind, mode: str
 ) -> None:
@@ -473,8 +483,6 @@ def check_stores_recovered(storage: SqliteStorage, path: Path, expected: Any) ->
         assert store_state(again) == expected
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("kind", FAULT_KINDS)
 @pytest.mark.parametrize("case", list(STORE_CASES))
 def test_store_operation_under_faults(
     tmp_path: Path, seam: FaultSeam, case: str, kind: FaultKind, mode: str

@@ -1,4 +1,4 @@
-"""What the framework migration tests check of a refused source."""
+"""What the framework migration tests check of a rerun and of a refused source."""
 
 from __future__ import annotations
 
@@ -7,8 +7,17 @@ from pathlib import Path
 import pytest
 
 from agentlog.cli import main
+from agentlog.migrate import migrate
 
 from ..conftest import digest
+
+
+def assert_rerun_skips(source: Path, target: Path, units: int) -> None:
+    """Migrating ``source`` into ``target`` a second time migrates nothing
+    and skips each of its ``units``."""
+    migrate(source, target)
+    again = migrate(source, target)
+    assert (again.migrated, again.skipped) == (0, units)
 
 
 def assert_refused(

@@ -30,7 +30,7 @@ from agentlog.cli import main
 from agentlog.integrations.google_adk import AgentlogSessionService
 from agentlog.migrate import MigrationError, migrate
 
-from .migrating import assert_refused
+from .migrating import assert_refused, assert_rerun_skips
 
 #: ``(app, user, session)`` of every session the fixture writes.
 SESSIONS = [
@@ -180,9 +180,7 @@ def test_forking_starts_from_the_created_state(adk_db: Path, tmp_path: Path) -> 
 
 def test_a_rerun_skips_and_a_changed_session_is_refused(adk_db: Path, tmp_path: Path) -> None:
     target = tmp_path / "agentlog.db"
-    migrate(adk_db, target)
-    again = migrate(adk_db, target)
-    assert (again.migrated, again.skipped) == (0, 11)
+    assert_rerun_skips(adk_db, target, 11)
 
     async def more() -> None:
         service = adk_service(adk_db)

@@ -31,7 +31,7 @@ from agentlog.integrations.openai_agents import AgentlogSession
 from agentlog.migrate import MigrationError, migrate
 
 from . import openai_agents_child as child
-from .migrating import assert_refused
+from .migrating import assert_refused, assert_rerun_skips
 
 
 def digest(path: Path) -> str:
@@ -135,9 +135,7 @@ def test_original_times_are_kept(sdk_db: Path, tmp_path: Path, engine: str) -> N
 
 def test_a_rerun_skips_and_a_changed_session_is_refused(sdk_db: Path, tmp_path: Path) -> None:
     target = tmp_path / "agentlog.db"
-    migrate(sdk_db, target)
-    again = migrate(sdk_db, target)
-    assert (again.migrated, again.skipped) == (0, 3)
+    assert_rerun_skips(sdk_db, target, 3)
 
     async def more() -> None:
         with closing(SQLiteSession("bob", sdk_db)) as session:

@@ -80,6 +80,8 @@ class AsyncStore(Generic[_Store]):
         self.queue = queue
 
 
+# _reads and _writes are one wrapper but for where the call runs; folded into
+# one factory, the four store tables below matched each other instead.
 def _reads(
     method: Callable[Concatenate[_Store, _P], _R],
 ) -> Callable[Concatenate[AsyncStore[_Store], _P], Coroutine[Any, Any, _R]]:
@@ -230,6 +232,8 @@ class AsyncSqliteStorage(AsyncStorage):
         super().__init__(storage)
         self._sqlite = storage
 
+    # SqliteStorage.open's options (those that fit an async storage) again:
+    # the public signature is spelled out so the docs and mypy show it.
     @classmethod
     async def open(
         cls,

@@ -117,6 +117,18 @@ def _tenant(request: Request, source: Source) -> str:
     return tenant
 
 
+def _session_route(request: Request, source: Source) -> tuple[str, str]:
+    """The tenant and the session id a session's route names, both checked."""
+    return _tenant(request, source), check_id(request.path_params["session_id"])
+
+
+def _session_json(found: object, tenant: str, session_id: str) -> Response:
+    """``found`` as JSON, or a 404 naming the session when there is none."""
+    if found is None:
+        return _error(404, f"no session {session_id!r} in tenant {tenant!r}")
+    return _json(found)
+
+
 def _sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
     head = b"" if event_id is None else b"id: %d\n" % event_id
     return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
@@ -223,17 +235,13 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
 
     @api
     async def session(request: Request) -> Response:
-        tenant = _tenant(request, source)
-        session_id = check_id(request.path_params["session_id"])
+        tenant, session_id = _session_route(request, source)
         found = await run_in_threadpool(source.session, tenant, session_id)
-        if found is None:
-            return _error(404, f"no session {session_id!r} in tenant {tenant!r}")
-        return _json(found)
+        return _session_json(found, tenant, session_id)
 
     @api
     async def events(request: Request) -> Response:
-        tenant = _tenant(request, source)
-        session_id = check_id(request.path_params["session_id"])
+        tenant, session_id = _session_route(request, source)
         after = _int(request, "after", None)
         before = _int(request, "before", None, low=1)
         if after is not None and before is not None:
@@ -250,17 +258,13 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
 
     @api
     async def lineage(request: Request) -> Response:
-        tenant = _tenant(request, source)
-        session_id = check_id(request.path_params["session_id"])
+        tenant, session_id = _session_route(request, source)
         found = await run_in_threadpool(lambda: lineage_tree(source.log(tenant), session_id))
-        if found is None:
-            return _error(404, f"no session {session_id!r} in tenant {tenant!r}")
-        return _json(found)
+        return _session_json(found, tenant, session_id)
 
     @api
     async def tail(request: Request) -> Response:
-        tenant = _tenant(request, source)
-        session_id = check_id(request.path_params["session_id"])
+        tenant, session_id = _session_route(request, source)
         # A reconnect names the last event it had; a first connect, ?after=.
         resume = request.headers.get("last-event-id")
         if resume is not None and resume.isascii() and resume.isdigit():
@@ -281,8 +285,7 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
             return _error(403, "cross-site request refused")
         if request.headers.get("content-type", "").split(";")[0] != "application/json":
             return _error(415, "send the request as application/json")
-        tenant = _tenant(request, source)
-        session_id = check_id(request.path_params["session_id"])
+        tenant, session_id = _session_route(request, source)
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:

@@ -35,7 +35,6 @@ from .common import (
     check_revision,
     decode_value,
     encode_value,
-    must_exist,
 )
 
 __all__ = [
@@ -198,10 +197,7 @@ class ArtifactStore(Transactions):
     def info(self, tenant_id: str, artifact_id: str) -> ArtifactInfo:
         """The artifact's metadata, or :class:`StorageNotFoundError`."""
         key = self._key(tenant_id, artifact_id)
-        row = must_exist(
-            _resource(*key),
-            self._reading("artifact info", lambda ctx: self._get_row(ctx, key)),
-        )
+        row = self._existing("artifact info", _resource(*key), lambda ctx: self._get_row(ctx, key))
         return _info(key, row)
 
     def open(self, tenant_id: str, artifact_id: str) -> VerifyingReader:

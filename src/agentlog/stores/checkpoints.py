@@ -34,7 +34,6 @@ from .common import (
     check_page,
     check_revision,
     encode_value,
-    must_exist,
 )
 
 __all__ = [
@@ -221,34 +220,6 @@ def _from_row(
 class CheckpointStore(Transactions):
     """Run checkpoints, tenant-scoped, written with compare-and-set revisions."""
 
-    # save()'s parameters again, positional: its argument checks, kept apart
-    # from the transaction save() runs (save() is the documented face).
-    def _prepare(
-        self,
-        tenant_id: str,
-        run_id: str,
-        expected_revision: int | None,
-        status: str,
-        state: Any,
-        session_id: str | None,
-        parent_run_id: str | None,
-        interruption: Any,
-        side_effects: Iterable[SideEffect | Mapping[str, Any]],
-        trace: Any,
-    ) -> tuple[Checkpoint, int | None]:
-        tenant, run = check_name("tenant_id", tenant_id), check_name("run_id", run_id)
-        expected = check_revision(expected_revision)
-        status = _check_status(status)
-        session = None if session_id is None else check_name("session_id", session_id)
-        parent = None if parent_run_id is None else check_name("parent_run_id", parent_run_id)
-        if parent == run:
-            raise StorageDataError("a run cannot be its own parent")
-        checkpoint = Checkpoint(
-            tenant, run, status, state, -1, session, parent, interruption,
-            _side_effects(side_effects), trace,
-        )  # fmt: skip
-        return checkpoint, expected
-
     @staticmethod
     def _next(
         checkpoint: Checkpoint, expected: int | None, current: Checkpoint | None, now: float
@@ -306,9 +277,16 @@ class CheckpointStore(Transactions):
         trace: Any = None,
     ) -> Checkpoint:
         """Create (``expected_revision=None``) or replace the run's checkpoint."""
-        checkpoint, expected = self._prepare(
-            tenant_id, run_id, expected_revision, status, state, session_id, parent_run_id,
-            interruption, side_effects, trace,
+        tenant, run = check_name("tenant_id", tenant_id), check_name("run_id", run_id)
+        expected = check_revision(expected_revision)
+        status = _check_status(status)
+        session = None if session_id is None else check_name("session_id", session_id)
+        parent = None if parent_run_id is None else check_name("parent_run_id", parent_run_id)
+        if parent == run:
+            raise StorageDataError("a run cannot be its own parent")
+        checkpoint = Checkpoint(
+            tenant, run, status, state, -1, session, parent, interruption,
+            _side_effects(side_effects), trace,
         )  # fmt: skip
         data = _encode_body(checkpoint)
         key = (checkpoint.tenant_id, checkpoint.run_id)
@@ -329,9 +307,8 @@ class CheckpointStore(Transactions):
     def load(self, tenant_id: str, run_id: str) -> Checkpoint:
         """The checkpoint, or :class:`StorageNotFoundError`."""
         key = (check_name("tenant_id", tenant_id), check_name("run_id", run_id))
-        row = must_exist(
-            _resource(*key),
-            self._reading("checkpoint load", lambda ctx: self._get_row(ctx, key)),
+        row = self._existing(
+            "checkpoint load", _resource(*key), lambda ctx: self._get_row(ctx, key)
         )
         return _from_row(*row)
 

@@ -108,6 +108,10 @@ class Transactions:
     def _reading(self, name: str, work: Callable[[Any], _T], *, snapshot: bool = False) -> _T:
         raise NotImplementedError
 
+    def _existing(self, name: str, resource: str, get_row: Callable[[Any], _Row | None]) -> _Row:
+        """The row ``get_row`` reads, or :class:`StorageNotFoundError` for ``resource``."""
+        return must_exist(resource, self._reading(name, get_row))
+
     def _page(
         self,
         name: str,

@@ -25,7 +25,6 @@ from .common import (
     check_revision,
     decode_value,
     encode_value,
-    must_exist,
 )
 
 __all__ = ["InMemoryMemoryStore", "MemoryRecord", "MemoryStore", "SqliteMemoryStore"]
@@ -91,9 +90,8 @@ class MemoryStore(Transactions):
     def get(self, tenant_id: str, namespace: str, key: str) -> MemoryRecord:
         """The record, or :class:`StorageNotFoundError`."""
         ident = self._keys(tenant_id, namespace, key)
-        current = must_exist(
-            _resource(*ident),
-            self._reading("memory get", lambda ctx: self._get_row(ctx, ident)),
+        current = self._existing(
+            "memory get", _resource(*ident), lambda ctx: self._get_row(ctx, ident)
         )
         data, revision, created, updated = current
         return MemoryRecord(

@@ -193,10 +193,7 @@ class SessionStore(Transactions):
     def get(self, tenant_id: str, session_id: str) -> SessionRecord:
         """The session's record, or :class:`StorageNotFoundError`."""
         key = self._key(tenant_id, session_id)
-        row = must_exist(
-            _resource(*key),
-            self._reading("session get", lambda ctx: self._get_row(ctx, key)),
-        )
+        row = self._existing("session get", _resource(*key), lambda ctx: self._get_row(ctx, key))
         return _record(key, row)
 
     def append(
@@ -304,6 +301,8 @@ class SessionStore(Transactions):
 
         return self._atomic("session compact", work)
 
+    # list() and delete() take the same arguments in every store (a page; a
+    # compare-and-set): each store's public signature, its body one helper call.
     def list(
         self, tenant_id: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[SessionRecord]:

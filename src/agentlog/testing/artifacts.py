@@ -13,7 +13,12 @@ import pytest
 
 from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..stores.artifacts import ArtifactInfo
-from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused
+from .harness import (
+    HOSTILE_SESSION_IDS,
+    StoreSuite,
+    assert_delete_is_compare_and_set,
+    assert_each_refused,
+)
 from .races import Race
 
 
@@ -119,13 +124,13 @@ class ArtifactStoreConformance(StoreSuite):
     def test_delete_is_compare_and_set(self, storage: Any) -> None:
         arts = storage.artifacts
         arts.put("t", "a", b"1", "text/plain", None)
-        with pytest.raises(StorageConflictError):
-            arts.delete("t", "a", 1)
-        arts.delete("t", "a", 0)
-        with pytest.raises(StorageNotFoundError):
-            arts.get("t", "a")
-        with pytest.raises(StorageNotFoundError):
-            arts.delete("t", "a", 0)
+        assert_delete_is_compare_and_set(
+            lambda revision: arts.delete("t", "a", revision),
+            1,
+            0,
+            lambda: arts.get("t", "a"),
+            lambda: arts.delete("t", "a", 0),
+        )
 
     def test_tampered_bytes_are_detected_on_read(self, storage: Any, location: Path) -> None:
         info = storage.artifacts.put("t", "a", b"trust me" * 1000, "text/plain", None)
@@ -195,9 +200,5 @@ class ArtifactStoreConformance(StoreSuite):
         assert storage.artifacts.info("tenant", "report").revision == self.race_rounds - 1
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
-        self.skip_unless_multiprocess()
-        self.open_storage(location).close()
-        outcomes = self.race_in_processes(location, ReplaceRace())
-        self.assert_one_winner_per_round(outcomes)
-        with self.reopened(location) as storage:
+        with self.raced_in_processes(location, ReplaceRace()) as storage:
             assert storage.artifacts.info("tenant", "report").revision == self.race_rounds - 1

@@ -13,7 +13,12 @@ import pytest
 
 from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..stores.checkpoints import Checkpoint, SideEffect
-from .harness import HOSTILE_SESSION_IDS, StoreSuite, assert_each_refused
+from .harness import (
+    HOSTILE_SESSION_IDS,
+    StoreSuite,
+    assert_delete_is_compare_and_set,
+    assert_each_refused,
+)
 from .races import Race
 
 
@@ -168,13 +173,13 @@ class CheckpointStoreConformance(StoreSuite):
         cps = storage.checkpoints
         cps.save("t", "r", None, status="running", state=0)
         cps.save("t", "r", 0, status="completed", state=1)
-        with pytest.raises(StorageConflictError):
-            cps.delete("t", "r", 0)
-        cps.delete("t", "r", 1)
-        with pytest.raises(StorageNotFoundError):
-            cps.load("t", "r")
-        with pytest.raises(StorageNotFoundError):
-            cps.delete("t", "r", 1)
+        assert_delete_is_compare_and_set(
+            lambda revision: cps.delete("t", "r", revision),
+            0,
+            1,
+            lambda: cps.load("t", "r"),
+            lambda: cps.delete("t", "r", 1),
+        )
 
     @pytest.mark.parametrize(
         "fields",

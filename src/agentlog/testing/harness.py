@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..errors import StorageDataError
+from ..errors import StorageConflictError, StorageDataError, StorageNotFoundError
 from ..events import MAX_SESSION_ID_LENGTH, REQUIRED_FIELDS
 from .races import RaceFunction, Tally, run_race
 
@@ -71,6 +71,19 @@ def assert_each_refused(calls: Iterable[Callable[[], Any]]) -> None:
     """Each of ``calls`` raises :class:`StorageDataError`."""
     for call in calls:
         with pytest.raises(StorageDataError):
+            call()
+
+
+def assert_delete_is_compare_and_set(
+    delete: Callable[[int], Any], stale: int, current: int, *gone: Callable[[], Any]
+) -> None:
+    """``delete(stale)`` conflicts, ``delete(current)`` deletes, and then
+    each of ``gone`` raises :class:`StorageNotFoundError`."""
+    with pytest.raises(StorageConflictError):
+        delete(stale)
+    delete(current)
+    for call in gone:
+        with pytest.raises(StorageNotFoundError):
             call()
 
 
@@ -153,3 +166,14 @@ class StoreSuite(FreshLocation):
         """Two spawned processes run ``race`` on the storage at ``location``."""
         opener = functools.partial(open_store_suite, type(self))
         return run_race(race, self.race_rounds, opener=opener, location=location)
+
+    @contextlib.contextmanager
+    def raced_in_processes(self, location: Path, race: RaceFunction) -> Iterator[Any]:
+        """Skip unless :attr:`multiprocess`; else create the storage at
+        ``location``, race ``race`` in two processes on it, check one winner
+        per round, and yield the storage reopened (closed on leaving)."""
+        self.skip_unless_multiprocess()
+        self.open_storage(location).close()
+        self.assert_one_winner_per_round(self.race_in_processes(location, race))
+        with self.reopened(location) as storage:
+            yield storage

@@ -187,10 +187,6 @@ class MemoryStoreConformance(StoreSuite):
         assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2
 
     def test_two_processes_race_exactly_one_winner_per_revision(self, location: Path) -> None:
-        self.skip_unless_multiprocess()
-        self.open_storage(location).close()
-        outcomes = self.race_in_processes(location, CounterRace())
-        self.assert_one_winner_per_round(outcomes)
-        with self.reopened(location) as storage:
+        with self.raced_in_processes(location, CounterRace()) as storage:
             final = storage.memory.get("tenant", "race", "counter")
             assert (final.revision, final.value["round"]) == (self.race_rounds - 1,) * 2

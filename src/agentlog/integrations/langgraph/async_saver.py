@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agentlog import CheckpointConflictError, IdempotencyKeyError, StorageUnavailableError
 from agentlog.aio import AsyncBaseCheckpointer, AsyncSqliteCheckpointer
 
 from .core import RETRIES, Core
-from .encoding import thread_of, tuple_config
 from .index import Plan
 from .maintenance import Maintenance, Op
 from .saver import DEFAULT_LANGGRAPH_TENANT, SaverBase
@@ -70,7 +67,9 @@ class AsyncAgentlogSaver(SaverBase):
 
     # -- writes -----------------------------------------------------------------
 
-    async def _commit(self, make: Callable[[], Plan | None]) -> None:
+    # The sync saver's _commit again, but the lock is let go across the
+    # await (a thread lock cannot be held over one): a twin by necessity.
+    async def _acommit(self, make: Callable[[], Plan | None]) -> None:
         self.loop = asyncio.get_running_loop()
         core = self._core
         for _ in range(RETRIES):
@@ -94,7 +93,7 @@ class AsyncAgentlogSaver(SaverBase):
             return
         raise StorageUnavailableError(f"gave up after {RETRIES} conflicting writers")
 
-    async def _run(self, plan: Callable[[], builtins.list[Op]]) -> None:
+    async def _arun(self, plan: Callable[[], builtins.list[Op]]) -> None:
         self.loop = asyncio.get_running_loop()
         core = self._core
         with core.lock:
@@ -111,47 +110,6 @@ class AsyncAgentlogSaver(SaverBase):
             with core.lock:
                 self._maintenance.done(ops)
 
-    # LangGraph's BaseCheckpointSaver signatures: each face (async here, the
-    # sync twins below, the sync saver's) must spell them; the logic is one
-    # plan in Core that every face commits.
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`AgentlogSaver.put`, written by the writer thread."""
-        await self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
-        thread_id, ns = thread_of(config)
-        return tuple_config(thread_id, ns, checkpoint["id"])
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`AgentlogSaver.put_writes`, written by the writer thread."""
-        await self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`AgentlogSaver.delete_thread`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.delete_thread(thread_id))
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`AgentlogSaver.copy_thread`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`AgentlogSaver.prune`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.prune(thread_ids, strategy))
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`AgentlogSaver.delete_for_runs`, written by the writer thread."""
-        await self._run(lambda: self._maintenance.delete_for_runs(run_ids))
-
     # -- sync faces, from other threads ----------------------------------------
 
     def _on_loop(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
@@ -167,38 +125,8 @@ class AsyncAgentlogSaver(SaverBase):
             )
         return asyncio.run_coroutine_threadsafe(make(), loop).result()
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`aput` from another thread."""
-        return self._on_loop(lambda: self.aput(config, checkpoint, metadata, new_versions))
+    def _commit(self, make: Callable[[], Plan | None]) -> None:
+        self._on_loop(lambda: self._acommit(make))
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`aput_writes` from another thread."""
-        self._on_loop(lambda: self.aput_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """:meth:`adelete_thread` from another thread."""
-        self._on_loop(lambda: self.adelete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`acopy_thread` from another thread."""
-        self._on_loop(lambda: self.acopy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`aprune` from another thread."""
-        self._on_loop(lambda: self.aprune(thread_ids, strategy=strategy))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`adelete_for_runs` from another thread."""
-        self._on_loop(lambda: self.adelete_for_runs(run_ids))
+    def _run(self, plan: Callable[[], builtins.list[Op]]) -> None:
+        self._on_loop(lambda: self._arun(plan))

@@ -37,8 +37,14 @@ __all__ = ["DEFAULT_LANGGRAPH_TENANT", "AgentlogSaver", "SaverBase"]
 DEFAULT_LANGGRAPH_TENANT = "langgraph"
 
 
+def _stored(config: RunnableConfig, checkpoint: Checkpoint) -> RunnableConfig:
+    """The config naming ``checkpoint``, stored in ``config``'s thread and namespace."""
+    thread_id, ns = thread_of(config)
+    return tuple_config(thread_id, ns, checkpoint["id"])
+
+
 class SaverBase(BaseCheckpointSaver[int]):
-    """What both savers share: the reads and the versions."""
+    """What both savers share: the reads, the versions and the write faces."""
 
     _core: Core
     _maintenance: Maintenance
@@ -93,6 +99,108 @@ class SaverBase(BaseCheckpointSaver[int]):
         if isinstance(current, int):
             return current + 1
         return f"{int(current.split('.')[0]) + 1:032}.0"
+
+    # -- writes: LangGraph's BaseCheckpointSaver faces -----------------------
+    # LangGraph asks for each sync method and its async twin with the same
+    # signature, so each is spelled twice here, once for both savers: the
+    # logic is one plan in Core, which a saver's _commit / _run (sync) and
+    # _acommit / _arun (async) write.
+
+    def _commit(self, make: Callable[[], Plan | None]) -> None:
+        raise NotImplementedError
+
+    def _run(self, plan: Callable[[], builtins.list[Op]]) -> None:
+        raise NotImplementedError
+
+    async def _acommit(self, make: Callable[[], Plan | None]) -> None:
+        raise NotImplementedError
+
+    async def _arun(self, plan: Callable[[], builtins.list[Op]]) -> None:
+        raise NotImplementedError
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store a checkpoint: the channels in ``new_versions`` (a list that
+        grew, only its new tail), the others by reference to the parent."""
+        self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
+        return _stored(config, checkpoint)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes for the checkpoint in ``config``: a regular
+        write already stored under the same ``(task_id, idx)`` is kept, a
+        special one (error, interrupt, …; ``WRITES_IDX_MAP``) replaced."""
+        self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every namespace of ``thread_id`` (an unknown thread is fine)."""
+        self._run(lambda: self._maintenance.delete_thread(thread_id))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another (replacing
+        what it held) with the log's own fork of each namespace."""
+        self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep each namespace's latest checkpoint (a
+        snapshot) and its writes, with the ancestors back to the last full
+        value of each ``DeltaChannel`` it holds; ``"delete"``: delete the
+        threads."""
+        self._run(lambda: self._maintenance.prune(thread_ids, strategy))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id``
+        is one of ``run_ids``; the others stay readable. As LangGraph warns,
+        a later checkpoint's ``DeltaChannel`` rebuilt from a deleted one's
+        writes loses them: deleting is what was asked."""
+        self._run(lambda: self._maintenance.delete_for_runs(run_ids))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`put`, awaited."""
+        await self._acommit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
+        return _stored(config, checkpoint)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes`, awaited."""
+        await self._acommit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread`, awaited."""
+        await self._arun(lambda: self._maintenance.delete_thread(thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread`, awaited."""
+        await self._arun(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune`, awaited."""
+        await self._arun(lambda: self._maintenance.prune(thread_ids, strategy))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs`, awaited."""
+        await self._arun(lambda: self._maintenance.delete_for_runs(run_ids))
 
 
 class AgentlogSaver(SaverBase):
@@ -184,90 +292,8 @@ class AgentlogSaver(SaverBase):
             finally:
                 self._maintenance.done(ops)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store a checkpoint: the channels in ``new_versions`` (a list that
-        grew, only its new tail), the others by reference to the parent."""
-        self._commit(lambda: self._core.plan_put(config, checkpoint, metadata, new_versions))
-        thread_id, ns = thread_of(config)
-        return tuple_config(thread_id, ns, checkpoint["id"])
+    async def _acommit(self, make: Callable[[], Plan | None]) -> None:
+        self._commit(make)
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's writes for the checkpoint in ``config``: a regular
-        write already stored under the same ``(task_id, idx)`` is kept, a
-        special one (error, interrupt, …; ``WRITES_IDX_MAP``) replaced."""
-        self._commit(lambda: self._core.plan_writes(config, writes, task_id, task_path))
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every namespace of ``thread_id`` (an unknown thread is fine)."""
-        self._run(lambda: self._maintenance.delete_thread(thread_id))
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and write of a thread to another (replacing
-        what it held) with the log's own fork of each namespace."""
-        self._run(lambda: self._maintenance.copy_thread(source_thread_id, target_thread_id))
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep each namespace's latest checkpoint (a
-        snapshot) and its writes, with the ancestors back to the last full
-        value of each ``DeltaChannel`` it holds; ``"delete"``: delete the
-        threads."""
-        self._run(lambda: self._maintenance.prune(thread_ids, strategy))
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) whose metadata ``run_id``
-        is one of ``run_ids``; the others stay readable. As LangGraph warns,
-        a later checkpoint's ``DeltaChannel`` rebuilt from a deleted one's
-        writes loses them: deleting is what was asked."""
-        self._run(lambda: self._maintenance.delete_for_runs(run_ids))
-
-    # -- async twins (inline) -------------------------------------------------
-    # LangGraph's signatures again, as its BaseCheckpointSaver asks; each body
-    # is one call of the sync method.
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """:meth:`put`, inline."""
-        return self.put(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """:meth:`put_writes`, inline."""
-        self.put_writes(config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        """:meth:`delete_thread`, inline."""
-        self.delete_thread(thread_id)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`copy_thread`, inline."""
-        self.copy_thread(source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`prune`, inline."""
-        self.prune(thread_ids, strategy=strategy)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """:meth:`delete_for_runs`, inline."""
-        self.delete_for_runs(run_ids)
+    async def _arun(self, plan: Callable[[], builtins.list[Op]]) -> None:
+        self._run(plan)
