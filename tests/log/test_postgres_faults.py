@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -43,6 +44,26 @@ MAX_POINTS = 200
 def _host_port(conninfo: str) -> tuple[str, int]:
     fields = dict(part.split("=", 1) for part in conninfo.split())
     return fields["host"], int(fields["port"])
+
+
+def test_the_deadline_watchdog_ends_when_idle_and_a_call_starts_another() -> None:
+    """No call wakes the watchdog (that was a thread switch per call), so it
+    sleeps a timeout at a time; idle a whole timeout it ends (a closed store
+    leaves no thread), and the next call starts another."""
+    from agentlog.engine.postgres.deadline import Deadlines
+
+    def watchdogs() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "agentlog-postgres-deadlines"}
+
+    deadlines = Deadlines(0.2)
+    before = watchdogs()
+    with deadlines.watch(cast(Any, None)):  # the connection is used only at its deadline
+        pass
+    (watchdog,) = watchdogs() - before
+    assert wait_until(lambda: not watchdog.is_alive())
+    with deadlines.watch(cast(Any, None)):
+        started = watchdogs() - before
+    assert len(started) == 1 and watchdog not in started
 
 
 @pytest.fixture

@@ -42,10 +42,11 @@ class Deadlines:
 
     ``timeout`` is the seconds a call may take, from when it has its
     connection; ``None`` watches nothing (each :meth:`watch` costs nothing).
-    The thread starts with the first call and sleeps until the earliest
-    deadline; a call that ends in time costs a lock and a dict entry. Every
-    call has the same timeout, so the calls in the order they began are the
-    deadlines in order: the earliest is the oldest call under way.
+    The thread starts with a call and sleeps until the earliest deadline (it
+    ends after a timeout with no call); a call that ends in time costs a lock
+    and a dict entry, and never wakes the thread. Every call has the same
+    timeout, so the calls in the order they began are the deadlines in order:
+    the earliest is the oldest call under way.
     """
 
     def __init__(self, timeout: float | None) -> None:
@@ -74,8 +75,6 @@ class Deadlines:
                     target=self._run, name="agentlog-postgres-deadlines", daemon=True
                 )
                 self._thread.start()
-            elif len(self._calls) == 1:
-                self._lock.notify()  # it slept with nothing to watch
         try:
             yield
         except psycopg.Error as exc:
@@ -96,7 +95,17 @@ class Deadlines:
         with self._lock:
             while True:
                 if not self._calls:
-                    self._lock.wait()
+                    # A call that begins while this sleeps is due a whole
+                    # timeout after it began, so waking one timeout from now
+                    # is in time: no call wakes this thread (that wake-up,
+                    # a thread switch on each call, cost more than the call's
+                    # own work on a busy machine).
+                    self._lock.wait(self.timeout)
+                    if not self._calls:
+                        # Idle a whole timeout (or closed): end, so that a
+                        # closed store leaves no thread; a call starts another.
+                        self._thread = None
+                        return
                     continue
                 ticket, (due, conn) = next(iter(self._calls.items()))
                 wait = due - time.monotonic()
