@@ -175,53 +175,85 @@ def test_a_file_line_without_a_checksum_gives_its_event_whatever_its_key_order(
         assert orjson.loads(raw[1].json) == {"type": "user", "content": "by hand"}
 
 
+def _forge_the_fourth(conninfo: str, schema: str, session: str) -> None:
+    """Another payload at seq 4 of ``session``, behind agentlog's back (its crc stays)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(
+            f"UPDATE {schema}.events SET payload = %s WHERE session = %s AND seq = 4",
+            (b'{"type":"user","content":"forged"}', session),
+        )
+
+
 def test_a_changed_postgres_payload_is_an_error_not_bytes(
     tmp_path: Path, postgres_server: str
 ) -> None:
-    import psycopg
-
     from agentlog import PostgresCheckpointer
 
     schema = postgres_schema(tmp_path)
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         log.append("s", [{"type": "user", "content": f"m {i}"} for i in range(1, 11)])
-        with psycopg.connect(postgres_server, autocommit=True) as admin:
-            admin.execute(
-                f"UPDATE {schema}.events SET payload = %s WHERE session = 's' AND seq = 4",
-                (b'{"type":"user","content":"forged"}',),
-            )
+        _forge_the_fourth(postgres_server, schema, "s")
         seen, error = _until_error(log.read_json("s"))
         assert seen == [1, 2, 3] and error.seq == 4
 
 
+async def _reads_and_follows(log: Any) -> None:
+    """What every async twin does: read_json from a seq, follow_json from
+    one, woken by an append, ended by a truncate below what it yielded."""
+    await log.append("s", EVENTS[:3])
+    raw = [event async for event in log.read_json("s", since_seq=1)]
+    assert [(e.seq, orjson.loads(e.json)) for e in raw] == [(2, EVENTS[1]), (3, EVENTS[2])]
+    assert [e.seq async for e in log.read_json("s", limit=2)] == [1, 2]
+    followed: list[RawEvent] = []
+    truncated = asyncio.Event()
+
+    async def follow() -> None:
+        try:
+            async for event in log.follow_json("s", 1, poll_interval=0.05):
+                followed.append(event)
+        except SessionTruncatedError:
+            truncated.set()
+
+    task = asyncio.ensure_future(follow())
+    await log.append("s", [{"type": "user", "content": "new"}])
+    assert await wait_until_async(lambda: len(followed) == 3)
+    assert [e.seq for e in followed] == [2, 3, 4]
+    assert orjson.loads(followed[-1].json) == {"type": "user", "content": "new"}
+    await log.truncate("s", 1)
+    assert await wait_until_async(truncated.is_set)
+    await task
+    with pytest.raises(ValueError):  # checked on the first look, as a generator's are
+        await log.read_json("s", since_seq=-1).__anext__()
+
+
 def test_the_async_twins_read_and_follow_the_stored_json(tmp_path: Path, engine: str) -> None:
     async def main() -> None:
-        async with AsyncBaseCheckpointer(
-            SqliteCheckpointer(tmp_path / "a.db", engine=engine)
-        ) as log:
-            await log.append("s", EVENTS[:3])
-            raw = [event async for event in log.read_json("s", since_seq=1)]
-            assert [(e.seq, orjson.loads(e.json)) for e in raw] == [
-                (2, EVENTS[1]),
-                (3, EVENTS[2]),
-            ]
-            followed: list[RawEvent] = []
-            truncated = asyncio.Event()
+        backend = SqliteCheckpointer(tmp_path / "a.db", engine=engine)
+        async with AsyncBaseCheckpointer(backend) as log:
+            await _reads_and_follows(log)
 
-            async def follow() -> None:
-                try:
-                    async for event in log.follow_json("s", 1, poll_interval=0.05):
-                        followed.append(event)
-                except SessionTruncatedError:
-                    truncated.set()
+    asyncio.run(main())
 
-            task = asyncio.ensure_future(follow())
-            await log.append("s", [{"type": "user", "content": "new"}])
-            assert await wait_until_async(lambda: len(followed) == 3)
-            assert [e.seq for e in followed] == [2, 3, 4]
-            assert orjson.loads(followed[-1].json) == {"type": "user", "content": "new"}
-            await log.truncate("s", 1)
-            assert await wait_until_async(truncated.is_set)
-            await task
+
+def test_the_async_postgresql_checkpointer_reads_and_follows_the_stored_json(
+    tmp_path: Path, postgres_server: str
+) -> None:
+
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+            await _reads_and_follows(log)
+            await log.append("d", [{"type": "user", "content": f"m {i}"} for i in range(1, 11)])
+            _forge_the_fourth(postgres_server, schema, "d")
+            seen: list[int] = []
+            with pytest.raises(CorruptDatabaseError) as caught:
+                async for event in log.read_json("d"):
+                    seen.append(event.seq)
+            assert seen == [1, 2, 3] and caught.value.seq == 4
 
     asyncio.run(main())

@@ -21,8 +21,8 @@ import builtins
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator, Hashable, Iterable
-from typing import Any, Literal, overload
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from typing import Any, Literal, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -32,6 +32,7 @@ from ..engine.postgres import (
     DEFAULT_SCHEMA,
     AppendRequest,
     PoolOptions,
+    Statements,
     WatchedKeys,
     check_schema_name,
     connection_lost,
@@ -42,6 +43,7 @@ from ..engine.postgres import (
     oversized_batch,
 )
 from ..engine.postgres.aio import AsyncDatabase
+from ..engine.postgres.protocol import Operation
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
@@ -55,6 +57,7 @@ from ..events import (
     EncodedBatch,
     Fork,
     ForkOrigin,
+    RawEvent,
     SessionEvent,
     SessionInfo,
     SessionListing,
@@ -89,6 +92,10 @@ from .writer import off_loop, outcome, settle
 __all__ = ["AsyncPostgresCheckpointer", "AsyncPostgresStorage"]
 
 _PAGE = 1000
+#: An event of either kind a page is read as: decoded, or its JSON as stored.
+_E = TypeVar("_E", StoredEvent, RawEvent)
+#: The operation reading one checked page after ``since``: ``(q, tenant, name, since, limit)``.
+_PageOf = Callable[[Statements, str, str, int, int], Operation[list[_E]]]
 #: A queued append: ``(session_id, expected_head, batch, the caller's future)``.
 _Job = tuple[str, "int | None", EncodedBatch, "asyncio.Future[int]"]
 
@@ -347,10 +354,25 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         group = operations.append_group(db.q, tenant, requests, ts, db.notify, plan)
         return await db.write("appending", group, pipelined=plan.pipelined)
 
-    async def read(
+    def read(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
     ) -> AsyncIterator[StoredEvent]:
         """Yield the events after ``since_seq`` in seq order, a keyset page at a time."""
+        return self._read(operations.checked_page, session_id, since_seq, limit)
+
+    def read_json(
+        self, session_id: str, since_seq: int = 0, limit: int | None = None
+    ) -> AsyncIterator[RawEvent]:
+        """:meth:`read`, each event as a :class:`~agentlog.RawEvent` (its stored
+        JSON bytes, checked against its checksum, not decoded): the rules of
+        :meth:`agentlog.BaseCheckpointer.read_json`, awaited."""
+        return self._read(operations.checked_json_page, session_id, since_seq, limit)
+
+    async def _read(
+        self, page_of: _PageOf[_E], session_id: str, since_seq: int, limit: int | None
+    ) -> AsyncIterator[_E]:
+        """The pages ``page_of`` reads (the arguments checked on the first
+        look, as a generator's are)."""
         self._check_open()
         session_id = check_session_id(session_id)
         since = check_seq("since_seq", since_seq)
@@ -360,12 +382,12 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             if want == 0:
                 return
             try:
-                page, damage = await self._checked_scan(session_id, since, want), None
+                page, damage = await self._checked_scan(page_of, session_id, since, want), None
             except CorruptDatabaseError as exc:
                 # The events before a damaged one first (as the sync base class does).
                 if exc.seq is None or not since + 1 < exc.seq <= since + want:
                     raise
-                page = await self._checked_scan(session_id, since, exc.seq - 1 - since)
+                page = await self._checked_scan(page_of, session_id, since, exc.seq - 1 - since)
                 damage = exc
             for event in page:
                 yield event
@@ -377,13 +399,13 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             if remaining is not None:
                 remaining -= len(page)
 
-    async def _checked_scan(self, name: str, since: int, limit: int) -> builtins.list[StoredEvent]:
+    async def _checked_scan(
+        self, page_of: _PageOf[_E], name: str, since: int, limit: int
+    ) -> builtins.list[_E]:
         """A page after ``since``, or :class:`EventsPrunedError` when retention pruned
         the events right after it (the rule of ``BaseCheckpointer.read``)."""
         async with self._call():
-            return await self._db.query(
-                "reading", operations.checked_page, self._tenant, name, since, limit
-            )
+            return await self._db.query("reading", page_of, self._tenant, name, since, limit)
 
     async def head(self, session_id: str) -> int:
         """The seq of the last event; 0 for an empty or unknown session."""
@@ -544,7 +566,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             )
         return ("polled", *polled)
 
-    async def follow(
+    def follow(
         self,
         session_id: str,
         since_seq: int = 0,
@@ -562,17 +584,35 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         :class:`CheckpointerClosedError`; a truncate below what it yielded
         with :class:`SessionTruncatedError`.
         """
+        return self._follow(operations.checked_page, session_id, since_seq, poll_interval)
+
+    def follow_json(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> AsyncIterator[RawEvent]:
+        """:meth:`follow`, each event as a :class:`~agentlog.RawEvent` (as
+        :meth:`read_json`): what a server passing events on streams."""
+        return self._follow(operations.checked_json_page, session_id, since_seq, poll_interval)
+
+    async def _follow(
+        self, page_of: _PageOf[_E], session_id: str, since_seq: int, poll_interval: float
+    ) -> AsyncIterator[_E]:
+        """The events ``page_of`` reads as they are committed (the arguments
+        checked on the first look, as a generator's are)."""
         self._check_open()
         session_id = check_session_id(session_id)
         last = check_seq("since_seq", since_seq)
         poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
 
-        async def look(after: int) -> tuple[Hashable, builtins.list[StoredEvent]]:
+        async def look(after: int) -> tuple[Hashable, builtins.list[_E]]:
             token = await self._change_token(session_id, key)
             if not has_new_events(session_id, after, await self.head(session_id)):
                 return token, []
-            return token, await self._checked_scan(session_id, after, _PAGE)
+            return token, await self._checked_scan(page_of, session_id, after, _PAGE)
 
         async def wait(mark: int) -> bool:
             await self._wait(mark, poll_interval)

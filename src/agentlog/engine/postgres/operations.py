@@ -45,6 +45,7 @@ __all__ = [
     "append",
     "append_group",
     "append_keyed",
+    "checked_json_page",
     "checked_page",
     "checked_rows",
     "damage_report",
@@ -175,10 +176,29 @@ def checked_page(
     """:func:`scan`, or :class:`EventsPrunedError` when retention pruned the
     events right after ``since`` (the rule of ``BaseCheckpointer.read``)."""
     page = yield from scan(q, tenant, name, since, limit)
-    first = page[0].seq if page else (yield from first_retained(q, tenant, name))
+    yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)
+    return page
+
+
+def checked_json_page(
+    q: Statements, tenant: str, name: str, since: int, limit: int
+) -> Operation[list[RawEvent]]:
+    """:func:`checked_page`, each event's JSON as stored (:func:`scan_json`)."""
+    page = yield from scan_json(q, tenant, name, since, limit)
+    yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)
+    return page
+
+
+def _check_page_start(
+    q: Statements, tenant: str, name: str, since: int, first: int | None
+) -> Operation[None]:
+    """:class:`EventsPrunedError` unless the page after ``since`` starts at
+    ``since + 1`` (``first``: its first seq; None for an empty page, when the
+    session's first retained event is asked for)."""
+    if first is None:
+        first = yield from first_retained(q, tenant, name)
     if first > since + 1:
         raise EventsPrunedError(name, since, first)
-    return page
 
 
 def list_sessions(q: Statements, tenant: str) -> Operation[list[tuple[str, float, int]]]:
