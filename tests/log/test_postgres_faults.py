@@ -66,6 +66,54 @@ def test_the_deadline_watchdog_ends_when_idle_and_a_call_starts_another() -> Non
     assert len(started) == 1 and watchdog not in started
 
 
+def test_a_call_begun_while_the_watchdog_sleeps_idle_is_given_up_at_its_deadline() -> None:
+    """Nothing wakes the idle watchdog when a call begins: it must wake within
+    a timeout of its own accord and shut the silent call's socket down."""
+    import socket
+
+    import psycopg
+
+    from agentlog.engine.postgres.deadline import Deadlines
+
+    deadlines = Deadlines(0.3)
+    with deadlines.watch(cast(Any, None)):
+        pass  # the watchdog runs, and now sleeps with nothing to watch
+    ours, peer = socket.socketpair()
+    with ours, peer:
+        ours.settimeout(60)  # far past the deadline: a hang fails, never passes
+        given_up = pytest.raises(psycopg.OperationalError, match="client-side deadline")
+        with given_up, deadlines.watch(cast(Any, ours)):
+            # The peer never answers: b"" once the watchdog shuts the socket
+            # down (a TimeoutError if it never does), then the lost connection.
+            assert ours.recv(1) == b""
+            raise psycopg.OperationalError("the connection was closed")
+
+
+def test_a_watchdog_that_cannot_start_refuses_the_call_and_the_next_starts_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentlog.engine.postgres.deadline import Deadlines
+
+    real = threading.Thread.start
+    refused = {"n": 0}
+
+    def no_thread(self: threading.Thread) -> None:
+        refused["n"] += 1
+        raise RuntimeError("can't start new thread")
+
+    deadlines = Deadlines(0.2)
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    refusal = pytest.raises(RuntimeError, match="can't start new thread")
+    with refusal, deadlines.watch(cast(Any, None)):
+        pytest.fail("the call ran without a deadline")
+    monkeypatch.setattr(threading.Thread, "start", real)
+    with deadlines.watch(cast(Any, None)):
+        running = [t for t in threading.enumerate() if t.name == "agentlog-postgres-deadlines"]
+    assert refused["n"] == 1 and any(t.is_alive() for t in running)
+    with pytest.raises(ValueError, match="at most"):
+        Deadlines(float("inf"))
+
+
 @pytest.fixture
 def proxy(postgres_server: str) -> Iterator[FaultProxy]:
     with FaultProxy(*_host_port(postgres_server)) as running:

@@ -42,22 +42,27 @@ class Deadlines:
 
     ``timeout`` is the seconds a call may take, from when it has its
     connection; ``None`` watches nothing (each :meth:`watch` costs nothing).
-    The thread starts with a call and sleeps until the earliest deadline (it
-    ends after a timeout with no call); a call that ends in time costs a lock
-    and a dict entry, and never wakes the thread. Every call has the same
-    timeout, so the calls in the order they began are the deadlines in order:
-    the earliest is the oldest call under way.
+    The thread starts with a call and sleeps until the earliest deadline; it
+    ends once no call has been under way for a whole timeout, and the next
+    call starts another. A call that ends in time costs a lock and a dict
+    entry, and never wakes the thread. Every call has the same timeout, so
+    the calls in the order they began are the deadlines in order: the
+    earliest is the oldest call under way.
     """
 
     def __init__(self, timeout: float | None) -> None:
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"client_timeout must be a number of seconds > 0, not {timeout!r}")
+        if timeout is not None and not 0 < timeout <= threading.TIMEOUT_MAX:
+            raise ValueError(
+                "client_timeout must be a number of seconds > 0 and at most"
+                f" {threading.TIMEOUT_MAX:.0f}, not {timeout!r}"
+            )
         self.timeout = timeout
         self._lock = threading.Condition(threading.Lock())
         self._calls: OrderedDict[int, tuple[float, _Connection]] = OrderedDict()
         self._expired: set[int] = set()
         self._count = itertools.count()
         self._thread: threading.Thread | None = None
+        self._last_end = 0.0  # when the last call ended (time.monotonic())
 
     @contextlib.contextmanager
     def watch(self, conn: _Connection) -> Iterator[None]:
@@ -69,12 +74,15 @@ class Deadlines:
             return
         ticket = next(self._count)
         with self._lock:
-            self._calls[ticket] = (time.monotonic() + self.timeout, conn)
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="agentlog-postgres-deadlines", daemon=True
                 )
-                self._thread.start()
+                # Noted only once it runs: a start that fails (no thread to be
+                # had) refuses this call and leaves the next to try again.
+                thread.start()
+                self._thread = thread
+            self._calls[ticket] = (time.monotonic() + self.timeout, conn)
         try:
             yield
         except psycopg.Error as exc:
@@ -90,22 +98,34 @@ class Deadlines:
             with self._lock:
                 self._calls.pop(ticket, None)
                 self._expired.discard(ticket)
+                self._last_end = time.monotonic()
 
     def _run(self) -> None:
+        try:
+            self._watch_calls()
+        finally:
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None  # it died: the next call starts another
+
+    def _watch_calls(self) -> None:
+        timeout = self.timeout
+        assert timeout is not None  # a thread runs only for a store with a deadline
         with self._lock:
             while True:
                 if not self._calls:
-                    # A call that begins while this sleeps is due a whole
-                    # timeout after it began, so waking one timeout from now
-                    # is in time: no call wakes this thread (that wake-up,
-                    # a thread switch on each call, cost more than the call's
-                    # own work on a busy machine).
-                    self._lock.wait(self.timeout)
-                    if not self._calls:
-                        # Idle a whole timeout (or closed): end, so that a
-                        # closed store leaves no thread; a call starts another.
+                    idle = time.monotonic() - self._last_end
+                    if idle >= timeout:
+                        # No call for a whole timeout: end, so that a closed
+                        # store leaves no thread; the next call starts another.
                         self._thread = None
                         return
+                    # A call that begins while this sleeps is due a whole
+                    # timeout after it began, so waking within one timeout is
+                    # in time: no call wakes this thread (that wake-up, a
+                    # thread switch on each call, cost more than the call's
+                    # own work on a busy machine).
+                    self._lock.wait(timeout - idle)
                     continue
                 ticket, (due, conn) = next(iter(self._calls.items()))
                 wait = due - time.monotonic()
