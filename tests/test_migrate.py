@@ -295,11 +295,17 @@ def test_a_version_6_ledger_is_brought_forward(tmp_path: Path, engine: str) -> N
     db = sqlite3.connect(target)
     for statement in [sql for version in range(1, 6) for sql in MIGRATIONS[version]]:
         db.execute(statement)
-    # The ledger as version 6 was first released: today's step 6 but for its key.
-    (ledger,) = MIGRATIONS[6]
-    first_released = ledger.replace("(source_id, tenant, source_key)", "(source_id, source_key)")
-    assert first_released != ledger
-    db.execute(first_released)
+    db.execute(  # the ledger as version 6 was first released
+        """CREATE TABLE migration_ledger (
+            source_id TEXT NOT NULL,
+            source_key TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            tenant TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            migrated REAL NOT NULL,
+            PRIMARY KEY (source_id, source_key)
+        ) WITHOUT ROWID"""
+    )
     db.execute("PRAGMA application_id = 1095191623")
     db.execute("PRAGMA user_version = 6")
     db.execute("INSERT INTO migration_ledger VALUES ('src', 'a.json', 'abc', 'acme', 'a', 1.0)")
@@ -393,9 +399,9 @@ def test_a_target_in_a_missing_directory_is_refused_not_created(
     assert not (tmp_path / "no-such-dir").exists()
 
 
-@pytest.mark.parametrize("named", [True, False])
+@pytest.mark.parametrize("named", ["bk", "bk/deeper", None])
 def test_a_backup_cut_short_is_not_left_behind(
-    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: bool
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str | None
 ) -> None:
     """The target's copy fails (a full disk) after the source's was taken: the
     half-made backup directory goes, the target is as it was, and a re-run works."""
@@ -410,7 +416,7 @@ def test_a_backup_cut_short_is_not_left_behind(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(migrate_targets.SqliteTarget, "backup", full_disk)
-    backup = {"backup_dir": tmp_path / "bk"} if named else {}
+    backup = {"backup_dir": tmp_path / named} if named else {}
     with pytest.raises(OSError, match="No space left"):
         migrate(v1_source, target, **backup)
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -172,16 +172,19 @@ def migrate(
         if backup.exists():
             raise MigrationError(f"backup directory {backup} already exists")
         src.check_backup(backup)  # refused before it is made: never left in the source
+        made = backup  # the highest directory this makes, to take back on failure
+        while not made.parent.exists():
+            made = made.parent
         backup.mkdir(parents=True, mode=0o700)  # the owner's only: it holds every transcript
     else:
-        backup = _new_backup_directory(dst, src)
+        backup = made = _new_backup_directory(dst, src)
     try:
         copy = src.backup(backup / "source")
         dst.backup(backup)
     except BaseException:
         # A backup cut short (a full disk, a lost server, Ctrl-C) is no backup:
         # nothing half-made is left for a user to mistake for one.
-        shutil.rmtree(backup, ignore_errors=True)
+        shutil.rmtree(made, ignore_errors=True)
         raise
     report.backup = backup
     wanted = sys.stderr.isatty() if progress is None else progress
