@@ -74,6 +74,37 @@ def test_the_loop_runs_while_an_append_waits_and_a_killed_backend_is_typed(
     asyncio.run(main())
 
 
+def test_a_group_interrupted_mid_write_leaves_no_caller_waiting(
+    postgres_server: str, tmp_path: Path, admin: Any
+) -> None:
+    """The task writing a group is cancelled while the server holds its
+    statement (as at a loop's shutdown): each caller hears that the outcome
+    is unknown, none waits for ever, and the checkpointer goes on."""
+    from agentlog import OutcomeUnknownError
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            await log.append("s", [EVENT])
+            admin.execute("BEGIN")
+            admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+            calls = [asyncio.ensure_future(log.append("s", [EVENT])) for _ in range(3)]
+            await _blocked_backend(postgres_server, admin.info.backend_pid)
+            (group,) = log._groups  # the one group under way, as the loop's shutdown sees it
+            group.cancel()
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*calls, return_exceptions=True), timeout=30
+            )
+            admin.execute("ROLLBACK")
+            assert all(isinstance(o, OutcomeUnknownError) for o in outcomes), outcomes
+            head = await log.head("s")
+            assert await log.append("s", [EVENT], expected_head=head) == head + 1
+
+    asyncio.run(main())
+
+
 def test_an_async_pool_passed_in_is_used_and_left_open(
     postgres_server: str, tmp_path: Path
 ) -> None:

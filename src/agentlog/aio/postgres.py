@@ -49,6 +49,7 @@ from ..errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
+    OutcomeUnknownError,
     StorageDataError,
     StorageUnavailableError,
 )
@@ -308,6 +309,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         except Exception as exc:  # the whole group failed: each caller hears
             settle([(future, None, exc) for future in futures])
             return
+        except BaseException as exc:
+            # This task was interrupted mid-write (cancelled, Ctrl-C): no
+            # caller is left waiting, and none is told it was not written.
+            unknown = OutcomeUnknownError(
+                f"appending: interrupted ({exc!r}) before the outcome was known; the write"
+                " may or may not be in the store (append with a key to have it resolved)"
+            )
+            settle([(future, None, unknown) for future in futures])
+            raise
         settle(
             [(future, *outcome(result)) for future, result in zip(futures, results, strict=True)]
         )
