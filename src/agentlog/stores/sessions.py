@@ -301,8 +301,9 @@ class SessionStore(Transactions):
 
         return self._atomic("session compact", work)
 
-    # list() and delete() take the same arguments in every store (a page; a
-    # compare-and-set): each store's public signature, its body one helper call.
+    # list() and delete() take the same kind of arguments in every store (a
+    # page; a compare-and-set), each store's own: a public signature each, its
+    # body one helper call.
     def list(
         self, tenant_id: str, after: str | None = None, limit: int = 100
     ) -> builtins.list[SessionRecord]:
