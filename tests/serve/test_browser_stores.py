@@ -69,6 +69,39 @@ def _tab(page: Any, name: str, key: str | None = None) -> None:
     expect(page.locator("#store")).to_have_attribute("data-shown", shown)
 
 
+def test_a_slow_answer_for_a_tab_left_behind_never_paints_over_the_tab_chosen(
+    sqlite_store: Store, serve: Callable[..., Viewer], watched: Watched
+) -> None:
+    """The first tab's answer is held back until another tab is shown; when
+    it arrives, the page stays on the tab the user chose."""
+    from playwright.sync_api import expect
+
+    _fill(sqlite_store.location)
+    viewer = serve(sqlite_store.source())
+    page = watched.page
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    page.route("**/api/stores/checkpoints*", hold)
+    page.goto(viewer.url + "/stores")  # the checkpoints tab asks first
+    for _ in range(300):  # until the page has asked (30 s at most)
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert len(held) == 1
+    _tab(page, "artifacts")
+    expect(page.locator("#store tbody tr")).to_have_count(2)
+    with page.expect_response("**/api/stores/checkpoints*") as answered:
+        held[0].continue_()
+    answered.value.finished()
+    page.evaluate("() => new Promise((done) => setTimeout(done, 200))")  # its tasks run
+    expect(page.locator("#store")).to_have_attribute("data-shown", "artifacts:")
+    assert {row[0] for row in _cells(page)} == {HOSTILE_NAME, "pic.svg"}
+    assert watched.errors == []
+
+
 def test_the_stores_page_shows_each_store(
     sqlite_store: Store, serve: Callable[..., Viewer], watched: Watched, tmp_path: Path
 ) -> None:

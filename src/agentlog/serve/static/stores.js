@@ -53,13 +53,19 @@
       async show() {
         const found = await api("/api/stores/sessions", { tenant });
         const loaded = el("div", { id: "snapshot" });
-        // A session's newest snapshot (its state) and what came after it, on demand.
-        const open = (id) => api("/api/stores/sessions/" + encodeURIComponent(id), { tenant })
-          .then((s) => loaded.replaceChildren(el("h2", {}, "Session ", el("code", {}, id)),
-            el("p", { class: "muted" }, s.snapshot === null ? "no snapshot"
-              : "snapshot through item " + s.snapshot.through_sequence + " · " + s.items_after_snapshot +
-                " items after it"), json(s.snapshot === null ? null : s.snapshot.state)))
-          .catch((e) => loaded.replaceChildren(el("p", { class: "error" }, e.message)));
+        // A session's newest snapshot (its state) and what came after it, on
+        // demand; as with the tabs, only the last session asked for is shown.
+        let opened = 0;
+        const open = (id) => {
+          const mine = ++opened;
+          const show = (...nodes) => { if (mine === opened) loaded.replaceChildren(...nodes); };
+          return api("/api/stores/sessions/" + encodeURIComponent(id), { tenant })
+            .then((s) => show(el("h2", {}, "Session ", el("code", {}, id)),
+              el("p", { class: "muted" }, s.snapshot === null ? "no snapshot"
+                : "snapshot through item " + s.snapshot.through_sequence + " · " + s.items_after_snapshot +
+                  " items after it"), json(s.snapshot === null ? null : s.snapshot.state)))
+            .catch((e) => show(el("p", { class: "error" }, e.message)));
+        };
         return el("div", {}, table(["session", "head", "snapshot through", "revision", "metadata", ""],
           found.sessions.map((s) => [s.session_id, String(s.head),
             s.snapshot_through === null ? "" : String(s.snapshot_through), String(s.revision),
