@@ -31,6 +31,7 @@ __all__ = [
     "Connection",
     "Engine",
     "EngineFactory",
+    "EngineOptions",
     "engine_class",
     "engine_info",
     "first_bad_crc_line",

@@ -41,6 +41,7 @@ __all__ = [
     "ConnectionT",
     "DriverConnection",
     "EngineCore",
+    "DEFAULT_OPTIONS",
     "EngineOptions",
     "ReaderPool",
     "WriteLock",
@@ -235,6 +236,10 @@ class EngineOptions:
     hash_chain: bool = False
 
 
+#: The options an engine opens with when given none (those of ``open_engine``).
+DEFAULT_OPTIONS = EngineOptions()
+
+
 class EngineCore(Generic[ConnectionT]):
     """An engine's connections and transactions, less the driver and the operations.
 
@@ -243,7 +248,7 @@ class EngineCore(Generic[ConnectionT]):
 
     name: ClassVar[str] = "base"
 
-    def __init__(self, path: str, *, options: EngineOptions) -> None:
+    def __init__(self, path: str, *, options: EngineOptions = DEFAULT_OPTIONS) -> None:
         synchronous = options.synchronous
         if synchronous not in ("normal", "full"):
             raise ValueError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")

@@ -396,7 +396,7 @@ class EngineFactory(Protocol):
 
     name: str
 
-    def __call__(self, path: str, *, options: EngineOptions) -> Engine:
+    def __call__(self, path: str, *, options: EngineOptions = ...) -> Engine:
         """Open (creating and migrating forward, unless ``options.read_only``) ``path``."""
         ...
 
