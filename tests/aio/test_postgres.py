@@ -42,6 +42,12 @@ async def _blocked_backend(conninfo: str, holder: int) -> int:
     raise AssertionError("no backend waited for the lock")
 
 
+def _hold_the_row_of_s(admin: Any, schema: str) -> None:
+    """Another connection holds session ``s``'s row: an append to it waits in the server."""
+    admin.execute("BEGIN")
+    admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+
+
 def test_the_loop_runs_while_an_append_waits_and_a_killed_backend_is_typed(
     postgres_server: str, tmp_path: Path, admin: Any
 ) -> None:
@@ -52,9 +58,7 @@ def test_the_loop_runs_while_an_append_waits_and_a_killed_backend_is_typed(
     async def main() -> None:
         async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
             await log.append("s", [EVENT])
-            # Another connection holds the session's row: the append waits in the server.
-            admin.execute("BEGIN")
-            admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+            _hold_the_row_of_s(admin, schema)  # the append waits in the server
             append = asyncio.create_task(log.append("s", [EVENT] * 5))
             ticks = 0
             for _ in range(20):  # the loop is free meanwhile
@@ -88,8 +92,7 @@ def test_a_group_interrupted_mid_write_leaves_no_caller_waiting(
     async def main() -> None:
         async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
             await log.append("s", [EVENT])
-            admin.execute("BEGIN")
-            admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+            _hold_the_row_of_s(admin, schema)
             calls = [asyncio.ensure_future(log.append("s", [EVENT])) for _ in range(3)]
             await _blocked_backend(postgres_server, admin.info.backend_pid)
             (group,) = log._groups  # the one group under way, as the loop's shutdown sees it
