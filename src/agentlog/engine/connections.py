@@ -37,11 +37,11 @@ from .errors import CLOSED, opening_error, read_only_refusal
 from .forks import abandon_in_fork_children
 
 __all__ = [
+    "DEFAULT_OPTIONS",
     "DEFAULT_WAL_SIZE_LIMIT",
     "ConnectionT",
     "DriverConnection",
     "EngineCore",
-    "DEFAULT_OPTIONS",
     "EngineOptions",
     "ReaderPool",
     "WriteLock",
