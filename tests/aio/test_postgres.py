@@ -13,6 +13,7 @@ import pytest
 from agentlog import EventsPrunedError, InvalidEventError, StorageUnavailableError
 
 from ..conftest import postgres_schema
+from ..waiting import wait_until_async
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -104,6 +105,49 @@ def test_a_group_interrupted_mid_write_leaves_no_caller_waiting(
             assert all(isinstance(o, OutcomeUnknownError) for o in outcomes), outcomes
             head = await log.head("s")
             assert await log.append("s", [EVENT], expected_head=head) == head + 1
+
+    asyncio.run(main())
+
+
+def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg 3.2.2's wait for notifications can catch a CancelledError and
+    go on waiting (found hanging a test at the oldest end of the range): the
+    last follower's stop must end the listening task all the same."""
+    import psycopg
+
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    real = psycopg.AsyncConnection.notifies
+    swallowed: list[bool] = []
+
+    async def swallowing(self: Any, **kwargs: Any) -> Any:
+        try:
+            async for note in real(self, **kwargs):
+                yield note
+        except asyncio.CancelledError:
+            swallowed.append(True)  # caught, as that wait does, and waited on
+            async for note in real(self, **kwargs):
+                yield note
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", swallowing)
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            await log.append("s", [EVENT])
+            follower = log.follow("s", 0)
+            assert (await follower.__anext__()).seq == 1
+            assert await wait_until_async(lambda: log._listening)  # in the notifies wait
+            # Waited for, not wait_for(): its timeout's second cancellation
+            # would end the swallowing wait and hide the hang.
+            closing = asyncio.ensure_future(follower.aclose())
+            done, _ = await asyncio.wait({closing}, timeout=30)
+            assert closing in done, "the follower's stop waits on the listener for ever"
+            assert swallowed == [True]
+            listening = [t for t in asyncio.all_tasks() if "_listen" in repr(t.get_coro())]
+            assert listening == []  # no listening task left
 
     asyncio.run(main())
 

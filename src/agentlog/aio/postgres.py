@@ -657,13 +657,20 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listener
+            # Waited for, not awaited: its CancelledError is its own, while a
+            # cancellation of this caller still reaches the caller.
+            await asyncio.wait({listener})
 
     async def _listen(self) -> None:
-        """The listening connection, kept (re)connected while followers run."""
+        """The listening connection, kept (re)connected while followers run,
+        until :meth:`_stop_listening` makes another task (or none) the listener."""
         db = self._db
-        while True:
+        me = asyncio.current_task()
+
+        def stopping() -> bool:
+            return self._listener is not me
+
+        while not stopping():
             with contextlib.suppress(psycopg.Error, OSError):
                 await listen_async(
                     db.q,
@@ -672,7 +679,10 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                     self._on_listening,
                     self._on_note,
                     self._on_lost,
+                    stopping,
                 )
+            if stopping():
+                return
             self._commit()  # lost: followers poll until it is back
             await asyncio.sleep(0.2)
 

@@ -171,6 +171,10 @@ class Listener:
             os.close(self._wake_w)
 
 
+#: How often (seconds) a listening loop looks whether it is to stop.
+_STOP_LOOK = 1.0
+
+
 async def listen_async(
     q: Statements,
     conninfo: str,
@@ -178,19 +182,25 @@ async def listen_async(
     on_connected: Callable[[], None],
     on_notify: Callable[[int, str], None],
     on_lost: Callable[[], None],
+    stopping: Callable[[], bool],
 ) -> None:
     """One listening connection's life on a loop: ``on_connected()`` once it
     listens, ``on_notify(head, key)`` per notification, ``on_lost()`` as it
-    ends (before it is closed); returns (or raises :class:`psycopg.Error`,
-    :class:`OSError`) when it is lost."""
+    ends (before it is closed); returns once ``stopping()`` (looked at least
+    every :data:`_STOP_LOOK` seconds), or raises :class:`psycopg.Error`,
+    :class:`OSError` when the connection is lost."""
     conn = await psycopg.AsyncConnection.connect(conninfo, **dict(kwargs, autocommit=True))
     try:
         await conn.execute(_listen_statement(q))
         on_connected()
-        async for note in conn.notifies():
-            parsed = parse_note(note.payload)
-            if parsed is not None:
-                on_notify(*parsed)
+        while not stopping():
+            # Not stopped by cancellation alone: psycopg's wait for
+            # notifications (3.2.2 at least) can swallow a CancelledError,
+            # which left the task listening for ever.
+            async for note in conn.notifies(timeout=_STOP_LOOK):
+                parsed = parse_note(note.payload)
+                if parsed is not None:
+                    on_notify(*parsed)
     finally:
         on_lost()
         await conn.close()
