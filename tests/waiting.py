@@ -9,6 +9,7 @@ a failure shows it as it was at the deadline.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 
@@ -39,3 +40,21 @@ async def wait_until_async(
             return False
         await asyncio.sleep(interval)
     return True
+
+
+def os_threads() -> set[str]:
+    """This process's OS threads by id, native ones (the C writer) included."""
+    return set(os.listdir("/proc/self/task"))
+
+
+def threads_started_since(before: set[str], count: int = 1) -> set[str]:
+    """The OS threads running now that were not in ``before``, waited for
+    until there are ``count`` (a joined thread may still be exiting). Ids,
+    not a count: threads of an earlier test may end meanwhile."""
+    wait_until(lambda: len(os_threads() - before) == count, timeout=5)
+    return os_threads() - before
+
+
+def threads_ended(threads: set[str], timeout: float = 5) -> bool:
+    """Whether none of ``threads`` runs any more, waited for."""
+    return wait_until(lambda: not os_threads() & threads, timeout=timeout)

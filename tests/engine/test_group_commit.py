@@ -18,7 +18,7 @@ from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteChe
 from agentlog.testing.races import run_in_threads
 
 from ..conftest import require_engine
-from ..waiting import wait_until
+from ..waiting import os_threads, threads_ended, threads_started_since
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -160,14 +160,6 @@ def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Pa
     assert interrupted > 0  # the test did interrupt waiters
 
 
-def threads_of_this_process(expected: int | None = None) -> int:
-    """OS threads, the C writer thread included (it is no Python thread); given
-    ``expected``, waited for a while, as a joined thread may still be exiting."""
-    if expected is not None:
-        wait_until(lambda: len(os.listdir("/proc/self/task")) == expected, timeout=5)
-    return len(os.listdir("/proc/self/task"))
-
-
 def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:
     """Appends that find the write lock held: they go to the writer thread."""
     lock = cp._engine._write_lock  # type: ignore[attr-defined]
@@ -220,18 +212,20 @@ def test_the_writer_thread_ends_with_its_engine(tmp_path: Path) -> None:
     """Closed, or dropped without close(): the writer thread does not outlive it."""
     require_engine("c")
     gc.collect()  # no engine of an earlier test left to end during this one
-    before = threads_of_this_process()
+    before = os_threads()
     cp = SqliteCheckpointer(tmp_path / "closed.db", engine="c")
     busy_appends(cp)
-    assert threads_of_this_process(before + 1) == before + 1
+    writer = threads_started_since(before)
+    assert len(writer) == 1
     cp.close()
-    assert threads_of_this_process(before) == before
+    assert threads_ended(writer)
     dropped = SqliteCheckpointer(tmp_path / "dropped.db", engine="c")
     busy_appends(dropped)
-    assert threads_of_this_process(before + 1) == before + 1
+    writer = threads_started_since(before)
+    assert len(writer) == 1
     del dropped
     gc.collect()
-    assert threads_of_this_process(before) == before
+    assert threads_ended(writer)
 
 
 def test_two_closes_at_once_both_wait_for_what_was_queued(tmp_path: Path) -> None:
@@ -267,7 +261,7 @@ def test_a_stopping_writer_starts_no_thread(tmp_path: Path) -> None:
     cp = SqliteCheckpointer(tmp_path / "late.db", engine="c")
     engine = cp._engine  # type: ignore[attr-defined]
     gc.collect()
-    before = threads_of_this_process()
+    before = os_threads()
     errors: list[BaseException] = []
 
     def append() -> None:
@@ -283,7 +277,7 @@ def test_a_stopping_writer_starts_no_thread(tmp_path: Path) -> None:
         late.join(10)
     assert [type(e) for e in errors] == [CheckpointerClosedError]
     assert not engine._group_writer.started
-    assert threads_of_this_process(before) == before
+    assert threads_started_since(before, count=0) == set()
     cp.close()
 
 

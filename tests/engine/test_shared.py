@@ -24,8 +24,7 @@ from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
 from ..log.test_sqlite import HOLD_WRITE_LOCK
-from ..waiting import wait_until, wait_until_async
-from .test_group_commit import threads_of_this_process
+from ..waiting import os_threads, threads_ended, threads_started_since, wait_until_async
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -231,19 +230,20 @@ def test_an_async_checkpointer_dropped_unclosed_stops_its_writer(
 ) -> None:
     path = tmp_path / "dropped.db"
     gc.collect()
-    before = threads_of_this_process()
+    before = os_threads()
+    writer: set[str] = set()
 
     async def main() -> None:
         # synchronous="full": every append goes to a writer thread (the C
         # engine's own, or a Python one on the pure engine).
         log = AsyncSqliteCheckpointer(path, engine=engine, synchronous="full")
         assert await log.append("s", [EVENT]) == 1
-        assert threads_of_this_process(before + 1) == before + 1
+        writer.update(threads_started_since(before))
+        assert len(writer) == 1
 
     asyncio.run(main())
     gc.collect()
-    wait_until(lambda: threads_of_this_process() <= before, timeout=10, interval=0.05)
-    assert threads_of_this_process() == before  # its idle writer saw it go
+    assert threads_ended(writer, timeout=10)  # its idle writer saw it go
 
 
 def test_many_async_checkpointers_share_one_engine_and_start_no_thread(
@@ -252,20 +252,20 @@ def test_many_async_checkpointers_share_one_engine_and_start_no_thread(
     """The drop-in pattern: an object per conversation, each opened on the path."""
     path = tmp_path / "many.db"
     SqliteCheckpointer(path, engine=engine).close()
-    before = threading.active_count()
+    before = set(threading.enumerate())
 
-    async def main() -> int:
+    async def main() -> set[threading.Thread]:
         logs = [AsyncSqliteCheckpointer(path, engine=engine) for _ in range(100)]
         for n, log in enumerate(logs):
             assert await log.append(f"conversation-{n}", [EVENT]) == 1
         engines = {id(log.backend._engine) for log in logs}  # type: ignore[attr-defined]
-        threads = threading.active_count()
+        started = set(threading.enumerate()) - before
         for log in logs:
             await log.aclose()
         assert len(engines) == 1
-        return threads
+        return started
 
-    assert asyncio.run(main()) == before  # every append written on the loop
+    assert asyncio.run(main()) == set()  # every append written on the loop
     with SqliteCheckpointer(path, engine=engine) as log:
         assert [log.head(f"conversation-{n}") for n in range(100)] == [1] * 100
 

@@ -155,7 +155,7 @@ def test_stopping_a_follower_leaves_no_thread_behind(log: BaseCheckpointer) -> N
     for event in log.follow("s"):
         assert event.seq == 1
         break
-    assert set(threading.enumerate()) == before
+    assert set(threading.enumerate()) <= before  # (an earlier test's thread may end)
     # The checkpointer is still usable, and a new follower sees new events.
     log.append("s", [EVENT])
     assert [event.seq for event in take(log.follow("s", 1), 1)] == [2]
