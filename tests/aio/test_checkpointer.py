@@ -283,6 +283,7 @@ def test_threads_and_coroutines_share_one_writer_thread(tmp_path: Path) -> None:
     sync_cp = SqliteCheckpointer(path, engine="c")
     engine = sync_cp._engine  # type: ignore[attr-defined]
     per_caller = 50
+    before = set(threading.enumerate())  # (an earlier test's idle writer may still run)
 
     def thread_appends(name: str) -> None:
         head = 0
@@ -304,7 +305,7 @@ def test_threads_and_coroutines_share_one_writer_thread(tmp_path: Path) -> None:
             await asyncio.gather(*(coroutine_appends(f"c{n}") for n in range(16)))
             for thread in threads:
                 thread.join()
-            names = [thread.name for thread in threading.enumerate()]
+            names = [thread.name for thread in set(threading.enumerate()) - before]
             assert not [name for name in names if name.startswith("agentlog writer")], names
 
     commits = engine.commits
@@ -323,13 +324,14 @@ def test_synchronous_full_appends_share_the_writer_threads_fsyncs(tmp_path: Path
     require_engine("c")
 
     async def main() -> tuple[int, list[int]]:
+        before = set(threading.enumerate())  # (an earlier test's idle writer may run)
         async with AsyncSqliteCheckpointer(
             tmp_path / "full.db", engine="c", synchronous="full"
         ) as cp:
             engine = cp.backend._engine  # type: ignore[attr-defined]
             commits = engine.commits
             heads = await asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(64)))
-            names = [thread.name for thread in threading.enumerate()]
+            names = [thread.name for thread in set(threading.enumerate()) - before]
             assert not [name for name in names if name.startswith("agentlog writer")], names
             return engine.commits - commits, heads
 
