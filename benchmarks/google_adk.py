@@ -260,6 +260,7 @@ def table(results: list[dict[str, Any]]) -> str:
 MISSING = "google-adk[db] is not installed: pip install -e '.[bench]'"
 
 
+# The entry point, alike in shape to openai_agents's: the command is adapter_main's.
 def main(argv: list[str] | None = None) -> None:
     """The command line: run :func:`rows` and print the table (and JSON)."""
     adapter_main(

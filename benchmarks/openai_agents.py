@@ -210,6 +210,7 @@ def table(results: list[dict[str, Any]]) -> str:
 MISSING = "the OpenAI Agents SDK is not installed: pip install -e '.[bench]'"
 
 
+# The entry point, alike in shape to google_adk's: the command is adapter_main's.
 def main(argv: list[str] | None = None) -> None:
     """The command line: run :func:`rows` and print the table (and JSON)."""
     adapter_main(

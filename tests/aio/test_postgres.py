@@ -152,6 +152,8 @@ def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
     asyncio.run(main())
 
 
+# Each test here opens its own checkpointer in its own coroutine (a pool, a
+# killed backend...), alike in shape to the other async PostgreSQL tests.
 def test_an_async_pool_passed_in_is_used_and_left_open(
     postgres_server: str, tmp_path: Path
 ) -> None:

@@ -61,6 +61,8 @@ def test_the_child_refuses_the_parents_checkpointer(tmp_path: Path, engine: str)
     cp.close()
 
 
+# Opened as test_shared's store tests open a file (a storage, a log, one
+# append), alike in shape: the two files test different things on it.
 def test_a_fork_while_a_parent_thread_writes_does_not_deadlock_the_child(
     tmp_path: Path, engine: str
 ) -> None:

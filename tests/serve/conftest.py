@@ -56,6 +56,14 @@ class Store:
         self.opened.append(log)
         return log
 
+    def hide_a_needle(self, needle: str, title: str, hay: list[str]) -> None:
+        """Session ``needle``, titled ``title``, written first (the least recently
+        active), then the ``hay`` sessions, which a filter for the title misses."""
+        log = self.writer()
+        log.set_metadata(needle, {"title": title, "tags": []}, 0)
+        for session in hay:
+            log.append(session, [{"type": "user", "content": "hay"}])
+
     def args(self, tenant: str = "default", allow_writes: bool = False) -> argparse.Namespace:
         """What ``agentlog serve`` parses for this store."""
         return argparse.Namespace(

@@ -69,10 +69,7 @@ def test_a_filter_looks_at_a_bounded_number_of_sessions(
     """A filter that matches only the oldest session answers each request
     after looking at SCAN_ROWS sessions, with a cursor that looks further."""
     monkeypatch.setattr(source_module, "SCAN_ROWS", 4)
-    log = store.writer()
-    log.set_metadata("old", {"title": "a Needle", "tags": []}, 0)
-    for n in range(10):
-        log.append(f"s{n}", [{"type": "user", "content": "hay"}])
+    store.hide_a_needle("old", "a Needle", [f"s{n}" for n in range(10)])
     viewer = serve(store.source())
     found: list[str] = []
     requests, cursor = 0, ""

@@ -19,7 +19,9 @@ from .browser import CHROMIUM_FLAGS, distinct_rows, require_browser
 from .conftest import Store, Viewer
 
 #: A run of an agent, as a demo store holds it: a tool call answered, one
-#: failed, one still pending, bookkeeping around them, and a summary.
+#: failed, one still pending, bookkeeping around them, and a summary. (Alike
+#: in shape to test_fold's TURN, as any turn is: this one is what the viewer
+#: draws, that one what the fold's exact output is checked against.)
 DEMO = [
     {"type": "user", "content": "Why does the nightly build fail?"},
     {
@@ -183,10 +185,7 @@ def test_a_filter_searches_further_a_bounded_scan_at_a_time(
     from agentlog.serve import source as source_module
 
     monkeypatch.setattr(source_module, "SCAN_ROWS", 2)
-    log = sqlite_store.writer()
-    log.set_metadata("oldest", {"title": "the needle", "tags": []}, 0)
-    for n in range(4):
-        log.append(f"hay-{n}", [{"type": "user", "content": "hay"}])
+    sqlite_store.hide_a_needle("oldest", "the needle", [f"hay-{n}" for n in range(4)])
     viewer = serve(sqlite_store.source())
     page = watched.page
     page.goto(viewer.url + "/?q=needle")

@@ -25,6 +25,8 @@ def _names(nodes: list[Any]) -> list[Any]:
     return [(n["session_id"], n["seq"], _names(n.get("forks", []))) for n in nodes]
 
 
+# Each test writes its own tree (appends and forks, alike in shape): the
+# tree is what the test is about, so it is spelled out where it is checked.
 def test_the_tree_names_ancestors_and_descendants_with_their_fork_points(
     store: Store, serve: Callable[..., Viewer]
 ) -> None:

@@ -194,6 +194,8 @@ class AgentlogSession:
         self._head: int | None = None  # the head this object last saw (None: not yet read)
         self.conflicts = 0
 
+    # Properties, alike in shape (as on the checkpointers): read-only views of
+    # what the session was opened with.
     @property
     def checkpointer(self) -> AsyncCheckpointer:
         """The agentlog log the items live in (read it, fold it, follow it)."""

@@ -42,6 +42,8 @@ class SessionView:
         # that the log it folded is still the log (not truncated under it).
         self._last: tuple[str, dict[str, Any]] | None = None
 
+    # Properties, alike in shape (as on the checkpointers): read-only views of
+    # the folded state, one small property each.
     @property
     def session_id(self) -> str:
         """The session this handle is on."""

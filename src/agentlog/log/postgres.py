@@ -145,6 +145,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         self._watched = WatchedKeys()
         self._listener: Listener | None = None
 
+    # Properties, alike in shape on every checkpointer (the async twins' too):
+    # read-only views of what it was opened with, one small property each.
     @property
     def tenant(self) -> str:
         """The tenant whose sessions this checkpointer reads and writes."""

@@ -163,6 +163,8 @@ class SqliteCheckpointer(BaseCheckpointer):
         any other."""
         return self._commits.get()
 
+    # Properties, alike in shape on every checkpointer (the async twins' too):
+    # read-only views of what it was opened with, one small property each.
     @property
     def tenant(self) -> str:
         """The tenant whose sessions this checkpointer reads and writes."""

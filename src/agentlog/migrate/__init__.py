@@ -41,7 +41,7 @@ from .common import SOURCE_FORMATS, MigrationError, MigrationReport, PlannedSess
 from .frameworks import foreign_kind
 from .json_v1 import epoch_seconds, keep_exact, legacy_value
 from .sources import Source, open_source
-from .targets import SqliteTarget, Target, open_target
+from .targets import MigrationRun, SqliteTarget, Target, open_target
 
 #: The tenant a LangGraph source lands in by default: the agentlog saver's.
 LANGGRAPH_TENANT = "langgraph"
@@ -134,7 +134,10 @@ def migrate(
         # A typo'd directory is refused, never created (the dry run says so too).
         raise MigrationError(f"{dst.path.parent}: no such directory for the target")
     source_name = source_id or (shown(url) if url else str(source_path.resolve()))
-    existing, ledger = dst.read(tenant, source_name)
+    wanted = sys.stderr.isatty() if progress is None else progress
+    show = progress_bar(sys.stderr, "sessions") if wanted else None
+    run = MigrationRun(tenant, source_name, SOURCE_FORMATS[src.kind], show)
+    existing, ledger = dst.read(run)
     report = MigrationReport(src.kind, source_name, dry_run)
     seen: dict[str, str] = {}
     try:
@@ -187,10 +190,8 @@ def migrate(
         shutil.rmtree(made, ignore_errors=True)
         raise
     report.backup = backup
-    wanted = sys.stderr.isatty() if progress is None else progress
-    show = progress_bar(sys.stderr, "sessions") if wanted else None
     try:
-        dst.write(pending, copy.load, tenant, source_name, SOURCE_FORMATS[src.kind], show)
+        dst.write(pending, copy.load, run)
     finally:
         copy.close()
     report.migrated = len(pending)

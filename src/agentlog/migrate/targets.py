@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -21,45 +22,48 @@ from ..integrity import Progress
 from ..locations import is_postgres
 from .common import Converted, MigrationError, PlannedSession, open_read_only
 
-__all__ = ["PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_target"]
+__all__ = ["MigrationRun", "PostgresTarget", "SqliteTarget", "Target", "ledger_row", "open_target"]
 
 #: Reads one planned unit from the (backed-up) source, for the write.
 Load = Callable[[PlannedSession], Converted]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationRun:
+    """What every session of one migration shares: the tenant it lands in, the
+    source's name and format in the ledger, and where the write shows its progress."""
+
+    tenant: str
+    source_id: str
+    source_format: str
+    progress: Progress | None = None
 
 
 # The targets below spell these signatures again: a Protocol and its implementations.
 class Target(Protocol):
     """A migration's target."""
 
-    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
-        """(the tenant's session ids, ``{source key: sha256}`` from its ledger
-        for ``source_id``), read-only: nothing is created, not even a schema."""
+    def read(self, run: MigrationRun) -> tuple[set[str], dict[str, str]]:
+        """(the run's tenant's session ids, ``{source key: sha256}`` from its
+        ledger for the run's source), read-only: nothing is created, not even a schema."""
         ...
 
     def backup(self, into: Path) -> None:
         """Copy the target as it is into the directory ``into``, where it can."""
         ...
 
-    def write(
-        self,
-        pending: Sequence[PlannedSession],
-        load: Load,
-        tenant: str,
-        source_id: str,
-        source_format: str,
-        progress: Progress | None,
-    ) -> None:
+    def write(self, pending: Sequence[PlannedSession], load: Load, run: MigrationRun) -> None:
         """Every pending unit and a ledger row each, in one transaction."""
         ...
 
 
 def ledger_row(
-    planned: PlannedSession, tenant: str, source_id: str, source_format: str
+    planned: PlannedSession, run: MigrationRun
 ) -> tuple[str, str, str, str, str, float, str]:
     """A migrated unit's ledger row, in both targets' column order: (source_id,
     source_key, sha256, tenant, session_id, migrated, source_format)."""
     key, sha, session = planned.source_key, planned.sha256, planned.session_id
-    return (source_id, key, sha, tenant, session, time.time(), source_format)
+    return (run.source_id, key, sha, run.tenant, session, time.time(), run.source_format)
 
 
 class SqliteTarget:
@@ -68,7 +72,7 @@ class SqliteTarget:
     def __init__(self, path: Path, engine: str | None) -> None:
         self.path, self.engine = path, engine
 
-    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+    def read(self, run: MigrationRun) -> tuple[set[str], dict[str, str]]:
         if not self.path.exists():
             return set(), {}
         db = open_read_only(self.path, self.engine, SchemaVersionError)
@@ -78,10 +82,10 @@ class SqliteTarget:
                 return set(), {}
 
             def work(conn: Connection) -> tuple[set[str], dict[str, str]]:
-                sessions = M.session_names(conn, tenant)
+                sessions = M.session_names(conn, run.tenant)
                 ledger = {}
                 if version >= 6:
-                    ledger = M.ledger(conn, source_id, tenant)
+                    ledger = M.ledger(conn, run.source_id, run.tenant)
                 return sessions, ledger
 
             return db.read("read target", work, snapshot=True)
@@ -98,26 +102,18 @@ class SqliteTarget:
             finally:
                 live.close()
 
-    def write(
-        self,
-        pending: Sequence[PlannedSession],
-        load: Load,
-        tenant: str,
-        source_id: str,
-        source_format: str,
-        progress: Progress | None,
-    ) -> None:
+    def write(self, pending: Sequence[PlannedSession], load: Load, run: MigrationRun) -> None:
         created = not os.path.lexists(self.path)
         db = open_engine(self.path, engine=self.engine)
 
         def work(conn: Connection) -> None:
             for done, planned in enumerate(pending, 1):
                 unit = load(planned)
-                if M.session_exists(conn, tenant, planned.session_id):
+                if M.session_exists(conn, run.tenant, planned.session_id):
                     raise MigrationError(f"session {planned.session_id!r} appeared in the target")
                 sid = db.create_session(
                     conn,
-                    tenant,
+                    run.tenant,
                     planned.session_id,
                     head=unit.first_seq - 1 + len(unit.events),
                     ts=unit.created,
@@ -129,10 +125,10 @@ class SqliteTarget:
                 for through, state, taken in unit.snapshots:
                     M.insert_snapshot(conn, sid, through, state, taken)
                 if unit.origin is not None:
-                    M.insert_fork_origin(conn, sid, tenant, unit.origin)
-                M.record_migration(conn, ledger_row(planned, tenant, source_id, source_format))
-                if progress:
-                    progress(done, len(pending))
+                    M.insert_fork_origin(conn, sid, run.tenant, unit.origin)
+                M.record_migration(conn, ledger_row(planned, run))
+                if run.progress:
+                    run.progress(done, len(pending))
 
         try:
             db.write("migrate", work)
@@ -160,26 +156,18 @@ class PostgresTarget:
         self.url = url
         self.schema = postgres.check_schema_name(schema or postgres.DEFAULT_SCHEMA)
 
-    def read(self, tenant: str, source_id: str) -> tuple[set[str], dict[str, str]]:
+    def read(self, run: MigrationRun) -> tuple[set[str], dict[str, str]]:
         pg = self._pg
         with pg.one_transaction(self.url, self.schema, "read the migration target") as rows:
             state: tuple[set[str], dict[str, str]] = rows.run(
-                pg.migration.target_state, tenant, source_id
+                pg.migration.target_state, run.tenant, run.source_id
             )
             return state
 
     def backup(self, into: Path) -> None:
         """Nothing: a PostgreSQL database is backed up with ``pg_dump`` (see the README)."""
 
-    def write(
-        self,
-        pending: Sequence[PlannedSession],
-        load: Load,
-        tenant: str,
-        source_id: str,
-        source_format: str,
-        progress: Progress | None,
-    ) -> None:
+    def write(self, pending: Sequence[PlannedSession], load: Load, run: MigrationRun) -> None:
         pg = self._pg
         with pg.one_transaction(self.url, self.schema, "migrate into PostgreSQL") as rows:
             # The schema is created (or brought forward) in this transaction:
@@ -196,19 +184,19 @@ class PostgresTarget:
                 )
                 imported = rows.run(
                     pg.migration.import_session,
-                    tenant,
+                    run.tenant,
                     planned.session_id,
                     session,
                     unit.first_seq,
                     unit.events,
                     unit.snapshots,
-                    ledger_row(planned, tenant, source_id, source_format),
+                    ledger_row(planned, run),
                     unit.origin,
                 )
                 if not imported:
                     raise MigrationError(f"session {planned.session_id!r} appeared in the target")
-                if progress:
-                    progress(done, len(pending))
+                if run.progress:
+                    run.progress(done, len(pending))
 
 
 def open_target(target: str | os.PathLike[str], engine: str | None, schema: str | None) -> Target:

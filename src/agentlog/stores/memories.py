@@ -122,6 +122,9 @@ class MemoryStore(Transactions):
         )
 
     # -- what an implementation supplies ------------------------------------------------
+    # The same four row operations as the other stores' (and their in-memory
+    # versions alike in shape), each on its own table's key and row: the rules
+    # above are the store's, the rows below the engine's or a dict's.
 
     def _get_row(self, ctx: Any, ident: tuple[str, str, str]) -> tuple[Any, ...] | None:
         raise NotImplementedError

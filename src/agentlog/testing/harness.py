@@ -116,6 +116,8 @@ class StoreSuite(FreshLocation):
     ``close()`` method — a ``SqliteStorage`` or an ``InMemoryStorage``.
     """
 
+    # Flags, an opener and its fixture, alike in shape to the log suite's: each
+    # suite's public hooks, named and documented for what it opens.
     location_name = "storage"
     #: The storage outlives the object: closing and reopening keeps everything.
     durable: ClassVar[bool] = True
