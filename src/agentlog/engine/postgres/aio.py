@@ -16,7 +16,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from .arrays import adapt
 from .connect import (
-    PoolOptions,
+    DEFAULT_OPTIONS,
+    PostgresOptions,
     connect_options,
     pool_arguments,
     read_again,
@@ -26,7 +27,7 @@ from .connect import (
 )
 from .deadline import Deadlines
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
-from .schema import check_schema_name, migrate
+from .schema import migrate
 from .statements import Statements
 from .sync import drive
 
@@ -89,24 +90,22 @@ class AsyncDatabase:
     never opened or closed here). The schema is created or migrated when the
     object is made, on a short-lived connection of its own.
 
-    ``client_timeout`` (seconds; ``None``: none) bounds each call on a
-    connection on the client's side, as the synchronous driver's does (see
-    :mod:`.deadline`): a connection that stops answering is given up, as a
-    lost connection, and the pool discards it.
+    ``options`` are :class:`~.sync.PostgresDatabase`'s. Their
+    ``client_timeout`` bounds each call on a connection on the client's
+    side, as the synchronous driver's does (see :mod:`.deadline`): a
+    connection that stops answering is given up, as a lost connection, and
+    the pool discards it.
     """
 
     def __init__(
-        self,
-        target: str | AsyncConnectionPool[Any],
-        schema: str,
-        options: PoolOptions,
-        notify: bool = True,
-        client_timeout: float | None = 60.0,
+        self, target: str | AsyncConnectionPool[Any], *, options: PostgresOptions = DEFAULT_OPTIONS
     ) -> None:
-        self.deadlines = Deadlines(client_timeout)
-        self.schema = check_schema_name(schema)
+        #: What it was opened with (``create`` and ``read_only`` are not taken).
+        self.options = options
+        self.deadlines = Deadlines(options.client_timeout)
+        self.schema = options.schema
         self.q = Statements(self.schema)
-        self.notify = notify
+        self.notify = options.notify
         if isinstance(target, AsyncConnectionPool):
             conninfo, kwargs = target.conninfo, target.kwargs
             if not isinstance(conninfo, str):
