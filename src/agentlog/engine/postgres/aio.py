@@ -21,7 +21,7 @@ from .connect import (
     connect_options,
     pool_arguments,
     read_again,
-    statement_timeout_sql,
+    session_settings,
     translate_errors,
     translated,
 )
@@ -37,6 +37,8 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 
+# sync._fetch and sync._run, awaited: the drivers are twins by design (see
+# drive_async), the one pair in the package written for each kind of waiting.
 async def _fetch(cur: psycopg.AsyncCursor[Any], step: Execute) -> Any:
     if step.fetch is ONE:
         return await cur.fetchone()
@@ -118,12 +120,13 @@ class AsyncDatabase:
         elif isinstance(target, str):
             self.conninfo = target
             self.connect_kwargs = connect_options(options.connect_timeout)
+            settings = session_settings(options)
             configure = None
-            if options.statement_timeout_ms is not None:
-                bound = statement_timeout_sql(options.statement_timeout_ms)
+            if settings:
 
                 async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-                    await conn.execute(bound)
+                    for setting in settings:
+                        await conn.execute(setting)
 
             name = f"agentlog-async-{self.schema}"
             made = pool_arguments(self.connect_kwargs, options, configure, name)

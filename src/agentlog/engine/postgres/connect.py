@@ -23,6 +23,7 @@ __all__ = [
     "pool_arguments",
     "pool_sizes",
     "read_again",
+    "session_settings",
     "statement_timeout_sql",
     "translate_errors",
     "translated",
@@ -139,3 +140,13 @@ def pool_arguments(
 def statement_timeout_sql(ms: int) -> str:
     """What a pool runs on each new connection to bound its statements."""
     return f"SET statement_timeout = {int(ms)}"
+
+
+def session_settings(options: PostgresOptions) -> list[str]:
+    """What a pool made for ``options`` runs on each new connection (either driver's)."""
+    settings = []
+    if options.statement_timeout_ms is not None:
+        settings.append(statement_timeout_sql(options.statement_timeout_ms))
+    if options.read_only:
+        settings.append("SET default_transaction_read_only = on")
+    return settings

@@ -19,7 +19,7 @@ from .connect import (
     connect_options,
     pool_arguments,
     read_again,
-    statement_timeout_sql,
+    session_settings,
     translate_errors,
     translated,
 )
@@ -178,11 +178,7 @@ class PostgresDatabase:
             )
         self.conninfo = target
         self.connect_kwargs = connect_options(options.connect_timeout)
-        settings = []
-        if options.statement_timeout_ms is not None:
-            settings.append(statement_timeout_sql(options.statement_timeout_ms))
-        if read_only:
-            settings.append("SET default_transaction_read_only = on")
+        settings = session_settings(options)
         configure = None
         if settings:
 
@@ -337,6 +333,8 @@ class PostgresDatabase:
         """Whether :meth:`close` has been called."""
         return self._closed
 
+    # BaseCheckpointer.close's idempotent idiom too, but a database has no
+    # followers to wake, and a checkpointer on it (on_database) does not own it.
     def close(self) -> None:
         """Close the pool if it was made here; idempotent."""
         if not self._closed:
