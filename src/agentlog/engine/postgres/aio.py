@@ -102,7 +102,8 @@ class AsyncDatabase:
     def __init__(
         self, target: str | AsyncConnectionPool[Any], *, options: PostgresOptions = DEFAULT_OPTIONS
     ) -> None:
-        #: What it was opened with (``create`` and ``read_only`` are not taken).
+        #: What it was opened with (its checkpointer always opens to write:
+        #: ``create`` and ``read_only`` stay at their defaults).
         self.options = options
         self.deadlines = Deadlines(options.client_timeout)
         self.schema = options.schema
