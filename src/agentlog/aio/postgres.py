@@ -153,6 +153,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
+        # Handed on by name (as PostgresCheckpointer does): checked once, there.
         options = PostgresOptions(
             schema=schema,
             pool_min_size=pool_min_size,

@@ -113,6 +113,7 @@ class PostgresCheckpointer(BaseCheckpointer):
         client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
+        # Handed on by name (as AsyncPostgresCheckpointer does): checked once, there.
         options = PostgresOptions(
             schema=schema,
             pool_min_size=pool_min_size,
