@@ -260,9 +260,9 @@ def installed(module: str) -> bool:
 def raw_append(conninfo: str, schema: str, events: list[Any], batch: int) -> float:
     import psycopg
 
-    from agentlog.engine.postgres import PostgresDatabase
+    from agentlog.engine.postgres import PostgresDatabase, PostgresOptions
 
-    database = PostgresDatabase(conninfo, schema=schema, pool_min_size=1)
+    database = PostgresDatabase(conninfo, options=PostgresOptions(schema, pool_min_size=1))
     statement = database.q.append[False, True]
     first = database.q.append[True, True]
     channel, key = database.channel, database.notify_key("default", "s")
@@ -372,9 +372,9 @@ def batch_methods(conninfo: str, schema: str, batches: int) -> dict[str, float]:
         "unnest(arrays), text parameters": arrays,
         "unnest(arrays), binary parameters": arrays_binary,
     }
-    from agentlog.engine.postgres import PostgresDatabase
+    from agentlog.engine.postgres import PostgresDatabase, PostgresOptions
 
-    database = PostgresDatabase(conninfo, schema=schema, pool_min_size=1)
+    database = PostgresDatabase(conninfo, options=PostgresOptions(schema, pool_min_size=1))
     statements = {
         True: database.q.append[True, False],  # the backend's: binary arrays
         False: database.q.append[True, False].replace("b::", "s::"),

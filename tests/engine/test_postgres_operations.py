@@ -13,9 +13,10 @@ import pytest
 
 pytest.importorskip("psycopg")
 
-from agentlog.engine.postgres import Statements, oversized_batch
+from agentlog.engine.postgres import PostgresOptions, Statements, oversized_batch
 from agentlog.engine.postgres import operations as ops
 from agentlog.engine.postgres.arrays import ByteaArray
+from agentlog.engine.postgres.connect import session_settings
 from agentlog.engine.postgres.protocol import Execute, Operation, Pipeline
 from agentlog.errors import CheckpointConflictError, CorruptDatabaseError, EventsPrunedError
 from agentlog.events import StoredEvent
@@ -140,3 +141,27 @@ def test_the_c_page_names_the_first_damaged_event_as_the_pure_one(damage: str) -
         cengine.postgres_page("s", rows)
     assert str(compiled.value) == str(pure.value)
     assert compiled.value.seq == pure.value.seq == 7
+
+
+@pytest.mark.parametrize("read", [ops.scan, ops.scan_json, ops.checked_page])
+def test_a_page_after_the_last_seq_sends_no_statement(read: Any) -> None:
+    # The bound the contract allows but bigint cannot pass: nothing is sent.
+    operation = read(Q, "t", "s", ops.MAX_SEQ, 10)
+    if read is ops.checked_page:  # an empty page still asks where retention starts
+        assert next(operation).statement == Q.retained
+        return
+    with pytest.raises(StopIteration) as done:
+        next(operation)
+    assert done.value.value == []
+
+
+def test_the_options_are_checked_once_when_made() -> None:
+    with pytest.raises(ValueError, match="schema must match"):
+        PostgresOptions(schema="Not-A-Name")
+    with pytest.raises(ValueError, match="client_timeout must be"):
+        PostgresOptions(client_timeout=0)
+    assert session_settings(PostgresOptions(statement_timeout_ms=None)) == []
+    assert session_settings(PostgresOptions(statement_timeout_ms=250, read_only=True)) == [
+        "SET statement_timeout = 250",
+        "SET default_transaction_read_only = on",
+    ]

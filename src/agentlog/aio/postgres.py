@@ -31,10 +31,9 @@ from ..activity import ActivityCursor, SessionPage, check_page_request, page_of
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     AppendRequest,
-    PoolOptions,
+    PostgresOptions,
     Statements,
     WatchedKeys,
-    check_schema_name,
     connection_lost,
     listen_async,
     notify_key,
@@ -137,9 +136,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
       :class:`CheckpointerClosedError`.
     """
 
-    # The keywords of PostgresCheckpointer (and the engine's PostgresDatabase)
-    # again, each spelled out rather than **options: help(), the docs and mypy
-    # show callers every one with its default.
+    # The keywords of PostgresCheckpointer again, each spelled out rather than
+    # **options: help(), the docs and mypy show callers every one with its default.
     def __init__(
         self,
         target: str | AsyncConnectionPool[Any],
@@ -155,12 +153,21 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
-        self._schema = check_schema_name(schema)
+        # Handed on by name (as PostgresCheckpointer does): checked once, there.
+        options = PostgresOptions(
+            schema=schema,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            pool_timeout=pool_timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout_ms=statement_timeout_ms,
+            notify=notify,
+            client_timeout=client_timeout,
+        )
+        self._schema = options.schema
         self._notify = notify
         self._closed = False
-        sizes = (pool_min_size, pool_max_size, pool_timeout)
-        options = PoolOptions(*sizes, connect_timeout, statement_timeout_ms)
-        self._db = AsyncDatabase(target, self._schema, options, notify, client_timeout)
+        self._db = AsyncDatabase(target, options=options)
         self._opening: asyncio.Future[None] | None = None
         self._running = 0
         self._drained: asyncio.Event | None = None

@@ -19,6 +19,7 @@ from ..engine.postgres import (
     DEFAULT_SCHEMA,
     Listener,
     PostgresDatabase,
+    PostgresOptions,
     WatchedKeys,
     connection_lost,
     notify_key,
@@ -93,8 +94,8 @@ class PostgresCheckpointer(BaseCheckpointer):
     never before: a pool's connections cannot cross into a child process.
     """
 
-    # PostgresDatabase's keywords again, spelled out rather than **options: help(),
-    # the docs and mypy show callers every one with its default.
+    # Spelled out rather than **options (and again in AsyncPostgresCheckpointer):
+    # help(), the docs and mypy show callers every keyword with its default.
     def __init__(
         self,
         target: str | ConnectionPool[Any],
@@ -112,8 +113,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         client_timeout: float | None = 60.0,
     ) -> None:
         self._tenant = check_identifier(tenant, "tenant", StorageDataError)
-        self._db = PostgresDatabase(
-            target,
+        # Handed on by name (as AsyncPostgresCheckpointer does): checked once, there.
+        options = PostgresOptions(
             schema=schema,
             pool_min_size=pool_min_size,
             pool_max_size=pool_max_size,
@@ -125,6 +126,7 @@ class PostgresCheckpointer(BaseCheckpointer):
             read_only=read_only,
             client_timeout=client_timeout,
         )
+        self._db = PostgresDatabase(target, options=options)
         self._owns_db = True
         self._init_following()
 

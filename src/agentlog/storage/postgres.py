@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from ..engine.postgres import DEFAULT_SCHEMA, PostgresDatabase
+from ..engine.postgres import DEFAULT_SCHEMA, PostgresDatabase, PostgresOptions
 from ..errors import CheckpointerClosedError
 from ..lifecycle import Closable
 from ..log.postgres import PostgresCheckpointer
@@ -49,7 +49,7 @@ class PostgresStorage(Closable):
         **options: Any,
     ) -> PostgresStorage:
         """Open (creating or migrating forward) the store in ``schema``."""
-        return cls(PostgresDatabase(target, schema=schema, **options))
+        return cls(PostgresDatabase(target, options=PostgresOptions(schema=schema, **options)))
 
     @property
     def database(self) -> PostgresDatabase:

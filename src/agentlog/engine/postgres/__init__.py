@@ -30,7 +30,8 @@ from ...errors import InvalidEventError
 from ...events import EncodedBatch
 from . import migration, operations, rows
 from .connect import (
-    PoolOptions,
+    DEFAULT_OPTIONS,
+    PostgresOptions,
     connect_options,
     connection_lost,
     outcome_unknown,
@@ -54,14 +55,15 @@ from .sync import PostgresDatabase, Rows, drive, one_transaction
 
 __all__ = [
     "CHECKSUM_VERSION",
+    "DEFAULT_OPTIONS",
     "DEFAULT_SCHEMA",
     "MAX_BATCH_BYTES",
     "MAX_SEQ",
     "SCHEMA_VERSION",
     "AppendRequest",
     "Listener",
-    "PoolOptions",
     "PostgresDatabase",
+    "PostgresOptions",
     "Rows",
     "Statements",
     "WatchedKeys",

@@ -16,17 +16,18 @@ from psycopg_pool import AsyncConnectionPool
 
 from .arrays import adapt
 from .connect import (
-    PoolOptions,
+    DEFAULT_OPTIONS,
+    PostgresOptions,
     connect_options,
     pool_arguments,
     read_again,
-    statement_timeout_sql,
+    session_settings,
     translate_errors,
     translated,
 )
 from .deadline import Deadlines
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
-from .schema import check_schema_name, migrate
+from .schema import migrate
 from .statements import Statements
 from .sync import drive
 
@@ -36,6 +37,8 @@ _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
 
+# sync._fetch and sync._run, awaited: the drivers are twins by design (see
+# drive_async), the one pair in the package written for each kind of waiting.
 async def _fetch(cur: psycopg.AsyncCursor[Any], step: Execute) -> Any:
     if step.fetch is ONE:
         return await cur.fetchone()
@@ -89,24 +92,23 @@ class AsyncDatabase:
     never opened or closed here). The schema is created or migrated when the
     object is made, on a short-lived connection of its own.
 
-    ``client_timeout`` (seconds; ``None``: none) bounds each call on a
-    connection on the client's side, as the synchronous driver's does (see
-    :mod:`.deadline`): a connection that stops answering is given up, as a
-    lost connection, and the pool discards it.
+    ``options`` are :class:`~.sync.PostgresDatabase`'s. Their
+    ``client_timeout`` bounds each call on a connection on the client's
+    side, as the synchronous driver's does (see :mod:`.deadline`): a
+    connection that stops answering is given up, as a lost connection, and
+    the pool discards it.
     """
 
     def __init__(
-        self,
-        target: str | AsyncConnectionPool[Any],
-        schema: str,
-        options: PoolOptions,
-        notify: bool = True,
-        client_timeout: float | None = 60.0,
+        self, target: str | AsyncConnectionPool[Any], *, options: PostgresOptions = DEFAULT_OPTIONS
     ) -> None:
-        self.deadlines = Deadlines(client_timeout)
-        self.schema = check_schema_name(schema)
+        #: What it was opened with (its checkpointer always opens to write:
+        #: ``create`` and ``read_only`` stay at their defaults).
+        self.options = options
+        self.deadlines = Deadlines(options.client_timeout)
+        self.schema = options.schema
         self.q = Statements(self.schema)
-        self.notify = notify
+        self.notify = options.notify
         if isinstance(target, AsyncConnectionPool):
             conninfo, kwargs = target.conninfo, target.kwargs
             if not isinstance(conninfo, str):
@@ -119,12 +121,13 @@ class AsyncDatabase:
         elif isinstance(target, str):
             self.conninfo = target
             self.connect_kwargs = connect_options(options.connect_timeout)
+            settings = session_settings(options)
             configure = None
-            if options.statement_timeout_ms is not None:
-                bound = statement_timeout_sql(options.statement_timeout_ms)
+            if settings:
 
                 async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-                    await conn.execute(bound)
+                    for setting in settings:
+                        await conn.execute(setting)
 
             name = f"agentlog-async-{self.schema}"
             made = pool_arguments(self.connect_kwargs, options, configure, name)

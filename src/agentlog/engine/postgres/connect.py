@@ -4,35 +4,57 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg_pool import PoolTimeout
 
 from ...errors import OutcomeUnknownError, StorageDataError, StorageUnavailableError
+from .deadline import check_client_timeout
+from .schema import DEFAULT_SCHEMA, check_schema_name
 
 __all__ = [
-    "PoolOptions",
+    "DEFAULT_OPTIONS",
+    "PostgresOptions",
     "connect_options",
     "connection_lost",
     "outcome_unknown",
     "pool_arguments",
     "pool_sizes",
     "read_again",
+    "session_settings",
     "statement_timeout_sql",
     "translate_errors",
     "translated",
 ]
 
 
-class PoolOptions(NamedTuple):
-    """A pool's bounds and timeouts, as the checkpointers take them."""
+@dataclass(frozen=True)
+class PostgresOptions:
+    """How a store is opened: the keywords of the public PostgreSQL openers
+    (:class:`~agentlog.PostgresCheckpointer` documents them), checked once,
+    here, when the object is made. One object, so that the two drivers'
+    databases do not spell the list again."""
 
+    schema: str = DEFAULT_SCHEMA
     pool_min_size: int = 1
     pool_max_size: int = 8
     pool_timeout: float = 30.0
     connect_timeout: float = 10.0
     statement_timeout_ms: int | None = 30_000
+    notify: bool = True
+    create: bool = True
+    read_only: bool = False
+    client_timeout: float | None = 60.0
+
+    def __post_init__(self) -> None:
+        check_schema_name(self.schema)
+        check_client_timeout(self.client_timeout)
+
+
+#: The options a store opens with when given none.
+DEFAULT_OPTIONS = PostgresOptions()
 
 
 def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
@@ -107,7 +129,7 @@ def pool_sizes(pool_min_size: int, pool_max_size: int, pool_timeout: float) -> d
 
 
 def pool_arguments(
-    kwargs: dict[str, Any], options: PoolOptions, configure: Any, name: str
+    kwargs: dict[str, Any], options: PostgresOptions, configure: Any, name: str
 ) -> dict[str, Any]:
     """What a store's ``ConnectionPool`` or ``AsyncConnectionPool`` is made with
     (but the target and whether it opens at once)."""
@@ -118,3 +140,13 @@ def pool_arguments(
 def statement_timeout_sql(ms: int) -> str:
     """What a pool runs on each new connection to bound its statements."""
     return f"SET statement_timeout = {int(ms)}"
+
+
+def session_settings(options: PostgresOptions) -> list[str]:
+    """What a pool made for ``options`` runs on each new connection (either driver's)."""
+    settings = []
+    if options.statement_timeout_ms is not None:
+        settings.append(statement_timeout_sql(options.statement_timeout_ms))
+    if options.read_only:
+        settings.append("SET default_transaction_read_only = on")
+    return settings

@@ -24,10 +24,20 @@ from typing import Any
 
 import psycopg
 
-__all__ = ["Deadlines"]
+__all__ = ["Deadlines", "check_client_timeout"]
 
 #: A connection of either driver: both give their socket's descriptor.
 _Connection = psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+
+
+def check_client_timeout(timeout: float | None) -> float | None:
+    """``timeout`` if it is ``None`` or a number of seconds a thread can wait."""
+    if timeout is not None and not 0 < timeout <= threading.TIMEOUT_MAX:
+        raise ValueError(
+            "client_timeout must be a number of seconds > 0 and at most"
+            f" {threading.TIMEOUT_MAX:.0f}, not {timeout!r}"
+        )
+    return timeout
 
 
 class Deadlines:
@@ -51,12 +61,7 @@ class Deadlines:
     """
 
     def __init__(self, timeout: float | None) -> None:
-        if timeout is not None and not 0 < timeout <= threading.TIMEOUT_MAX:
-            raise ValueError(
-                "client_timeout must be a number of seconds > 0 and at most"
-                f" {threading.TIMEOUT_MAX:.0f}, not {timeout!r}"
-            )
-        self.timeout = timeout
+        self.timeout = check_client_timeout(timeout)
         self._lock = threading.Condition(threading.Lock())
         self._calls: OrderedDict[int, tuple[float, _Connection]] = OrderedDict()
         self._expired: set[int] = set()

@@ -12,7 +12,7 @@ import functools
 import operator
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ...errors import (
     CheckpointConflictError,
@@ -65,6 +65,7 @@ __all__ = [
     "plan_group",
     "retained_start",
     "scan",
+    "scan_json",
     "session_metadata",
     "set_metadata",
     "snapshot",
@@ -83,6 +84,9 @@ if "c" in AVAILABLE_ENGINES:
 
 #: Seqs are ``bigint``: the contract's own bound (events.MAX_POSITION).
 MAX_SEQ = MAX_POSITION
+
+#: An event of either kind a page is read as: decoded, or its JSON as stored.
+_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 def snapshot(q: Statements) -> Operation[None]:
@@ -142,51 +146,36 @@ def stored_page(name: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
     return list(map(_stored, zip(seqs, parents, times, kinds, events, strict=True)))
 
 
-def scan(
-    q: Statements, tenant: str, name: str, since: int, limit: int
-) -> Operation[list[StoredEvent]]:
-    """Up to ``limit`` events after ``since``, in seq order (one keyset page)."""
-    rows = yield from _scan_rows(q, tenant, name, since, limit)
-    return stored_page(name, rows)
+def _page_reader(
+    decode: Callable[[str, Sequence[Sequence[Any]]], list[_E]], checked: bool
+) -> Callable[[Statements, str, str, int, int], Operation[list[_E]]]:
+    """The operation reading up to ``limit`` events after ``since`` in seq order
+    (one keyset page) as ``decode`` makes them of their rows; ``checked``:
+    :class:`EventsPrunedError` when retention pruned the events right after
+    ``since`` (the rule of ``BaseCheckpointer.read``)."""
+
+    def read(q: Statements, tenant: str, name: str, since: int, limit: int) -> Operation[list[_E]]:
+        rows: Sequence[Sequence[Any]] = []
+        if since < MAX_SEQ:
+            rows = yield from fetch_all(q.scan, (tenant, name, since, limit), binary=True)
+        page = decode(name, rows)
+        if checked:
+            yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)
+        return page
+
+    return read
 
 
-def _scan_rows(
-    q: Statements, tenant: str, name: str, since: int, limit: int
-) -> Operation[Sequence[Sequence[Any]]]:
-    """The ``(seq, ts, type, payload, crc)`` rows of :func:`scan`'s page."""
-    if since >= MAX_SEQ:
-        return []
-    rows: Sequence[Sequence[Any]] = yield from fetch_all(
-        q.scan, (tenant, name, since, limit), binary=True
-    )
-    return rows
-
-
-def scan_json(
-    q: Statements, tenant: str, name: str, since: int, limit: int
-) -> Operation[list[RawEvent]]:
-    """:func:`scan`, each event's JSON as stored (checked against its crc, not decoded)."""
-    rows = yield from _scan_rows(q, tenant, name, since, limit)
-    return checked_raw_page(name, rows)
-
-
-def checked_page(
-    q: Statements, tenant: str, name: str, since: int, limit: int
-) -> Operation[list[StoredEvent]]:
-    """:func:`scan`, or :class:`EventsPrunedError` when retention pruned the
-    events right after ``since`` (the rule of ``BaseCheckpointer.read``)."""
-    page = yield from scan(q, tenant, name, since, limit)
-    yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)
-    return page
-
-
-def checked_json_page(
-    q: Statements, tenant: str, name: str, since: int, limit: int
-) -> Operation[list[RawEvent]]:
-    """:func:`checked_page`, each event's JSON as stored (:func:`scan_json`)."""
-    page = yield from scan_json(q, tenant, name, since, limit)
-    yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)
-    return page
+# The four page readers, one table: events decoded or each one's JSON as
+# stored (checked against its crc, not decoded), and the retention check or not.
+#: ``(q, tenant, name, since, limit)``: a page of events.
+scan = _page_reader(stored_page, checked=False)
+#: ``(q, tenant, name, since, limit)``: a page of each event's JSON as stored.
+scan_json = _page_reader(checked_raw_page, checked=False)
+#: :data:`scan`, or :class:`EventsPrunedError` where retention pruned the page's start.
+checked_page = _page_reader(stored_page, checked=True)
+#: :data:`scan_json`, or :class:`EventsPrunedError` where retention pruned the page's start.
+checked_json_page = _page_reader(checked_raw_page, checked=True)
 
 
 def _check_page_start(

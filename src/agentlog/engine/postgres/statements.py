@@ -30,6 +30,8 @@ def _upsert(table: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str:
 class Statements:
     """Every statement of one store, with the schema's name quoted into it."""
 
+    # Statements alike in shape (``... WHERE tenant = %s AND session = %s``) are
+    # each table's own rows, spelled out: a table of SQL to read, not logic twice.
     def __init__(self, schema: str) -> None:
         s = quoted(schema)
         #: The schema's name, quoted.

@@ -14,24 +14,19 @@ from ...errors import CheckpointerClosedError, StorageUnavailableError
 from . import operations as ops
 from .arrays import adapt
 from .connect import (
-    PoolOptions,
+    DEFAULT_OPTIONS,
+    PostgresOptions,
     connect_options,
     pool_arguments,
     read_again,
-    statement_timeout_sql,
+    session_settings,
     translate_errors,
     translated,
 )
 from .deadline import Deadlines
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
-from .schema import (
-    DEFAULT_SCHEMA,
-    LINEAGE_VERSION,
-    check_schema_name,
-    open_store,
-    schema_version,
-)
+from .schema import LINEAGE_VERSION, open_store, schema_version
 from .statements import Statements
 
 __all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
@@ -127,6 +122,8 @@ class PostgresDatabase:
     connections must be in autocommit mode, which the pool made here sets).
     Opening creates the schema, or migrates it forward, in one transaction,
     and refuses a store of a newer version before changing anything.
+    ``options`` (:class:`.PostgresOptions`, checked when made) are the public
+    openers' keywords, which they document.
 
     ``create=False`` opens an existing store only (migrating it forward if it
     is older); ``read_only=True`` opens an existing store as it is, changes
@@ -142,34 +139,21 @@ class PostgresDatabase:
     (see :mod:`.deadline`).
     """
 
-    # The public checkpointers repeat these keywords (see log/postgres.py): each
-    # signature spelled out is what help(), the docs and mypy show its callers.
     def __init__(
-        self,
-        target: str | ConnectionPool[Any],
-        *,
-        schema: str = DEFAULT_SCHEMA,
-        pool_min_size: int = 1,
-        pool_max_size: int = 8,
-        pool_timeout: float = 30.0,
-        connect_timeout: float = 10.0,
-        statement_timeout_ms: int | None = 30_000,
-        notify: bool = True,
-        create: bool = True,
-        read_only: bool = False,
-        client_timeout: float | None = 60.0,
+        self, target: str | ConnectionPool[Any], *, options: PostgresOptions = DEFAULT_OPTIONS
     ) -> None:
-        self.deadlines = Deadlines(client_timeout)
-        self.schema = check_schema_name(schema)
-        self.create = create and not read_only
-        self.read_only = read_only
+        #: What it was opened with.
+        self.options = options
+        self.deadlines = Deadlines(options.client_timeout)
+        self.schema = options.schema
+        self.read_only = read_only = options.read_only
         self.q = Statements(self.schema)
         #: The NOTIFY channel of this store (one per schema).
         self.channel = self.q.channel
-        self.notify = notify
-        self.connect_timeout = connect_timeout
+        self.notify = options.notify
         self._closed = False
-        opening = open_store(self.schema, create=self.create, read_only=read_only)
+        create = options.create and not read_only
+        opening = open_store(self.schema, create=create, read_only=read_only)
         if isinstance(target, ConnectionPool):
             self._pool: ConnectionPool[Any] = target
             self._owns_pool = False
@@ -193,12 +177,8 @@ class PostgresDatabase:
                 f" not {type(target).__name__}"
             )
         self.conninfo = target
-        self.connect_kwargs = connect_options(connect_timeout)
-        settings = []
-        if statement_timeout_ms is not None:
-            settings.append(statement_timeout_sql(statement_timeout_ms))
-        if read_only:
-            settings.append("SET default_transaction_read_only = on")
+        self.connect_kwargs = connect_options(options.connect_timeout)
+        settings = session_settings(options)
         configure = None
         if settings:
 
@@ -209,8 +189,7 @@ class PostgresDatabase:
         # The pool connects in the background while the store is opened on a
         # connection of its own (a wrong address fails there at once, not
         # after the pool's timeout): the first call finds a connection ready.
-        sizes = PoolOptions(pool_min_size, pool_max_size, pool_timeout)
-        made = pool_arguments(self.connect_kwargs, sizes, configure, f"agentlog-{self.schema}")
+        made = pool_arguments(self.connect_kwargs, options, configure, f"agentlog-{self.schema}")
         self._pool = ConnectionPool(target, open=True, **made)
         self._owns_pool = True
         try:
@@ -354,6 +333,8 @@ class PostgresDatabase:
         """Whether :meth:`close` has been called."""
         return self._closed
 
+    # BaseCheckpointer.close's idempotent idiom too, but a database has no
+    # followers to wake, and a checkpointer on it (on_database) does not own it.
     def close(self) -> None:
         """Close the pool if it was made here; idempotent."""
         if not self._closed:
