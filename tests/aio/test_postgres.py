@@ -79,6 +79,32 @@ def test_the_loop_runs_while_an_append_waits_and_a_killed_backend_is_typed(
     asyncio.run(main())
 
 
+def test_the_synchronous_backend_keeps_the_callers_timeouts(
+    postgres_server: str, tmp_path: Path, admin: Any
+) -> None:
+    """``backend`` used to open with the default timeouts: a 200 ms statement
+    timeout asked for became 30 s for a thread's calls."""
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(
+            postgres_server, schema=schema, statement_timeout_ms=200
+        ) as log:
+            await log.append("s", [EVENT])
+            _hold_the_row_of_s(admin, schema)
+            try:
+                blocked = asyncio.to_thread(log.backend.append, "s", [EVENT, EVENT])
+                with pytest.raises(StorageUnavailableError, match=r"statement timeout|cancel"):
+                    await asyncio.wait_for(blocked, timeout=15)  # far below the default 30 s
+            finally:
+                admin.execute("ROLLBACK")
+            assert await log.head("s") == 1
+
+    asyncio.run(main())
+
+
 def test_a_group_interrupted_mid_write_leaves_no_caller_waiting(
     postgres_server: str, tmp_path: Path, admin: Any
 ) -> None:

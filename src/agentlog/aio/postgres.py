@@ -164,6 +164,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             notify=notify,
             client_timeout=client_timeout,
         )
+        self._options = options
         self._schema = options.schema
         self._notify = notify
         self._closed = False
@@ -208,18 +209,24 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     def backend(self) -> PostgresCheckpointer:
         """A synchronous checkpointer on the same store and tenant (made on first use).
 
-        For a thread that cannot await; it has a small pool of its own and
-        closes with this object. Its writes wake this object's followers
+        For a thread that cannot await; it has a small pool of its own, this
+        object's timeouts, and closes with this object. Its writes wake this object's followers
         through ``NOTIFY``.
         """
         self._check_open()
         if self._sync is None:
+            options = self._options  # the caller's timeouts, on a smaller pool
             self._sync = PostgresCheckpointer(
                 self._db.conninfo,
                 tenant=self._tenant,
-                schema=self._schema,
+                schema=options.schema,
+                pool_min_size=1,
                 pool_max_size=2,
-                notify=self._notify,
+                pool_timeout=options.pool_timeout,
+                connect_timeout=options.connect_timeout,
+                statement_timeout_ms=options.statement_timeout_ms,
+                notify=options.notify,
+                client_timeout=options.client_timeout,
             )
         return self._sync
 
