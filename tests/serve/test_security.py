@@ -10,6 +10,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from agentlog.serve import access_token, is_loopback
 
@@ -87,14 +90,17 @@ def test_command_line_mistakes_are_one_line(tmp_path: Path, sqlite_store: Store)
     assert not (tmp_path / "missing.db").exists()
 
 
-def _serving(store: Store) -> tuple[subprocess.Popen[str], int]:
-    """``agentlog serve`` of ``store`` on a free port, and that port."""
+def _serving(store: Store, sigint: Any = signal.SIG_DFL) -> tuple[subprocess.Popen[str], int]:
+    """``agentlog serve`` of ``store`` on a free port, and that port; the
+    process begins with ``sigint`` as its SIGINT handling, as it would from a
+    terminal (the default) or from a script's ``nohup ... &`` (ignored)."""
     store.writer().append("s", [{"type": "user", "content": "hi"}])
     process = subprocess.Popen(
         [sys.executable, "-m", "agentlog", "serve", store.location, "--port", "0"],
         stderr=subprocess.PIPE,
         text=True,
         env=child_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     assert process.stderr is not None
     line = process.stderr.readline()
@@ -116,10 +122,13 @@ def test_the_command_serves_until_stopped(sqlite_store: Store) -> None:
         process.wait(30)
 
 
-def test_ctrl_c_with_live_streams_open_stops_quietly(sqlite_store: Store) -> None:
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["terminal", "nohup"])
+def test_ctrl_c_with_live_streams_open_stops_quietly(sqlite_store: Store, sigint: Any) -> None:
     # Every open page holds a live stream: a stop must end them, not leave
-    # uvicorn to cancel them and log the cancellation as an error.
-    process, port = _serving(sqlite_store)
+    # uvicorn to cancel them and log the cancellation as an error. Where
+    # SIGINT was ignored at the start, uvicorn still stops on it, and the
+    # exit used to be 0.
+    process, port = _serving(sqlite_store, sigint)
     streams: list[socket.socket] = []
     try:
         for path in ["/api/sessions/stream", "/api/sessions/s/tail"]:

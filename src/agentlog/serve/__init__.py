@@ -9,6 +9,7 @@ It reads through the public API only: the command line opens the store
 from __future__ import annotations
 
 import secrets
+import signal
 import webbrowser
 from collections.abc import Callable
 from types import FrameType
@@ -48,8 +49,11 @@ def run(
         """uvicorn's server, whose stop first ends the live streams (they
         never end on their own), so it need not cancel them."""
 
+        interrupted = False
+
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             stopping.set()
+            self.interrupted = self.interrupted or sig == signal.SIGINT
             super().handle_exit(sig, frame)
 
     # The streams end at once on a stop; anything slower gets two seconds.
@@ -79,3 +83,8 @@ def run(
     if open_browser:
         webbrowser.open(url)
     server.run(sockets=[sock])
+    if server.interrupted:
+        # uvicorn raises the signal again once stopped, which does nothing
+        # where SIGINT was ignored when the process began (`nohup ... &`):
+        # a Ctrl-C is an interruption (exit 130) either way.
+        raise KeyboardInterrupt
