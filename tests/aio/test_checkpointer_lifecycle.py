@@ -229,6 +229,8 @@ from agentlog import SqliteCheckpointer
 from agentlog.aio import AsyncSqliteCheckpointer
 
 path, holder_script = sys.argv[1], sys.argv[2]
+# Ctrl-C raises here even where the test runs with SIGINT ignored (nohup ... &).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 cp = AsyncSqliteCheckpointer(path, engine="c", busy_timeout_ms=8000)
 holder = subprocess.Popen([sys.executable, "-c", holder_script, path],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
