@@ -135,15 +135,11 @@ def test_a_group_interrupted_mid_write_leaves_no_caller_waiting(
     asyncio.run(main())
 
 
-def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
-    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _swallow_a_cancellation(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """psycopg 3.2.2's wait for notifications can catch a CancelledError and
-    go on waiting (found hanging a test at the oldest end of the range): the
-    last follower's stop must end the listening task all the same."""
+    go on waiting (found hanging a test at the oldest end of the range): each
+    wait does so once here, and notes it in the list returned."""
     import psycopg
-
-    from agentlog.aio import AsyncPostgresCheckpointer
 
     real = psycopg.AsyncConnection.notifies
     swallowed: list[bool] = []
@@ -158,6 +154,16 @@ def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
                 yield note
 
     monkeypatch.setattr(psycopg.AsyncConnection, "notifies", swallowing)
+    return swallowed
+
+
+def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last follower's stop ends the listening task all the same."""
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    swallowed = _swallow_a_cancellation(monkeypatch)
     schema = postgres_schema(tmp_path)
 
     async def main() -> None:
@@ -174,6 +180,47 @@ def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
             assert swallowed == [True]
             listening = [t for t in asyncio.all_tasks() if "_listen" in repr(t.get_coro())]
             assert listening == []  # no listening task left
+
+    asyncio.run(main())
+
+
+def test_a_listener_still_ending_leaves_the_next_one_listening(
+    postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower starts while the last one's listener, its cancellation
+    swallowed, still waits: that old listener's end must not mark the new
+    one's connection lost (which left every follower polling the head)."""
+    from agentlog.aio import AsyncPostgresCheckpointer
+    from agentlog.engine.postgres import listener
+
+    monkeypatch.setattr(listener, "_STOP_LOOK", 5.0)  # the old one lingers well past the start
+    swallowed = _swallow_a_cancellation(monkeypatch)
+    schema = postgres_schema(tmp_path)
+
+    async def main() -> None:
+        async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
+            await log.append("s", [EVENT])
+            first = log.follow("s", 0)
+            assert (await first.__anext__()).seq == 1
+            assert await wait_until_async(lambda: log._listening)
+            old = log._listener
+            assert old is not None
+            closing = asyncio.ensure_future(first.aclose())
+            assert await wait_until_async(lambda: swallowed == [True])
+            second = log.follow("s", 1)
+            waiting = asyncio.ensure_future(second.__anext__())
+
+            def new_one_listening() -> bool:
+                return log._listener not in (None, old) and log._listening
+
+            assert await wait_until_async(new_one_listening)
+            assert not old.done()  # the old one still waits, its stop swallowed
+            await asyncio.wait({closing}, timeout=30)
+            assert closing.done() and old.done()
+            assert log._listening  # still: the old one's end was its own
+            await log.append("s", [EVENT])
+            assert (await asyncio.wait_for(waiting, timeout=30)).seq == 2
+            await second.aclose()
 
     asyncio.run(main())
 

@@ -179,6 +179,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         self._waiting: set[asyncio.Future[None]] = set()
         self._watched = WatchedKeys()
         self._listener: asyncio.Task[None] | None = None
+        # Which listening task's turn it is: each start and stop moves it on.
+        self._listen_turn = 0
         self._generation = 0
         self._listening = False
         self._sync: PostgresCheckpointer | None = None
@@ -661,7 +663,8 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     def _watch(self, key: str) -> None:
         self._watched.add(key)
         if self._notify and self._listener is None:
-            self._listener = asyncio.ensure_future(self._listen())
+            self._listen_turn += 1
+            self._listener = asyncio.ensure_future(self._listen(self._listen_turn))
 
     async def _unwatch(self, key: str) -> None:
         if self._watched.remove(key):
@@ -670,30 +673,42 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     async def _stop_listening(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
+            self._listen_turn += 1  # its turn is over, whether it sees the cancel or not
+            self._listening = False
             listener.cancel()
             # Waited for, not awaited: its CancelledError is its own, while a
             # cancellation of this caller still reaches the caller.
             await asyncio.wait({listener})
+            if not listener.cancelled():
+                listener.result()  # what else ended it is raised, as before
 
-    async def _listen(self) -> None:
+    async def _listen(self, turn: int) -> None:
         """The listening connection, kept (re)connected while followers run,
-        until :meth:`_stop_listening` makes another task (or none) the listener."""
+        until :meth:`_stop_listening` ends this task's ``turn``. A turn, not
+        the task object: under an eager task factory this runs before the
+        task is stored, and a task whose stop psycopg swallowed may still
+        run beside the next one, whose state it must not touch."""
         db = self._db
-        me = asyncio.current_task()
 
         def stopping() -> bool:
-            return self._listener is not me
+            return self._listen_turn != turn
+
+        def connected() -> None:
+            if not stopping():
+                self._on_listening()
+
+        def noted(head: int, key: str) -> None:
+            if not stopping():
+                self._on_note(head, key)
+
+        def lost() -> None:
+            if not stopping():
+                self._on_lost()
 
         while not stopping():
             with contextlib.suppress(psycopg.Error, OSError):
                 await listen_async(
-                    db.q,
-                    db.conninfo,
-                    db.connect_kwargs,
-                    self._on_listening,
-                    self._on_note,
-                    self._on_lost,
-                    stopping,
+                    db.q, db.conninfo, db.connect_kwargs, connected, noted, lost, stopping
                 )
             if stopping():
                 return
