@@ -82,9 +82,11 @@ def run(
     say(f"agentlog serve: {source.location} at {url} (Ctrl-C stops)")
     if open_browser:
         webbrowser.open(url)
+    # uvicorn raises a SIGINT again once stopped, for the handler it found;
+    # where that was "ignore" (`nohup ... &`) the stop would look like an end
+    # of its own, so it is an interruption (exit 130) here. A caller's own
+    # handler is left to decide.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     server.run(sockets=[sock])
-    if server.interrupted:
-        # uvicorn raises the signal again once stopped, which does nothing
-        # where SIGINT was ignored when the process began (`nohup ... &`):
-        # a Ctrl-C is an interruption (exit 130) either way.
+    if server.interrupted and ignored:
         raise KeyboardInterrupt
