@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,18 @@ def test_dry_run_writes_nothing_at_all(v1_source: Path, tmp_path: Path) -> None:
     assert not target.exists()
     assert list(tmp_path.glob("target.db*")) == []
     assert tree_digest(v1_source) == before
+
+
+def test_no_standard_error_is_no_progress_bar(
+    v1_source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under pythonw or a daemon sys.stderr is None: the migration is asked
+    whether to draw on it, and it draws nothing rather than failing."""
+    monkeypatch.setattr(sys, "stderr", None)
+    target = tmp_path / "target.db"
+    assert len(migrate(v1_source, target, dry_run=True).sessions) == 2
+    report = migrate(v1_source, target, backup_dir=tmp_path / "backup")
+    assert report.migrated == 2
 
 
 def test_apply_copies_backs_up_and_records(v1_source: Path, tmp_path: Path, engine: str) -> None:

@@ -27,6 +27,7 @@ read one at a time, so a large source is never held in memory at once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import shutil
@@ -134,9 +135,7 @@ def migrate(
         # A typo'd directory is refused, never created (the dry run says so too).
         raise MigrationError(f"{dst.path.parent}: no such directory for the target")
     source_name = source_id or (shown(url) if url else str(source_path.resolve()))
-    wanted = sys.stderr.isatty() if progress is None else progress
-    show = progress_bar(sys.stderr, "sessions") if wanted else None
-    run = MigrationRun(tenant, source_name, SOURCE_FORMATS[src.kind], show)
+    run = MigrationRun(tenant, source_name, SOURCE_FORMATS[src.kind])
     existing, ledger = dst.read(run)
     report = MigrationReport(src.kind, source_name, dry_run)
     seen: dict[str, str] = {}
@@ -190,6 +189,11 @@ def migrate(
         shutil.rmtree(made, ignore_errors=True)
         raise
     report.backup = backup
+    # Asked only now: a dry run or a run with nothing to write draws nothing.
+    if progress is None:
+        progress = sys.stderr is not None and sys.stderr.isatty()
+    if progress:
+        run = dataclasses.replace(run, progress=progress_bar(sys.stderr, "sessions"))
     try:
         dst.write(pending, copy.load, run)
     finally:
