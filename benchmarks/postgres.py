@@ -262,7 +262,7 @@ def raw_append(conninfo: str, schema: str, events: list[Any], batch: int) -> flo
 
     from agentlog.engine.postgres import PostgresDatabase, PostgresOptions
 
-    database = PostgresDatabase(conninfo, options=PostgresOptions(schema, pool_min_size=1))
+    database = PostgresDatabase(conninfo, options=PostgresOptions(schema=schema, pool_min_size=1))
     statement = database.q.append[False, True]
     first = database.q.append[True, True]
     channel, key = database.channel, database.notify_key("default", "s")
@@ -374,7 +374,7 @@ def batch_methods(conninfo: str, schema: str, batches: int) -> dict[str, float]:
     }
     from agentlog.engine.postgres import PostgresDatabase, PostgresOptions
 
-    database = PostgresDatabase(conninfo, options=PostgresOptions(schema, pool_min_size=1))
+    database = PostgresDatabase(conninfo, options=PostgresOptions(schema=schema, pool_min_size=1))
     statements = {
         True: database.q.append[True, False],  # the backend's: binary arrays
         False: database.q.append[True, False].replace("b::", "s::"),

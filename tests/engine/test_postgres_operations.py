@@ -15,6 +15,7 @@ pytest.importorskip("psycopg")
 
 from agentlog.engine.postgres import PostgresOptions, Statements, oversized_batch
 from agentlog.engine.postgres import operations as ops
+from agentlog.engine.postgres.aio import AsyncDatabase
 from agentlog.engine.postgres.arrays import ByteaArray
 from agentlog.engine.postgres.connect import session_settings
 from agentlog.engine.postgres.protocol import Execute, Operation, Pipeline
@@ -143,11 +144,12 @@ def test_the_c_page_names_the_first_damaged_event_as_the_pure_one(damage: str) -
     assert compiled.value.seq == pure.value.seq == 7
 
 
-@pytest.mark.parametrize("read", [ops.scan, ops.scan_json, ops.checked_page])
+@pytest.mark.parametrize("read", [ops.scan, ops.scan_json, ops.checked_page, ops.checked_json_page])
 def test_a_page_after_the_last_seq_sends_no_statement(read: Any) -> None:
     # The bound the contract allows but bigint cannot pass: nothing is sent.
     operation = read(Q, "t", "s", ops.MAX_SEQ, 10)
-    if read is ops.checked_page:  # an empty page still asks where retention starts
+    if read in (ops.checked_page, ops.checked_json_page):
+        # An empty page still asks where retention starts.
         assert next(operation).statement == Q.retained
         return
     with pytest.raises(StopIteration) as done:
@@ -160,6 +162,11 @@ def test_the_options_are_checked_once_when_made() -> None:
         PostgresOptions(schema="Not-A-Name")
     with pytest.raises(ValueError, match="client_timeout must be"):
         PostgresOptions(client_timeout=0)
+    with pytest.raises(TypeError):
+        PostgresOptions("agentlog")  # type: ignore[misc]  # keywords only: no order to rely on
+    for refused in [PostgresOptions(read_only=True), PostgresOptions(create=False)]:
+        with pytest.raises(ValueError, match="opens a store to write"):
+            AsyncDatabase("postgresql://unused", options=refused)  # refused before connecting
     assert session_settings(PostgresOptions(statement_timeout_ms=None)) == []
     assert session_settings(PostgresOptions(statement_timeout_ms=250, read_only=True)) == [
         "SET statement_timeout = 250",

@@ -38,7 +38,8 @@ _P = ParamSpec("_P")
 
 
 # sync._fetch and sync._run, awaited: the drivers are twins by design (see
-# drive_async), the one pair in the package written for each kind of waiting.
+# drive_async), written once for each kind of waiting, as are the two
+# database classes and the listener's two loops.
 async def _fetch(cur: psycopg.AsyncCursor[Any], step: Execute) -> Any:
     if step.fetch is ONE:
         return await cur.fetchone()
@@ -102,8 +103,12 @@ class AsyncDatabase:
     def __init__(
         self, target: str | AsyncConnectionPool[Any], *, options: PostgresOptions = DEFAULT_OPTIONS
     ) -> None:
-        #: What it was opened with (its checkpointer always opens to write:
-        #: ``create`` and ``read_only`` stay at their defaults).
+        if options.read_only or not options.create:
+            # Its checkpointer always opens to write, so these were never built here.
+            raise ValueError(
+                "the async database opens a store to write: create=True, read_only=False"
+            )
+        #: What it was opened with.
         self.options = options
         self.deadlines = Deadlines(options.client_timeout)
         self.schema = options.schema

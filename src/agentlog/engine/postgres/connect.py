@@ -30,12 +30,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PostgresOptions:
     """How a store is opened: the keywords of the public PostgreSQL openers
-    (:class:`~agentlog.PostgresCheckpointer` documents them), checked once,
-    here, when the object is made. One object, so that the two drivers'
-    databases do not spell the list again."""
+    (:class:`~agentlog.PostgresCheckpointer` documents them). The schema name
+    and the client timeout are checked here, when the object is made; the
+    pool's bounds and the server's timeouts are psycopg's and the server's to
+    check. One object, so that the two drivers' databases do not spell the
+    list again; keywords only, so that its order is no part of it."""
 
     schema: str = DEFAULT_SCHEMA
     pool_min_size: int = 1
