@@ -344,7 +344,8 @@ class CheckpointStore(Transactions):
     # -- what an implementation supplies: rows of the checkpoints table ----------------
     # A row is (tenant, run_id, session_id, parent_run_id, status, data, revision,
     # created, updated); ``ctx`` is whatever _atomic/_reading hand to their work.
-    # The other stores supply the same four, alike in shape, on their own keys.
+    # The other stores supply row operations of the same kind (get, put,
+    # delete, list), alike in shape, on their own keys and tables.
 
     def _get_row(self, ctx: Any, key: tuple[str, str]) -> tuple[Any, ...] | None:
         raise NotImplementedError
