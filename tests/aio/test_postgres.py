@@ -157,6 +157,16 @@ def _swallow_a_cancellation(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return swallowed
 
 
+async def _a_listening_follower(log: Any) -> Any:
+    """A follower of session ``s`` past its one event, with the listener
+    connected and waiting for notifications."""
+    await log.append("s", [EVENT])
+    follower = log.follow("s", 0)
+    assert (await follower.__anext__()).seq == 1
+    assert await wait_until_async(lambda: log._listening)
+    return follower
+
+
 def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
     postgres_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,10 +178,7 @@ def test_a_follower_stops_where_psycopg_swallows_the_cancellation(
 
     async def main() -> None:
         async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
-            await log.append("s", [EVENT])
-            follower = log.follow("s", 0)
-            assert (await follower.__anext__()).seq == 1
-            assert await wait_until_async(lambda: log._listening)  # in the notifies wait
+            follower = await _a_listening_follower(log)
             # Waited for, not wait_for(): its timeout's second cancellation
             # would end the swallowing wait and hide the hang.
             closing = asyncio.ensure_future(follower.aclose())
@@ -199,10 +206,7 @@ def test_a_listener_still_ending_leaves_the_next_one_listening(
 
     async def main() -> None:
         async with AsyncPostgresCheckpointer(postgres_server, schema=schema) as log:
-            await log.append("s", [EVENT])
-            first = log.follow("s", 0)
-            assert (await first.__anext__()).seq == 1
-            assert await wait_until_async(lambda: log._listening)
+            first = await _a_listening_follower(log)
             old = log._listener
             assert old is not None
             closing = asyncio.ensure_future(first.aclose())
