@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
@@ -166,7 +167,6 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         )
         self._options = options
         self._schema = options.schema
-        self._notify = notify
         self._closed = False
         self._db = AsyncDatabase(target, options=options)
         self._opening: asyncio.Future[None] | None = None
@@ -211,24 +211,17 @@ class AsyncPostgresCheckpointer(AsyncClosable):
     def backend(self) -> PostgresCheckpointer:
         """A synchronous checkpointer on the same store and tenant (made on first use).
 
-        For a thread that cannot await; it has a small pool of its own, this
-        object's timeouts, and closes with this object. Its writes wake this object's followers
-        through ``NOTIFY``.
+        For a thread that cannot await; it has a small pool of its own and
+        this object's timeouts, and it closes with this object. Its writes
+        wake this object's followers through ``NOTIFY``.
         """
         self._check_open()
         if self._sync is None:
-            options = self._options  # the caller's timeouts, on a smaller pool
+            # Every option the caller chose (its timeouts too), on a smaller pool:
+            # PostgresOptions' fields are PostgresCheckpointer's keywords.
+            options = dataclasses.replace(self._options, pool_min_size=1, pool_max_size=2)
             self._sync = PostgresCheckpointer(
-                self._db.conninfo,
-                tenant=self._tenant,
-                schema=options.schema,
-                pool_min_size=1,
-                pool_max_size=2,
-                pool_timeout=options.pool_timeout,
-                connect_timeout=options.connect_timeout,
-                statement_timeout_ms=options.statement_timeout_ms,
-                notify=options.notify,
-                client_timeout=options.client_timeout,
+                self._db.conninfo, tenant=self._tenant, **dataclasses.asdict(options)
             )
         return self._sync
 
@@ -662,7 +655,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     def _watch(self, key: str) -> None:
         self._watched.add(key)
-        if self._notify and self._listener is None:
+        if self._options.notify and self._listener is None:
             self._listen_turn += 1
             self._listener = asyncio.ensure_future(self._listen(self._listen_turn))
 
