@@ -165,7 +165,6 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             notify=notify,
             client_timeout=client_timeout,
         )
-        self._options = options
         self._schema = options.schema
         self._closed = False
         self._db = AsyncDatabase(target, options=options)
@@ -219,7 +218,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         if self._sync is None:
             # Every option the caller chose (its timeouts too), on a smaller pool:
             # PostgresOptions' fields are PostgresCheckpointer's keywords.
-            options = dataclasses.replace(self._options, pool_min_size=1, pool_max_size=2)
+            options = dataclasses.replace(self._db.options, pool_min_size=1, pool_max_size=2)
             self._sync = PostgresCheckpointer(
                 self._db.conninfo, tenant=self._tenant, **dataclasses.asdict(options)
             )
@@ -655,7 +654,7 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     def _watch(self, key: str) -> None:
         self._watched.add(key)
-        if self._options.notify and self._listener is None:
+        if self._db.notify and self._listener is None:
             self._listen_turn += 1
             self._listener = asyncio.ensure_future(self._listen(self._listen_turn))
 
