@@ -24,10 +24,9 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from ..activity import ActivityCursor, SessionPage
-from ..errors import CheckpointerClosedError
 from ..events import (
     Fork,
     ForkOrigin,
@@ -37,14 +36,11 @@ from ..events import (
     SessionListing,
     SessionMetadata,
     StoredEvent,
-    check_flag,
     check_poll_interval,
     check_seq,
     check_session_id,
 )
-from ..lifecycle import AsyncClosable
 from ..log import (
-    DEFAULT_POLL_INTERVAL,
     AsyncFollowPort,
     BaseCheckpointer,
     CommitSignal,
@@ -56,6 +52,7 @@ from ..log import (
     WriterPort,
     follow_pages_async,
 )
+from .face import AsyncLogFace
 from .handle import AsyncSession
 from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
 
@@ -154,8 +151,13 @@ class _LoopWaker:
         return self.signal.count != mark
 
 
-class AsyncBaseCheckpointer(AsyncClosable):
-    """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend."""
+class AsyncBaseCheckpointer(AsyncLogFace):
+    """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend.
+
+    Its followers start no thread and no task: the look for other processes'
+    commits is a short read on the loop's thread, and this object's commits
+    wake each loop once per commit group.
+    """
 
     def __init__(
         self,
@@ -211,10 +213,6 @@ class AsyncBaseCheckpointer(AsyncClosable):
         channels = sum(channel.groups for channel in live if channel is not None)
         return self._writer.groups + self._loop_flushes + channels
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
-
     async def _write(self, call: Callable[[], _T]) -> _T:
         self._check_open()
         result: _T = await self._writer.run(Job(asyncio.get_running_loop(), call=call))
@@ -229,27 +227,15 @@ class AsyncBaseCheckpointer(AsyncClosable):
             return await self._write(read)
         return result
 
-    # The public signatures are AsyncCheckpointer's (aio/contract.py), spelled
-    # again as every implementation must; mypy checks that they agree.
-    async def append(
+    async def _append(
         self,
         session_id: str,
         events: Iterable[SessionEvent],
-        expected_head: int | None = None,
-        *,
-        key: str | None = None,
+        expected_head: int | None,
+        key: str | None,
     ) -> int:
-        """Append ``events`` atomically after the head; return the new head.
-
-        The same contract as :meth:`agentlog.Checkpointer.append`. Appends
-        queued together are written in one transaction; each returns after
-        the commit that holds it. Cancelled while it waits: if the writer had
-        not yet taken it, nothing is written; if it had, it is written or
-        refused as a whole — ``head()`` tells which. A keyed append is a
-        write of its own on the writer (its key's look-up goes with it), not
-        part of a group.
-        """
-        self._check_open()
+        # Appends queued together are one transaction; a keyed append is a
+        # write of its own on the writer (its key's look-up goes with it).
         if key is not None:
             call = functools.partial(self._backend.append, session_id, events, expected_head)
             return await self._write(functools.partial(call, key=key))
@@ -433,38 +419,14 @@ class AsyncBaseCheckpointer(AsyncClosable):
         """The seq of the last event; 0 for an empty or unknown session."""
         return await self._read(functools.partial(self._backend.head, session_id))
 
-    def follow(
-        self,
-        session_id: str,
-        since_seq: int = 0,
-        *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    def _follow_events(
+        self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[StoredEvent]:
-        """Yield the events after ``since_seq`` as they are committed, forever.
-
-        The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: it
-        never blocks the loop (pages and the cheap look for other processes'
-        commits are short reads on the loop's thread; between them it awaits
-        a future), it starts no thread and no task, and it can be cancelled
-        at any ``await`` — stopping iterating, ``aclose()`` or cancelling
-        the task leaves nothing behind. This checkpointer's commits wake it
-        at once (one wake-up per loop per commit group); other processes'
-        are noticed within ``poll_interval`` seconds. Closing the
-        checkpointer ends it with :class:`CheckpointerClosedError`; a
-        truncate below what it yielded with :class:`SessionTruncatedError`.
-        """
         return self._follow(session_id, since_seq, poll_interval, self._port.follow_page)
 
-    def follow_json(
-        self,
-        session_id: str,
-        since_seq: int = 0,
-        *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    def _follow_raw_events(
+        self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[RawEvent]:
-        """:meth:`follow`, each event's JSON as stored, not decoded (see
-        :meth:`agentlog.BaseCheckpointer.read_json`): what a server passing
-        a live session on (a Server-Sent Events tail) writes out as it is."""
         return self._follow(session_id, since_seq, poll_interval, self._port.follow_json_page)
 
     async def _follow(
@@ -517,25 +479,11 @@ class AsyncBaseCheckpointer(AsyncClosable):
                 del self._wakers[waker.loop]
                 waker.signal.unsubscribe(waker.on_commit)
 
-    # The overloads of contract.AsyncMetadataCheckpointer.list again: mypy types
-    # a call on this class (and the docs show its list()) by the class's own.
-    @overload
-    async def list(self) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
-
-    async def list(
-        self, *, with_metadata: bool = False
-    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
-        """Every session, most recently active first (with ``with_metadata=True``,
-        :class:`~agentlog.SessionListing` rows: see :meth:`agentlog.BaseCheckpointer.list`)."""
-        if check_flag("with_metadata", with_metadata):
-            return await self._read(functools.partial(self._backend.list, with_metadata=True))
+    async def _sessions(self) -> builtins.list[SessionInfo]:
         return await self._read(self._backend.list)
+
+    async def _listings(self) -> builtins.list[SessionListing]:
+        return await self._read(lambda: self._backend.list(with_metadata=True))
 
     async def list_page(
         self, limit: int = 50, *, after: ActivityCursor | None = None
@@ -577,11 +525,6 @@ class AsyncBaseCheckpointer(AsyncClosable):
     async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> int:
         """Create ``new_session_id`` holding events 1..``at_seq``; return its head."""
         return await self._write(lambda: self._backend.fork(session_id, at_seq, new_session_id))
-
-    @property
-    def closed(self) -> bool:
-        """Whether closing has begun (later calls raise)."""
-        return self._closed
 
     async def aclose(self) -> None:
         """Finish every queued write, then close the backend; later calls raise.

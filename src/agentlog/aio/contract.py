@@ -20,9 +20,9 @@ class AsyncCheckpointer(Protocol):
     checks that an object behaves like one.
     """
 
-    # Every method's signature is the sync contract's, awaited: each
-    # implementation spells it again, as it must (a Protocol lends no
-    # signature, and no async one can be derived from a sync one).
+    # Every method's signature is the sync contract's, awaited, spelled again
+    # as it must be (a Protocol lends no signature, and no async one can be
+    # derived from a sync one); the built-in twins take theirs from face.py.
     async def append(
         self,
         session_id: str,

@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -47,7 +47,6 @@ from ..engine.postgres.protocol import Operation
 from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
-    CheckpointerClosedError,
     CorruptDatabaseError,
     OutcomeUnknownError,
     StorageDataError,
@@ -64,7 +63,6 @@ from ..events import (
     SessionListing,
     SessionMetadata,
     StoredEvent,
-    check_flag,
     check_identifier,
     check_poll_interval,
     check_seq,
@@ -73,9 +71,7 @@ from ..events import (
     encode_metadata,
     sorted_forks,
 )
-from ..lifecycle import AsyncClosable
 from ..log import (
-    DEFAULT_POLL_INTERVAL,
     AsyncFollowPort,
     check_fork,
     check_revision,
@@ -86,6 +82,7 @@ from ..log import (
 )
 from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
+from .face import AsyncLogFace
 from .handle import AsyncSession
 from .stores import AsyncStorage
 from .writer import off_loop, outcome, settle
@@ -106,7 +103,7 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class AsyncPostgresCheckpointer(AsyncClosable):
+class AsyncPostgresCheckpointer(AsyncLogFace):
     """:class:`~agentlog.PostgresCheckpointer` as coroutines, on an async pool.
 
     Takes the synchronous backend's arguments; ``target`` is a connection
@@ -202,11 +199,6 @@ class AsyncPostgresCheckpointer(AsyncClosable):
         return self._schema
 
     @property
-    def closed(self) -> bool:
-        """Whether closing has begun (later calls raise)."""
-        return self._closed
-
-    @property
     def backend(self) -> PostgresCheckpointer:
         """A synchronous checkpointer on the same store and tenant (made on first use).
 
@@ -223,10 +215,6 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 self._db.conninfo, tenant=self._tenant, **dataclasses.asdict(options)
             )
         return self._sync
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
 
     @contextlib.asynccontextmanager
     async def _call(self) -> AsyncIterator[None]:
@@ -252,21 +240,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
 
     # -- the log -----------------------------------------------------------------------
 
-    async def append(
+    async def _append(
         self,
         session_id: str,
         events: Iterable[SessionEvent],
-        expected_head: int | None = None,
-        *,
-        key: str | None = None,
+        expected_head: int | None,
+        key: str | None,
     ) -> int:
-        """Append ``events`` atomically after the head; return the new head.
-
-        The same contract as :meth:`agentlog.Checkpointer.append`, awaited. A
-        keyed append is a transaction of its own (not grouped), resolved as
-        the synchronous one is when its connection is lost.
-        """
-        self._check_open()
+        # A keyed append is a transaction of its own, resolved as the
+        # synchronous one is when its connection is lost.
         session_id = check_session_id(session_id)
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
@@ -433,30 +415,15 @@ class AsyncPostgresCheckpointer(AsyncClosable):
                 "reading the head", operations.head, self._tenant, session_id
             )
 
-    # The overloads again, as on AsyncBaseCheckpointer: a call on this class is
-    # typed (and its list() documented) by the class's own.
-    @overload
-    async def list(self) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
-
-    @overload
-    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
-
-    async def list(
-        self, *, with_metadata: bool = False
-    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
-        """Every session of the tenant, most recently active first (with
-        ``with_metadata=True``, :class:`~agentlog.SessionListing` rows)."""
-        with_metadata = check_flag("with_metadata", with_metadata)
+    async def _sessions(self) -> builtins.list[SessionInfo]:
         async with self._call():
-            if with_metadata:
-                return listings(
-                    await self._db.query("listing", operations.list_sessions_metadata, self._tenant)
-                )
             found = await self._db.query("listing", operations.list_sessions, self._tenant)
         return [SessionInfo(*row) for row in found]
+
+    async def _listings(self) -> builtins.list[SessionListing]:
+        async with self._call():
+            rows = await self._db.query("listing", operations.list_sessions_metadata, self._tenant)
+        return listings(rows)
 
     async def list_page(
         self, limit: int = 50, *, after: ActivityCursor | None = None
@@ -584,35 +551,14 @@ class AsyncPostgresCheckpointer(AsyncClosable):
             )
         return ("polled", *polled)
 
-    def follow(
-        self,
-        session_id: str,
-        since_seq: int = 0,
-        *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    def _follow_events(
+        self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[StoredEvent]:
-        """Yield the events after ``since_seq`` as they are committed, forever.
-
-        The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: this
-        object's writes wake it at once, other processes' through ``NOTIFY``
-        (or within ``poll_interval`` while the listening connection is
-        down). Stopping (``break``, ``aclose()``, cancelling the task) leaves
-        no task or connection behind once the last follower stops.
-        ``aclose()`` of the checkpointer ends it with
-        :class:`CheckpointerClosedError`; a truncate below what it yielded
-        with :class:`SessionTruncatedError`.
-        """
         return self._follow(operations.checked_page, session_id, since_seq, poll_interval)
 
-    def follow_json(
-        self,
-        session_id: str,
-        since_seq: int = 0,
-        *,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    def _follow_raw_events(
+        self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[RawEvent]:
-        """:meth:`follow`, each event as a :class:`~agentlog.RawEvent` (as
-        :meth:`read_json`): what a server passing events on streams."""
         return self._follow(operations.checked_json_page, session_id, since_seq, poll_interval)
 
     async def _follow(

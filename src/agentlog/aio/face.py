@@ -1,0 +1,146 @@
+"""The public face the async checkpointers share, written once.
+
+:class:`~.checkpointer.AsyncBaseCheckpointer` (over a synchronous backend)
+and :class:`~.postgres.AsyncPostgresCheckpointer` (native psycopg) reach
+the storage in different ways but offer the same calls: the signatures,
+their checks and their documentation live here, and each class supplies
+how it appends, lists and follows.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import AsyncIterator, Iterable
+from typing import Literal, overload
+
+from ..errors import CheckpointerClosedError
+from ..events import RawEvent, SessionEvent, SessionInfo, SessionListing, StoredEvent, check_flag
+from ..lifecycle import AsyncClosable
+from ..log import DEFAULT_POLL_INTERVAL
+
+__all__ = ["AsyncLogFace"]
+
+
+class AsyncLogFace(AsyncClosable, abc.ABC):
+    """What both built-in async checkpointers offer alike (``append``,
+    ``follow``, ``follow_json``, ``list``, ``closed``): the signatures, checks
+    and documentation, over the operations each supplies."""
+
+    #: Set once closing begins: later calls raise.
+    _closed: bool
+
+    @property
+    def closed(self) -> bool:
+        """Whether closing has begun (later calls raise)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointerClosedError(f"this {type(self).__name__} is closed")
+
+    # The signature is AsyncCheckpointer's (aio/contract.py); mypy checks that they agree.
+    async def append(
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None = None,
+        *,
+        key: str | None = None,
+    ) -> int:
+        """Append ``events`` atomically after the head; return the new head.
+
+        The same contract as :meth:`agentlog.Checkpointer.append`, awaited.
+        Appends queued together are written as one group; each returns after
+        the commit that holds it, and a conflict refuses only its own append.
+        Cancelled while it waits: if its group had not been handed on,
+        nothing is written; if it had, it is written or refused as a whole —
+        ``head()`` tells which. A keyed append is a write of its own (its
+        key's look-up goes with it), not part of a group.
+        """
+        self._check_open()
+        return await self._append(session_id, events, expected_head, key)
+
+    @abc.abstractmethod
+    async def _append(
+        self,
+        session_id: str,
+        events: Iterable[SessionEvent],
+        expected_head: int | None,
+        key: str | None,
+    ) -> int:
+        """Write one append (the object is open; the arguments are unchecked)."""
+
+    def follow(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> AsyncIterator[StoredEvent]:
+        """Yield the events after ``since_seq`` as they are committed, forever.
+
+        The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: it
+        never blocks the loop, and it can be cancelled at any ``await`` —
+        stopping iterating, ``aclose()`` or cancelling the task leaves
+        nothing running once the last follower stops. This object's commits
+        wake it at once; other processes' are noticed within
+        ``poll_interval`` seconds (on PostgreSQL at once, through
+        ``NOTIFY``, while the listening connection is up). Closing the
+        checkpointer ends it with :class:`CheckpointerClosedError`; a
+        truncate below what it yielded with :class:`SessionTruncatedError`.
+        """
+        return self._follow_events(session_id, since_seq, poll_interval)
+
+    def follow_json(
+        self,
+        session_id: str,
+        since_seq: int = 0,
+        *,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> AsyncIterator[RawEvent]:
+        """:meth:`follow`, each event's JSON as stored, not decoded (see
+        :meth:`agentlog.BaseCheckpointer.read_json`): what a server passing
+        a live session on (a Server-Sent Events tail) writes out as it is."""
+        return self._follow_raw_events(session_id, since_seq, poll_interval)
+
+    @abc.abstractmethod
+    def _follow_events(
+        self, session_id: str, since_seq: int, poll_interval: float
+    ) -> AsyncIterator[StoredEvent]:
+        """The follower :meth:`follow` returns (its arguments unchecked)."""
+
+    @abc.abstractmethod
+    def _follow_raw_events(
+        self, session_id: str, since_seq: int, poll_interval: float
+    ) -> AsyncIterator[RawEvent]:
+        """The follower :meth:`follow_json` returns (its arguments unchecked)."""
+
+    # The overloads of contract.AsyncMetadataCheckpointer.list again: mypy types
+    # a call on a checkpointer (and the docs show its list()) by the class's own.
+    @overload
+    async def list(self) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[False]) -> builtins.list[SessionInfo]: ...
+
+    @overload
+    async def list(self, *, with_metadata: Literal[True]) -> builtins.list[SessionListing]: ...
+
+    async def list(
+        self, *, with_metadata: bool = False
+    ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
+        """Every session, most recently active first (with ``with_metadata=True``,
+        :class:`~agentlog.SessionListing` rows: see :meth:`agentlog.BaseCheckpointer.list`)."""
+        with_metadata = check_flag("with_metadata", with_metadata)
+        if with_metadata:
+            return await self._listings()
+        return await self._sessions()
+
+    @abc.abstractmethod
+    async def _sessions(self) -> builtins.list[SessionInfo]:
+        """``list()``'s rows."""
+
+    @abc.abstractmethod
+    async def _listings(self) -> builtins.list[SessionListing]:
+        """``list(with_metadata=True)``'s rows."""
