@@ -154,9 +154,9 @@ class _LoopWaker:
 class AsyncBaseCheckpointer(AsyncLogFace):
     """The :class:`~agentlog.aio.AsyncCheckpointer` contract over a synchronous backend.
 
-    Its followers start no thread and no task: the look for other processes'
-    commits is a short read on the loop's thread, and this object's commits
-    wake each loop once per commit group.
+    Its followers start no thread and no task: their pages and the cheap look
+    for other processes' commits are short reads on the loop's thread, and
+    this object's commits wake each loop once per commit group.
     """
 
     def __init__(
@@ -227,15 +227,14 @@ class AsyncBaseCheckpointer(AsyncLogFace):
             return await self._write(read)
         return result
 
-    async def _append(
+    async def _face_append(
         self,
         session_id: str,
         events: Iterable[SessionEvent],
         expected_head: int | None,
         key: str | None,
     ) -> int:
-        # Appends queued together are one transaction; a keyed append is a
-        # write of its own on the writer (its key's look-up goes with it).
+        # A keyed append is a write of its own on the writer.
         if key is not None:
             call = functools.partial(self._backend.append, session_id, events, expected_head)
             return await self._write(functools.partial(call, key=key))
@@ -419,12 +418,12 @@ class AsyncBaseCheckpointer(AsyncLogFace):
         """The seq of the last event; 0 for an empty or unknown session."""
         return await self._read(functools.partial(self._backend.head, session_id))
 
-    def _follow_events(
+    def _face_follow(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[StoredEvent]:
         return self._follow(session_id, since_seq, poll_interval, self._port.follow_page)
 
-    def _follow_raw_events(
+    def _face_follow_json(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[RawEvent]:
         return self._follow(session_id, since_seq, poll_interval, self._port.follow_json_page)
@@ -479,10 +478,10 @@ class AsyncBaseCheckpointer(AsyncLogFace):
                 del self._wakers[waker.loop]
                 waker.signal.unsubscribe(waker.on_commit)
 
-    async def _sessions(self) -> builtins.list[SessionInfo]:
+    async def _face_sessions(self) -> builtins.list[SessionInfo]:
         return await self._read(self._backend.list)
 
-    async def _listings(self) -> builtins.list[SessionListing]:
+    async def _face_listings(self) -> builtins.list[SessionListing]:
         return await self._read(lambda: self._backend.list(with_metadata=True))
 
     async def list_page(

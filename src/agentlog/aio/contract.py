@@ -22,7 +22,8 @@ class AsyncCheckpointer(Protocol):
 
     # Every method's signature is the sync contract's, awaited, spelled again
     # as it must be (a Protocol lends no signature, and no async one can be
-    # derived from a sync one); the built-in twins take theirs from face.py.
+    # derived from a sync one); the built-in twins take append, follow,
+    # follow_json and list from face.py.
     async def append(
         self,
         session_id: str,
@@ -73,7 +74,7 @@ class AsyncCheckpointer(Protocol):
 
 
 @runtime_checkable
-# list()'s overloads are the public signature: mypy needs them here and on each implementation.
+# list()'s overloads are the public signature: mypy needs them here and on aio/face.py.
 class AsyncMetadataCheckpointer(AsyncCheckpointer, Protocol):
     """An :class:`AsyncCheckpointer` that also keeps session metadata, as every
     built-in async backend does (the twin of

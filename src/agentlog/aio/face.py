@@ -9,7 +9,6 @@ how it appends, lists and follows.
 
 from __future__ import annotations
 
-import abc
 import builtins
 from collections.abc import AsyncIterator, Iterable
 from typing import Literal, overload
@@ -22,12 +21,14 @@ from ..log import DEFAULT_POLL_INTERVAL
 __all__ = ["AsyncLogFace"]
 
 
-class AsyncLogFace(AsyncClosable, abc.ABC):
+class AsyncLogFace(AsyncClosable):
     """What both built-in async checkpointers offer alike (``append``,
     ``follow``, ``follow_json``, ``list``, ``closed``): the signatures, checks
-    and documentation, over the operations each supplies."""
+    and documentation, over the operations each supplies (the ``_face_``
+    methods, which raise ``NotImplementedError`` here, as
+    ``lifecycle.AsyncClosable``'s do)."""
 
-    #: Set once closing begins: later calls raise.
+    #: True once the object is closed or closing: later calls raise.
     _closed: bool
 
     @property
@@ -51,18 +52,18 @@ class AsyncLogFace(AsyncClosable, abc.ABC):
         """Append ``events`` atomically after the head; return the new head.
 
         The same contract as :meth:`agentlog.Checkpointer.append`, awaited.
-        Appends queued together are written as one group; each returns after
-        the commit that holds it, and a conflict refuses only its own append.
-        Cancelled while it waits: if its group had not been handed on,
-        nothing is written; if it had, it is written or refused as a whole —
-        ``head()`` tells which. A keyed append is a write of its own (its
-        key's look-up goes with it), not part of a group.
+        Appends queued together are written in one transaction; each returns
+        after the commit that holds it, and a conflict refuses only its own
+        append. Cancelled while it waits: if its group had not been handed
+        on, nothing is written; if it had, it is written or refused as a
+        whole — ``head()`` tells which. A keyed append is a transaction of
+        its own (its key's look-up goes with it), not part of a group, and
+        is resolved as the synchronous one is when its connection is lost.
         """
         self._check_open()
-        return await self._append(session_id, events, expected_head, key)
+        return await self._face_append(session_id, events, expected_head, key)
 
-    @abc.abstractmethod
-    async def _append(
+    async def _face_append(
         self,
         session_id: str,
         events: Iterable[SessionEvent],
@@ -70,6 +71,7 @@ class AsyncLogFace(AsyncClosable, abc.ABC):
         key: str | None,
     ) -> int:
         """Write one append (the object is open; the arguments are unchecked)."""
+        raise NotImplementedError
 
     def follow(
         self,
@@ -82,15 +84,15 @@ class AsyncLogFace(AsyncClosable, abc.ABC):
 
         The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: it
         never blocks the loop, and it can be cancelled at any ``await`` —
-        stopping iterating, ``aclose()`` or cancelling the task leaves
-        nothing running once the last follower stops. This object's commits
+        stopping iterating, ``aclose()`` or cancelling the task leaves no
+        task or connection behind once the last follower stops. This object's commits
         wake it at once; other processes' are noticed within
         ``poll_interval`` seconds (on PostgreSQL at once, through
         ``NOTIFY``, while the listening connection is up). Closing the
         checkpointer ends it with :class:`CheckpointerClosedError`; a
         truncate below what it yielded with :class:`SessionTruncatedError`.
         """
-        return self._follow_events(session_id, since_seq, poll_interval)
+        return self._face_follow(session_id, since_seq, poll_interval)
 
     def follow_json(
         self,
@@ -102,19 +104,19 @@ class AsyncLogFace(AsyncClosable, abc.ABC):
         """:meth:`follow`, each event's JSON as stored, not decoded (see
         :meth:`agentlog.BaseCheckpointer.read_json`): what a server passing
         a live session on (a Server-Sent Events tail) writes out as it is."""
-        return self._follow_raw_events(session_id, since_seq, poll_interval)
+        return self._face_follow_json(session_id, since_seq, poll_interval)
 
-    @abc.abstractmethod
-    def _follow_events(
+    def _face_follow(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[StoredEvent]:
         """The follower :meth:`follow` returns (its arguments unchecked)."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
-    def _follow_raw_events(
+    def _face_follow_json(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[RawEvent]:
         """The follower :meth:`follow_json` returns (its arguments unchecked)."""
+        raise NotImplementedError
 
     # The overloads of contract.AsyncMetadataCheckpointer.list again: mypy types
     # a call on a checkpointer (and the docs show its list()) by the class's own.
@@ -130,17 +132,18 @@ class AsyncLogFace(AsyncClosable, abc.ABC):
     async def list(
         self, *, with_metadata: bool = False
     ) -> builtins.list[SessionInfo] | builtins.list[SessionListing]:
-        """Every session, most recently active first (with ``with_metadata=True``,
-        :class:`~agentlog.SessionListing` rows: see :meth:`agentlog.BaseCheckpointer.list`)."""
+        """Every session (on PostgreSQL, the tenant's), most recently active first
+        (with ``with_metadata=True``, :class:`~agentlog.SessionListing` rows: see
+        :meth:`agentlog.BaseCheckpointer.list`)."""
         with_metadata = check_flag("with_metadata", with_metadata)
         if with_metadata:
-            return await self._listings()
-        return await self._sessions()
+            return await self._face_listings()
+        return await self._face_sessions()
 
-    @abc.abstractmethod
-    async def _sessions(self) -> builtins.list[SessionInfo]:
+    async def _face_sessions(self) -> builtins.list[SessionInfo]:
         """``list()``'s rows."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
-    async def _listings(self) -> builtins.list[SessionListing]:
+    async def _face_listings(self) -> builtins.list[SessionListing]:
         """``list(with_metadata=True)``'s rows."""
+        raise NotImplementedError

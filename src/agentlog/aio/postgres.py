@@ -240,15 +240,13 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
 
     # -- the log -----------------------------------------------------------------------
 
-    async def _append(
+    async def _face_append(
         self,
         session_id: str,
         events: Iterable[SessionEvent],
         expected_head: int | None,
         key: str | None,
     ) -> int:
-        # A keyed append is a transaction of its own, resolved as the
-        # synchronous one is when its connection is lost.
         session_id = check_session_id(session_id)
         if expected_head is not None:
             expected_head = check_seq("expected_head", expected_head)
@@ -415,12 +413,12 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
                 "reading the head", operations.head, self._tenant, session_id
             )
 
-    async def _sessions(self) -> builtins.list[SessionInfo]:
+    async def _face_sessions(self) -> builtins.list[SessionInfo]:
         async with self._call():
             found = await self._db.query("listing", operations.list_sessions, self._tenant)
         return [SessionInfo(*row) for row in found]
 
-    async def _listings(self) -> builtins.list[SessionListing]:
+    async def _face_listings(self) -> builtins.list[SessionListing]:
         async with self._call():
             rows = await self._db.query("listing", operations.list_sessions_metadata, self._tenant)
         return listings(rows)
@@ -551,12 +549,12 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
             )
         return ("polled", *polled)
 
-    def _follow_events(
+    def _face_follow(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[StoredEvent]:
         return self._follow(operations.checked_page, session_id, since_seq, poll_interval)
 
-    def _follow_raw_events(
+    def _face_follow_json(
         self, session_id: str, since_seq: int, poll_interval: float
     ) -> AsyncIterator[RawEvent]:
         return self._follow(operations.checked_json_page, session_id, since_seq, poll_interval)
