@@ -9,7 +9,9 @@ a failure shows it as it was at the deadline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -95,8 +97,19 @@ def thread_blocked(thread: int | str, settle: float = 0.02) -> bool:
     return _sleep_and_switches(thread) == before
 
 
+@functools.cache
+def wait_channels_shown() -> bool:
+    """Whether this kernel names a sleeping thread's wait channel in
+    ``/proc`` (some configurations show ``0`` for every thread): looked at
+    once, on a thread of its own that sleeps."""
+    sleeper = threading.Thread(target=time.sleep, args=(0.5,), daemon=True)
+    sleeper.start()
+    return wait_until(lambda: "sleep" in _task_file(sleeper.native_id or 0, "wchan"), 0.4)
+
+
 def thread_in_a_timed_sleep(thread: int | str) -> bool:
     """Whether OS thread ``thread`` sleeps in ``nanosleep`` now, as a thread in
     SQLite's wait for another process's lock does between its tries (an idle
-    writer thread waits on a condition instead)."""
+    writer thread waits on a condition instead). Only where
+    :func:`wait_channels_shown`."""
     return "nanosleep" in _task_file(thread, "wchan")
