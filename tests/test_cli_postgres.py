@@ -24,6 +24,7 @@ from agentlog import SqliteCheckpointer
 
 from .cli.running import EVENTS, agentlog_run, ok, refused
 from .conftest import PYTHON, OnPostgres, child_env, postgres_conninfo, postgres_schema
+from .waiting import wait_until
 
 PASSWORD = "pa55:w/rd@x"  # characters a URL must escape
 
@@ -32,6 +33,13 @@ def _connect() -> Any:
     import psycopg
 
     return psycopg.connect(postgres_conninfo(), autocommit=True)
+
+
+def _conf_load_time() -> Any:
+    """When the server last loaded its configuration, as a new session sees
+    it (a session alive at a reload reports its own re-read instead)."""
+    with _connect() as look:
+        return look.execute("SELECT pg_conf_load_time()").fetchone()[0]
 
 
 def _url(password: str | None = None, user: str | None = None) -> str:
@@ -132,7 +140,7 @@ class TestCommands(OnPostgres):
         assert ok("gc", *pg.args, "--idle-days", "1") == (
             "deleted 0 session(s) idle for more than 1 day(s)\n"
         )
-        time.sleep(0.05)
+        time.sleep(0.05)  # the clock moves past the sessions' last writes
         assert ok("gc", *pg.args, "--idle-days", "0", "--dry-run").splitlines() == [
             "would delete s1",
             "would delete s2",
@@ -283,10 +291,12 @@ def test_a_wrong_password_is_one_line_without_it(postgres_server: str, tmp_path:
         except OSError as exc:
             pytest.skip(f"cannot add a password rule to the server's pg_hba.conf: {exc}")
         try:
+            loaded = _conf_load_time()
             conn.execute("SELECT pg_reload_conf()")
             conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-one'")
             conn.execute(f"GRANT CREATE ON DATABASE {conn.info.dbname} TO {role}")
-            time.sleep(0.2)  # the reload is asynchronous
+            # The reload is asynchronous: new sessions see it once it is done.
+            assert wait_until(lambda: _conf_load_time() > loaded)
             schema = postgres_schema(tmp_path)
             right = _url(password="right-one", user=role)
             refused(agentlog_run("list", right, "--schema", schema))  # no store: but logged in

@@ -32,6 +32,13 @@ from ..conftest import (
     OnEngine,
     require_engine,
 )
+from ..waiting import (
+    os_threads,
+    thread_blocked,
+    thread_in_a_timed_sleep,
+    wait_channels_shown,
+    wait_until_async,
+)
 from .wake_ups import WakeUpCounter
 
 EVENT = {"type": "user", "content": "hi"}
@@ -244,6 +251,18 @@ def test_a_cancelled_append_is_absent_before_its_group_and_whole_after(tmp_path:
     asyncio.run(main())
 
 
+def queued_to_the_writer_thread(cp: AsyncSqliteCheckpointer) -> int:
+    """How many appends the loops queued to the C engine's writer thread and
+    have not had back (written or not)."""
+    engine = cp.backend._engine  # type: ignore[attr-defined]
+    return sum(channel.pending for channel in list(engine._completions))
+
+
+def all_blocked(threads: set[str]) -> bool:
+    """Whether there are ``threads`` and each waits, on a lock or a condition."""
+    return bool(threads) and all(thread_blocked(t) for t in threads)
+
+
 def test_a_cancelled_append_on_the_writer_thread_is_absent_or_whole(tmp_path: Path) -> None:
     """The C engine's writer thread, the two outcomes a cancelled caller can
     observe, each made to happen: another process holds the write lock, so
@@ -255,10 +274,19 @@ def test_a_cancelled_append_on_the_writer_thread_is_absent_or_whole(tmp_path: Pa
 
     async def main(release: Callable[[], None]) -> tuple[int, int, list[int]]:
         async with AsyncSqliteCheckpointer(path, engine="c") as cp:
+            before = os_threads()
             taken = asyncio.ensure_future(cp.append("s", [EVENT, EVENT]))
-            await asyncio.sleep(0.2)  # the writer thread has it, waiting for the lock
+            # The writer thread has it, waiting for the lock: it sleeps in
+            # SQLite's busy wait (idle, it would wait on a condition). Where
+            # the kernel does not say where a thread sleeps, given time to.
+            if wait_channels_shown():
+                assert await wait_until_async(
+                    lambda: any(thread_in_a_timed_sleep(t) for t in os_threads() - before)
+                )
+            else:
+                await asyncio.sleep(0.2)
             queued = asyncio.ensure_future(cp.append("t", [EVENT]))
-            await asyncio.sleep(0.05)
+            assert await wait_until_async(lambda: queued_to_the_writer_thread(cp) == 2)
             for task in (taken, queued):
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
@@ -349,8 +377,12 @@ def test_aclose_writes_what_coroutines_queued_on_the_writer_thread(tmp_path: Pat
         cp = AsyncSqliteCheckpointer(tmp_path / "drain.db", engine="c")
         lock = cp.backend._engine._write_lock  # type: ignore[attr-defined]
         lock.acquire()  # the appends queue; the writer thread waits for this
+        before = os_threads()
         appends = asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(8)))
-        await asyncio.sleep(0.05)
+        # All queued, and the writer thread waits for the lock with them.
+        assert await wait_until_async(
+            lambda: queued_to_the_writer_thread(cp) == 8 and all_blocked(os_threads() - before)
+        )
         assert not appends.done()
         asyncio.get_running_loop().call_later(0.1, lock.release)
         await cp.aclose()

@@ -204,7 +204,7 @@ def test_checkpointers_dropped_with_their_loop_closed_mid_append_leak_nothing(
         cp = AsyncSqliteCheckpointer(path, engine="c")
         loop = asyncio.new_event_loop()
         tasks = [loop.create_task(cp.append(f"s{n % 3}", [EVENT])) for n in range(20)]
-        loop.run_until_complete(asyncio.sleep(0))
+        loop.run_until_complete(asyncio.sleep(0))  # one turn: each task queues its append
         loop.close()  # the tasks are left pending, as a host shutting down leaves them
         del tasks
 
@@ -492,8 +492,7 @@ def test_file_store_reads_never_wait_on_the_loop_for_a_write(
             await cp.append("s", [EVENT])
             armed.set()
             writing = asyncio.ensure_future(cp.append("s", [EVENT]))
-            while not inside.is_set():
-                await asyncio.sleep(0.001)
+            assert await wait_until_async(inside.is_set, interval=0.001)
             head = asyncio.ensure_future(cp.head("s"))
             listed = asyncio.ensure_future(cp.list())
             metadata = asyncio.ensure_future(cp.metadata("s"))
@@ -502,7 +501,8 @@ def test_file_store_reads_never_wait_on_the_loop_for_a_write(
                 return [event.seq async for event in cp.read("s")]
 
             seqs = asyncio.ensure_future(read())
-            await asyncio.sleep(0.05)  # the loop runs on while they wait
+            # The loop runs on while they wait, each queued behind the write.
+            assert await wait_until_async(lambda: len(cp._writer._queue) == 4)
             release.set()
             assert await writing == 2
             assert await head == 2 and await seqs == [1, 2]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +25,7 @@ from agentlog.aio import (
 from ..conftest import postgres_conninfo, postgres_schema, require_engine
 from ..log.test_follow import EVENT, KINDS, PATIENCE, appender_store, start_appender
 from ..log.test_follow import kind as kind  # the backends' fixture, for pytest to find here
+from ..waiting import wait_until, wait_until_async
 from .wake_ups import WakeUpCounter
 
 _T = TypeVar("_T")
@@ -43,6 +43,14 @@ def open_async(kind: str, location: Path) -> AsyncBaseCheckpointer:
     engine = kind.removeprefix("sqlite-")
     require_engine(engine)
     return AsyncSqliteCheckpointer(location / "agentlog.db", engine=engine)
+
+
+def waiting_followers(cp: AsyncBaseCheckpointer) -> int:
+    """How many of ``cp``'s followers wait for a commit now, each with its
+    future registered to be woken (on any loop)."""
+    if isinstance(cp, AsyncBaseCheckpointer):
+        return sum(len(waker._waiting) for waker in list(cp._wakers.values()))
+    return len(cp._waiting)  # type: ignore[unreachable]  # PostgreSQL's native twin
 
 
 def run(kind: str, tmp_path: Path, test: Callable[[AsyncBaseCheckpointer], Awaitable[_T]]) -> _T:
@@ -74,7 +82,7 @@ def test_follow_yields_what_is_there_then_each_later_append(kind: str, tmp_path:
 
         async def write() -> None:
             for _ in range(3):
-                await asyncio.sleep(0.01)
+                assert await wait_until_async(lambda: waiting_followers(cp) == 1, PATIENCE)
                 await cp.append("s", [EVENT])
 
         writer = asyncio.create_task(write())
@@ -92,7 +100,7 @@ def test_a_sync_thread_writing_the_backend_wakes_an_async_follower(
     async def test(cp: AsyncBaseCheckpointer) -> list[int]:
         def write() -> None:
             for _ in range(3):
-                time.sleep(0.01)
+                assert wait_until(lambda: waiting_followers(cp) == 1, PATIENCE)
                 cp.backend.append("s", [EVENT])
 
         thread = threading.Thread(target=write)
@@ -112,7 +120,7 @@ def test_many_followers_on_one_loop_share_one_wake_up_per_commit(
         wake_ups = WakeUpCounter(loop)
         async with AsyncMemoryCheckpointer() as cp:
             followers = [asyncio.create_task(take(cp.follow("s"), 1)) for _ in range(8)]
-            await asyncio.sleep(0.05)  # all of them wait now
+            assert await wait_until_async(lambda: waiting_followers(cp) == 8)  # all wait now
             monkeypatch.setattr(loop, "call_soon_threadsafe", wake_ups)
             # From a plain thread, so the only hand-over to the loop is the wake-up.
             writer = threading.Thread(target=cp.backend.append, args=("s", [EVENT]))
@@ -136,7 +144,7 @@ def test_cancelling_or_closing_a_follower_leaves_no_task_thread_or_listener(
         tasks = asyncio.all_tasks()
         # Cancelled while it waits.
         waiting = asyncio.create_task(take(cp.follow("s"), 2))
-        await asyncio.sleep(0.05)
+        assert await wait_until_async(lambda: waiting_followers(cp) == 1)
         # (PostgreSQL's async twin is native: its followers wait on the loop
         # itself, and its listener is a task, checked with the tasks below.)
         native = kind == "postgres"
@@ -149,7 +157,7 @@ def test_cancelling_or_closing_a_follower_leaves_no_task_thread_or_listener(
         # Stopped by aclose() while it waits for the next event.
         follower = cp.follow("s", since_seq=1)
         pending = asyncio.ensure_future(follower.__anext__())
-        await asyncio.sleep(0.05)
+        assert await wait_until_async(lambda: waiting_followers(cp) == 1)
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
@@ -169,7 +177,7 @@ def test_closing_the_checkpointer_ends_a_waiting_follower(kind: str, tmp_path: P
         cp = open_async(kind, tmp_path)
         await cp.append("s", [EVENT])
         follower = asyncio.create_task(take(cp.follow("s", poll_interval=PATIENCE * 2), 2))
-        await asyncio.sleep(0.05)
+        assert await wait_until_async(lambda: waiting_followers(cp) == 1)
         await cp.aclose()
         with pytest.raises(CheckpointerClosedError):
             await asyncio.wait_for(follower, PATIENCE)
@@ -185,7 +193,7 @@ def test_a_truncate_below_the_follower_raises(kind: str, tmp_path: Path) -> None
         follower = cp.follow("s")
         assert [(await follower.__anext__()).seq for _ in range(2)] == [1, 2]
         waiting = asyncio.ensure_future(follower.__anext__())
-        await asyncio.sleep(0.02)
+        assert await wait_until_async(lambda: waiting_followers(cp) == 1)
         await cp.truncate("s", 1)
         with pytest.raises(SessionTruncatedError):
             await waiting

@@ -35,6 +35,7 @@ from agentlog.testing import (
 
 from ..conftest import OnEngine, OnPostgres, postgres_conninfo, postgres_schema
 from ..stores.openers import Backend, PostgresStorageOpener, SqliteStorageOpener, suite_on_each
+from ..waiting import wait_until_async
 
 
 class AsyncInMemoryOpener(AsyncStorageSuite):
@@ -186,10 +187,11 @@ def test_a_cancelled_open_closes_what_it_opened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[SqliteStorage] = []
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     real_open = SqliteStorage.open
 
     def slow_open(*args: Any, **kwargs: Any) -> SqliteStorage:
+        entered.set()
         release.wait(10)
         storage = real_open(*args, **kwargs)
         opened.append(storage)
@@ -199,12 +201,12 @@ def test_a_cancelled_open_closes_what_it_opened(
 
     async def main() -> None:
         task = asyncio.ensure_future(AsyncSqliteStorage.open(tmp_path / "c.db"))
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(entered.is_set)  # the open is under way
         task.cancel()
         release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(500):
+        for _ in range(500):  # a poll with its own deadline (5 s)
             if opened and opened[0].closed:
                 break
             await asyncio.sleep(0.01)

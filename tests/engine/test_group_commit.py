@@ -18,7 +18,7 @@ from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteChe
 from agentlog.testing.races import run_in_threads
 
 from ..conftest import require_engine
-from ..waiting import os_threads, threads_ended, threads_started_since
+from ..waiting import os_threads, thread_blocked, threads_ended, threads_started_since, wait_until
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -81,9 +81,17 @@ def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, e
     with SqliteCheckpointer(tmp_path / "i.db", engine=engine) as cp:
         write_lock = cp._engine._write_lock  # type: ignore[attr-defined]
         write_lock.acquire()  # as if a long write were under way
+        before = os_threads()
         leader = threading.Thread(target=cp.append, args=("other", [EVENT]))
         leader.start()  # queues and waits for the write lock (the C engine: it leads)
-        time.sleep(0.1)
+        # The leader waits; on the C engine, so does the writer thread it
+        # started, with the leader's append taken (woken by its queueing, the
+        # writer thread blocks on the write lock only once it has taken it).
+        assert wait_until(
+            lambda: (
+                thread_blocked(leader.native_id) and all_blocked(before, 2 if engine == "c" else 1)
+            )
+        )
         try:
             with interrupted_in(0.2):
                 cp.append("s", [EVENT, EVENT], expected_head=0)  # waits behind the leader
@@ -160,6 +168,19 @@ def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Pa
     assert interrupted > 0  # the test did interrupt waiters
 
 
+def blocked(threads: list[threading.Thread]) -> bool:
+    """Whether each of ``threads`` waits (for the write lock, or for the writer
+    thread to write what it queued), as its OS thread's state shows."""
+    return all(t.native_id is not None and thread_blocked(t.native_id) for t in threads)
+
+
+def all_blocked(before: set[str], count: int) -> bool:
+    """Whether ``count`` OS threads were started since ``before`` (the C
+    writer thread is none of Python's) and each of them waits."""
+    started = os_threads() - before
+    return len(started) == count and all(thread_blocked(t) for t in started)
+
+
 def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:
     """Appends that find the write lock held: they go to the writer thread."""
     lock = cp._engine._write_lock  # type: ignore[attr-defined]
@@ -169,7 +190,7 @@ def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:
     with lock:
         for worker in workers:
             worker.start()
-        time.sleep(0.1)
+        assert wait_until(lambda: blocked(workers))  # each queued, waiting
     for worker in workers:
         worker.join()
 
@@ -190,10 +211,10 @@ def test_close_writes_what_callers_queued_then_refuses(tmp_path: Path) -> None:
         ]
         for caller in callers:
             caller.start()
-        time.sleep(0.2)  # all four queued behind the lock
+        assert wait_until(lambda: blocked(callers))  # all four queued behind the lock
         closing = threading.Thread(target=cp.close)
         closing.start()
-        time.sleep(0.1)
+        wait_until(lambda: not closing.is_alive() or blocked([closing]))
         assert closing.is_alive()  # close waits for what was queued
     finally:
         cp._engine._write_lock.release()  # type: ignore[attr-defined]
@@ -244,10 +265,12 @@ def test_two_closes_at_once_both_wait_for_what_was_queued(tmp_path: Path) -> Non
     with engine._write_lock:
         for caller in callers:
             caller.start()
-        time.sleep(0.1)  # queued behind the lock
+        assert wait_until(lambda: blocked(callers))  # queued behind the lock
         for closer in closers:
             closer.start()
-        time.sleep(0.1)
+        # Both wait (the first for the writer thread, the second for the first),
+        # or one has returned at once: the bug this guards against.
+        wait_until(lambda: all(not c.is_alive() or blocked([c]) for c in closers))
     for thread in [*callers, *closers]:
         thread.join(10)
         assert not thread.is_alive()
@@ -291,7 +314,7 @@ def test_close_waiting_for_the_writer_thread_can_be_interrupted(tmp_path: Path) 
     callers = [threading.Thread(target=cp.append, args=(f"s{n}", [EVENT])) for n in range(3)]
     for caller in callers:
         caller.start()
-    time.sleep(0.1)
+    assert wait_until(lambda: blocked(callers))  # queued, the writer thread waiting
     try:
         with interrupted_in(0.2):
             cp.close()

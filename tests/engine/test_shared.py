@@ -24,7 +24,15 @@ from agentlog.engine import open_shared_engine, release_engine
 
 from ..conftest import PYTHON, require_engine
 from ..log.test_sqlite import HOLD_WRITE_LOCK
-from ..waiting import os_threads, threads_ended, threads_started_since, wait_until_async
+from ..waiting import (
+    os_threads,
+    thread_in_a_timed_sleep,
+    threads_ended,
+    threads_started_since,
+    wait_channels_shown,
+    wait_until,
+    wait_until_async,
+)
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -294,7 +302,7 @@ def seconds_to_delivery(log: SqliteCheckpointer, write: Callable[[], object]) ->
 
     follower = threading.Thread(target=follow)
     follower.start()
-    time.sleep(0.2)  # the follower waits
+    assert wait_until(lambda: log.commits._waiting == 1)  # the follower waits
     start = time.monotonic()
     write()
     follower.join(timeout=10)
@@ -414,7 +422,12 @@ def test_a_slow_open_of_one_file_never_holds_up_another_files_close(
         target=lambda: SqliteCheckpointer(slow, engine=engine, hash_chain=True).close()
     )
     opening.start()
-    time.sleep(0.3)
+    # It waits for the lock: SQLite's busy wait sleeps between its tries
+    # (where the kernel does not say where a thread sleeps, given time to).
+    if wait_channels_shown():
+        assert wait_until(lambda: thread_in_a_timed_sleep(opening.native_id or 0))
+    else:
+        time.sleep(0.3)
     start = time.monotonic()
     unrelated.close()
     took = time.monotonic() - start

@@ -77,7 +77,7 @@ def test_concurrent_coroutines_never_interleave_or_lose(
                 await sessions[w].add_items(
                     [{"role": "user", "content": f"w{w} b{b} i{i}"} for i in range(size)]
                 )
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a yield: the other tasks take their turns
 
         await asyncio.gather(*(worker(w) for w in range(workers)))
         _check_batches(await sessions[0].get_items(), workers, batches, size)
@@ -104,14 +104,14 @@ def test_pops_and_adds_in_one_process_take_turns(
                 await adders[w].add_items(
                     [{"role": "user", "content": f"w{w} b{b} i{i}"} for i in range(size)]
                 )
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a yield: the other tasks take their turns
 
         async def pop() -> None:
             for _ in range(50):
                 item = await popper.pop_item()
                 if item is not None:
                     popped.append(str(item["content"]))
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # a yield: the adders take their turns
 
         await asyncio.gather(*(add(w) for w in range(workers)), pop())
         kept = [str(item["content"]) for item in await popper.get_items()]

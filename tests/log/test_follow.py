@@ -28,6 +28,7 @@ from agentlog.log import CommitSignal
 from agentlog.log.follow import TOKEN, Deliver, Look, Wait, follow_steps, has_new_events
 
 from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
+from ..waiting import wait_until
 
 EVENT = {"type": "user", "content": "hi"}
 #: Far longer than any wake-up: a test that waits this long has failed.
@@ -71,9 +72,17 @@ def watchdog(log: BaseCheckpointer, seconds: float = PATIENCE) -> threading.Time
     return timer
 
 
-def later(delay: float, action: Callable[[], object]) -> threading.Thread:
+def waiting(signal: CommitSignal) -> Callable[[], bool]:
+    """Whether a follower waits on ``signal`` (the signal counts its waiters)."""
+    return lambda: signal._waiting > 0
+
+
+def later(ready: Callable[[], bool], action: Callable[[], object]) -> threading.Thread:
+    """A thread that does ``action`` once ``ready()`` (e.g. once a follower
+    waits), or after the test's patience, when the watchdog fails it."""
+
     def run() -> None:
-        time.sleep(delay)
+        wait_until(ready, timeout=PATIENCE)
         action()
 
     thread = threading.Thread(target=run)
@@ -95,7 +104,8 @@ def test_follow_yields_what_is_there_then_each_later_append(log: BaseCheckpointe
     # A poll far longer than the test may take: only the commit signal can
     # deliver the later events in time.
     writer = later(
-        0.05, lambda: [log.append("s", [dict(EVENT, content=f"m{i}")]) for i in range(3)]
+        waiting(log.commits),
+        lambda: [log.append("s", [dict(EVENT, content=f"m{i}")]) for i in range(3)],
     )
     begin = time.monotonic()
     timer = watchdog(log)
@@ -121,7 +131,7 @@ def test_follow_starts_after_since_seq_and_ignores_other_sessions(
 
 
 def test_follow_waits_for_a_session_that_does_not_exist_yet(log: BaseCheckpointer) -> None:
-    writer = later(0.05, lambda: log.append("new", [EVENT]))
+    writer = later(waiting(log.commits), lambda: log.append("new", [EVENT]))
     timer = watchdog(log)
     assert [event.seq for event in take(log.follow("new"), 1)] == [1]
     timer.cancel()
@@ -175,10 +185,7 @@ def test_closing_the_checkpointer_ends_a_waiting_follower(log: BaseCheckpointer)
 
     thread = threading.Thread(target=follow)
     thread.start()
-    deadline = time.monotonic() + PATIENCE
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.005)
-    time.sleep(0.05)  # now it waits
+    assert wait_until(lambda: bool(seen) and waiting(log.commits)(), timeout=PATIENCE)  # waits
     log.close()
     thread.join(PATIENCE / 2)
     assert not thread.is_alive()
@@ -219,7 +226,7 @@ def test_a_truncate_below_the_follower_raises_a_typed_error(log: BaseCheckpointe
 
 def test_a_truncate_noticed_while_waiting_raises(log: BaseCheckpointer) -> None:
     log.append("s", [EVENT] * 2)
-    truncator = later(0.05, lambda: log.truncate("s", 0))
+    truncator = later(waiting(log.commits), lambda: log.truncate("s", 0))
     timer = watchdog(log)
     with pytest.raises(SessionTruncatedError):
         for _ in log.follow("s"):
@@ -253,7 +260,9 @@ def test_a_second_checkpointer_on_the_same_sqlite_file_is_noticed_by_polling(
         port = follower_log.writer_port()
         token = port.change_token("s")
         assert port.change_token("s") == token  # idle: the same
-        writer = later(0.05, lambda: writer_log.append("s", [EVENT, EVENT]))
+        writer = later(
+            waiting(follower_log.commits), lambda: writer_log.append("s", [EVENT, EVENT])
+        )
         timer = watchdog(follower_log)
         seen = [event.seq for event in take(follower_log.follow("s"), 2)]
         timer.cancel()
@@ -303,7 +312,7 @@ def test_the_commit_signal_wakes_waiters_and_listeners() -> None:
     signal.subscribe(lambda: calls.append(signal.count))
     mark = signal.count
     assert not signal.wait(mark, 0.01)
-    waker = later(0.02, signal.notify)
+    waker = later(waiting(signal), signal.notify)
     assert signal.wait(mark, PATIENCE)
     waker.join()
     assert calls == [mark + 1]
@@ -330,7 +339,7 @@ with log:
     sys.stdin.readline()
     for i in range(count):
         log.append("s", [{"type": "user", "content": f"child {i}"}])
-        time.sleep(0.01)
+        time.sleep(0.01)  # spaced out: the follower meets them one by one
 """
 
 

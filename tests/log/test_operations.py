@@ -218,7 +218,7 @@ def test_delete_idle_keeps_what_was_written_after_the_cut_off(tmp_path: Path, en
         for n in range(250):  # more than one batch of deletes
             log.append(f"old{n}", [EVENT])
         other.append("old-elsewhere", [EVENT])
-        time.sleep(0.05)
+        time.sleep(0.05)  # the clock moves past the cut (0.02 s) for the old ones
         cut = 0.02
         log.append("fresh", [EVENT])
         log.append("old7", [EVENT])  # active again: kept

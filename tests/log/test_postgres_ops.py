@@ -108,7 +108,7 @@ class TestOperations(OnPostgres):
             log.append("old-1", [EVENT])
             log.append("old-2", [EVENT])
             other.append("old-3", [EVENT])
-            time.sleep(0.05)
+            time.sleep(0.05)  # the clock moves past the cut (0.04 s) for these three
             log.append("new", [EVENT])
             assert log.delete_idle(0.04) == ["old-1", "old-2"]
             assert [info.id for info in log.list()] == ["new"]
@@ -120,7 +120,7 @@ class TestOperations(OnPostgres):
     def test_delete_idle_waits_for_an_append_and_keeps_its_session(self, tmp_path: Path) -> None:
         with _open(tmp_path) as log:
             log.append("busy", [EVENT])
-            time.sleep(0.05)
+            time.sleep(0.05)  # the clock moves past the cut (0.04 s): "busy" is idle
             schema = log.schema
             import psycopg
 

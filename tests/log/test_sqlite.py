@@ -155,7 +155,7 @@ import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+time.sleep(float(sys.argv[2]))  # holds the lock this long, as a long write would
 conn.execute("ROLLBACK")
 """
 

@@ -35,7 +35,7 @@ def run(db: str) -> None:
             side_effects=[SideEffect("email-1", "send_email", payload={"to": "ops@example.com"})],
         )  # fmt: skip
         print("waiting for approval", flush=True)
-        time.sleep(3600)
+        time.sleep(3600)  # stopped here: the parent kills it at the approval point
 
 
 def sent(outbox: Path) -> list[str]:
