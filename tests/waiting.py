@@ -13,7 +13,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 #: How long a wait goes on before the test's own assertion fails it.
 DEADLINE = 30.0
@@ -95,6 +95,13 @@ def thread_blocked(thread: int | str, settle: float = 0.02) -> bool:
         return False
     time.sleep(settle)
     return _sleep_and_switches(thread) == before
+
+
+def threads_blocked(threads: Iterable[int | str]) -> bool:
+    """Whether there are ``threads`` (OS thread ids) and each is blocked (see
+    :func:`thread_blocked`)."""
+    ids = list(threads)
+    return bool(ids) and all(thread_blocked(thread) for thread in ids)
 
 
 @functools.cache

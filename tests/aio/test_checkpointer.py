@@ -34,7 +34,7 @@ from ..conftest import (
 )
 from ..waiting import (
     os_threads,
-    thread_blocked,
+    threads_blocked,
     wait_until_async,
 )
 from .wake_ups import WakeUpCounter
@@ -256,11 +256,6 @@ def queued_to_the_writer_thread(cp: AsyncSqliteCheckpointer) -> int:
     return sum(channel.pending for channel in list(engine._completions))
 
 
-def all_blocked(threads: set[str]) -> bool:
-    """Whether there are ``threads`` and each waits, on a lock or a condition."""
-    return bool(threads) and all(thread_blocked(t) for t in threads)
-
-
 def test_a_cancelled_append_on_the_writer_thread_is_absent_or_whole(tmp_path: Path) -> None:
     """The C engine's writer thread, the two outcomes a cancelled caller can
     observe, each made to happen: another process holds the write lock, so
@@ -373,7 +368,7 @@ def test_aclose_writes_what_coroutines_queued_on_the_writer_thread(tmp_path: Pat
         appends = asyncio.gather(*(cp.append(f"s{n}", [EVENT]) for n in range(8)))
         # All queued, and the writer thread waits for the lock with them.
         assert await wait_until_async(
-            lambda: queued_to_the_writer_thread(cp) == 8 and all_blocked(os_threads() - before)
+            lambda: queued_to_the_writer_thread(cp) == 8 and threads_blocked(os_threads() - before)
         )
         assert not appends.done()
         asyncio.get_running_loop().call_later(0.1, lock.release)

@@ -18,7 +18,7 @@ from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteChe
 from agentlog.testing.races import run_in_threads
 
 from ..conftest import require_engine
-from ..waiting import os_threads, thread_blocked, threads_ended, threads_started_since, wait_until
+from ..waiting import os_threads, threads_blocked, threads_ended, threads_started_since, wait_until
 
 EVENT = {"type": "user", "content": "hello"}
 
@@ -87,11 +87,8 @@ def test_an_append_interrupted_while_it_waits_is_never_written(tmp_path: Path, e
         # The leader waits; on the C engine, so does the writer thread it
         # started, with the leader's append taken (woken by its queueing, the
         # writer thread blocks on the write lock only once it has taken it).
-        assert wait_until(
-            lambda: (
-                thread_blocked(leader.native_id) and all_blocked(before, 2 if engine == "c" else 1)
-            )
-        )
+        # The threads started since ``before`` are the leader and (C) the writer thread.
+        assert wait_until(lambda: all_blocked(before, 2 if engine == "c" else 1))
         try:
             with interrupted_in(0.2):
                 cp.append("s", [EVENT, EVENT], expected_head=0)  # waits behind the leader
@@ -171,14 +168,14 @@ def test_interrupts_among_many_waiters_never_hang_or_lose_an_append(tmp_path: Pa
 def blocked(threads: list[threading.Thread]) -> bool:
     """Whether each of ``threads`` waits (for the write lock, or for the writer
     thread to write what it queued), as its OS thread's state shows."""
-    return all(t.native_id is not None and thread_blocked(t.native_id) for t in threads)
+    return threads_blocked(t.native_id or 0 for t in threads)
 
 
 def all_blocked(before: set[str], count: int) -> bool:
     """Whether ``count`` OS threads were started since ``before`` (the C
     writer thread is none of Python's) and each of them waits."""
     started = os_threads() - before
-    return len(started) == count and all(thread_blocked(t) for t in started)
+    return len(started) == count and threads_blocked(started)
 
 
 def busy_appends(cp: SqliteCheckpointer, threads: int = 4) -> None:

@@ -302,7 +302,7 @@ def seconds_to_delivery(log: SqliteCheckpointer, write: Callable[[], object]) ->
 
     follower = threading.Thread(target=follow)
     follower.start()
-    assert wait_until(lambda: log.commits._waiting == 1)  # the follower waits
+    assert wait_until(lambda: log.commits.waiters == 1)  # the follower waits
     start = time.monotonic()
     write()
     follower.join(timeout=10)

@@ -73,8 +73,8 @@ def watchdog(log: BaseCheckpointer, seconds: float = PATIENCE) -> threading.Time
 
 
 def waiting(signal: CommitSignal) -> Callable[[], bool]:
-    """Whether a follower waits on ``signal`` (the signal counts its waiters)."""
-    return lambda: signal._waiting > 0
+    """Whether a follower waits on ``signal``."""
+    return lambda: signal.waiters > 0
 
 
 def later(ready: Callable[[], bool], action: Callable[[], object]) -> threading.Thread:

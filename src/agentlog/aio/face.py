@@ -85,9 +85,9 @@ class AsyncLogFace(AsyncClosable):
         The rules of :meth:`agentlog.BaseCheckpointer.follow`, awaited: it
         never blocks the loop, and it can be cancelled at any ``await`` —
         stopping iterating, ``aclose()`` or cancelling the task leaves no
-        task or connection behind once the last follower stops. This object's commits
-        wake it at once; other processes' are noticed within
-        ``poll_interval`` seconds (on PostgreSQL at once, through
+        task or connection behind once the last follower stops. This
+        object's commits wake it at once; other processes' are noticed
+        within ``poll_interval`` seconds (on PostgreSQL at once, through
         ``NOTIFY``, while the listening connection is up). Closing the
         checkpointer ends it with :class:`CheckpointerClosedError`; a
         truncate below what it yielded with :class:`SessionTruncatedError`.

@@ -42,6 +42,11 @@ class CommitSignal:
         return self._count
 
     @property
+    def waiters(self) -> int:
+        """How many threads block in :meth:`wait` now."""
+        return self._waiting
+
+    @property
     def subscribers(self) -> int:
         """How many listeners are subscribed (an event loop with followers is one)."""
         return len(self._listeners)
