@@ -412,6 +412,7 @@ class AsyncBaseCheckpointer(AsyncLogFace):
                 raise error
             if len(taken) < 1000:
                 return
+            del taken  # as the sync base's _pages: one page held, not two
             await asyncio.sleep(0)
 
     async def head(self, session_id: str) -> int:
@@ -458,6 +459,7 @@ class AsyncBaseCheckpointer(AsyncLogFace):
                 async for page in pages:
                     for event in page:
                         yield event
+                    del page  # as _paged: the next look holds no page handed out
         finally:
             self._leave_waker(waker)
             backend.unwatch(session_id)

@@ -396,6 +396,7 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
             since = page[-1].seq
             if remaining is not None:
                 remaining -= len(page)
+            del page  # as the sync base's _pages: one page held, not two
 
     async def _checked_scan(
         self, page_of: _PageOf[_E], name: str, since: int, limit: int
@@ -593,6 +594,7 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
                 async for page in pages:
                     for event in page:
                         yield event
+                    del page  # as _pages: the next look holds no page handed out
         finally:
             await self._unwatch(key)
 

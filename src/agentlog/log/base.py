@@ -478,6 +478,9 @@ class BaseCheckpointer(Closable, ABC):
             since_seq = page[-1].seq
             if remaining is not None:
                 remaining -= len(page)
+            # Let the page go before the next is read: the reader holds one
+            # page, not two, and the collector never walks events handed out.
+            del page
             self._check_open()  # closed between pages: the next one is refused
 
     def head(self, session_id: str) -> int:
@@ -753,6 +756,7 @@ class BaseCheckpointer(Closable, ABC):
         try:
             for page in follow_pages(port, last):
                 yield from page
+                del page  # as _pages: the next look holds no page handed out
         finally:
             self.unwatch(session_id)
 

@@ -129,6 +129,9 @@ def follow_steps(
         if page:
             last = page[-1].seq
             yield Deliver(page)
+            # The next look holds no page already handed on: the reader keeps
+            # one page, and the collector never walks events it gave out.
+            del page
             continue
         while True:
             moved = yield Wait(seen)
