@@ -31,6 +31,9 @@ __all__ = [
     "StorageUnavailableError",
     "UnserializableEventError",
     "damaged_event",
+    "fork_past_head",
+    "no_session_to_fork",
+    "session_exists",
 ]
 
 
@@ -183,6 +186,22 @@ def _corrupt(
 ) -> CorruptDatabaseError:
     """Unpickle a :class:`CorruptDatabaseError` with its keyword fields."""
     return kind(message, session_id=session_id, seq=seq)
+
+
+# A fork's refusals, worded here once for every backend's fork.
+def no_session_to_fork(session_id: str) -> SessionNotFoundError:
+    """The error for a fork of ``session_id``, which does not exist."""
+    return SessionNotFoundError(f"no session {session_id!r} to fork")
+
+
+def fork_past_head(session_id: str, at_seq: int, head: int) -> ValueError:
+    """The error for a fork of ``session_id`` at ``at_seq``, past its ``head``."""
+    return ValueError(f"cannot fork {session_id!r} at {at_seq}: its head is {head}")
+
+
+def session_exists(session_id: str) -> SessionExistsError:
+    """The error for a fork into ``session_id``, which exists already."""
+    return SessionExistsError(f"session {session_id!r} already exists")
 
 
 def damaged_event(session_id: str, seq: int, what: str) -> CorruptDatabaseError:

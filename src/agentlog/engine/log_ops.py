@@ -14,10 +14,11 @@ from typing import Any
 
 from ..errors import (
     CheckpointConflictError,
-    SessionExistsError,
-    SessionNotFoundError,
     StorageConflictError,
     damaged_event,
+    fork_past_head,
+    no_session_to_fork,
+    session_exists,
 )
 from ..events import (
     AppendKey,
@@ -447,13 +448,13 @@ class LogOperations(EngineCore[ConnectionT]):
         def work(conn: DriverConnection) -> int:
             rows = conn.rows(Q.SELECT_SESSION, (tenant, name))
             if not rows:
-                raise SessionNotFoundError(f"no session {name!r} to fork")
+                raise no_session_to_fork(name)
             sid, head = rows[0]
             if at_seq > head:
-                raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {head}")
+                raise fork_past_head(name, at_seq, head)
             self._check_retained(conn, name, sid, head, "fork", at_seq)
             if conn.rows(Q.SELECT_SESSION, (tenant, new_name)):
-                raise SessionExistsError(f"session {new_name!r} already exists")
+                raise session_exists(new_name)
             source = S.event_key(sid, 0)
             _refuse_damaged(conn, name, source, source + at_seq)
             new_sid = self.create_session(conn, tenant, new_name, head=at_seq, ts=ts, revision=1)

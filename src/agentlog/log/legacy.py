@@ -12,8 +12,9 @@ import orjson
 from ..errors import (
     CheckpointConflictError,
     CorruptDatabaseError,
-    SessionExistsError,
-    SessionNotFoundError,
+    fork_past_head,
+    no_session_to_fork,
+    session_exists,
 )
 from ..events import EncodedBatch, SessionInfo, StoredEvent, decode_payload
 from .contract import BaseCheckpointer
@@ -154,14 +155,12 @@ class LegacyStoreCheckpointer(BaseCheckpointer):
         with self._lock:
             self._check_open()
             if not self._exists(session_id):
-                raise SessionNotFoundError(f"no session {session_id!r} to fork")
+                raise no_session_to_fork(session_id)
             items = self._items(session_id)
             if at_seq > len(items):
-                raise ValueError(
-                    f"cannot fork {session_id!r} at {at_seq}: its head is {len(items)}"
-                )
+                raise fork_past_head(session_id, at_seq, len(items))
             if self._exists(new_session_id):
-                raise SessionExistsError(f"session {new_session_id!r} already exists")
+                raise session_exists(new_session_id)
             copied = [
                 {"seq": e.seq, "ts": e.ts, "event": e.event}
                 for e in (_record_to_event(seq, item) for seq, item in enumerate(items[:at_seq], 1))

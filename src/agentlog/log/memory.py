@@ -15,7 +15,12 @@ import builtins
 
 from ..engine.memory import Entry, MemoryLog, MemorySession
 from ..engine.schema import DEFAULT_TENANT
-from ..errors import CheckpointConflictError, SessionExistsError, SessionNotFoundError
+from ..errors import (
+    CheckpointConflictError,
+    fork_past_head,
+    no_session_to_fork,
+    session_exists,
+)
 from ..events import (
     AppendKey,
     EncodedBatch,
@@ -182,14 +187,12 @@ class MemoryCheckpointer(BaseCheckpointer):
             self._check_open()
             source = log.get(self._tenant, session_id)
             if source is None:
-                raise SessionNotFoundError(f"no session {session_id!r} to fork")
+                raise no_session_to_fork(session_id)
             if at_seq > source.head:
-                raise ValueError(
-                    f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}"
-                )
+                raise fork_past_head(session_id, at_seq, source.head)
             source.check_retained("fork", at_seq)
             if log.get(self._tenant, new_session_id) is not None:
-                raise SessionExistsError(f"session {new_session_id!r} already exists")
+                raise session_exists(new_session_id)
             # The copy is pruned as its source is: the same retained events,
             # the snapshots that cover them.
             copy = MemorySession(

@@ -17,9 +17,10 @@ from typing import Any, NamedTuple, TypeVar
 from ...errors import (
     CheckpointConflictError,
     EventsPrunedError,
-    SessionExistsError,
-    SessionNotFoundError,
     StorageConflictError,
+    fork_past_head,
+    no_session_to_fork,
+    session_exists,
 )
 from ...events import (
     MAX_POSITION,
@@ -461,13 +462,13 @@ def fork(
     """A new session holding events 1…``at_seq`` of ``name``. In a transaction."""
     row = yield from fetch_one(q.fork_head, (tenant, name))
     if row is None:
-        raise SessionNotFoundError(f"no session {name!r} to fork")
+        raise no_session_to_fork(name)
     if at_seq > int(row[0]):
-        raise ValueError(f"cannot fork {name!r} at {at_seq}: its head is {row[0]}")
+        raise fork_past_head(name, at_seq, int(row[0]))
     yield from _check_retained(q, tenant, name, "fork", at_seq, int(row[0]))
     created = yield from fetch_one(q.create_session, (tenant, new_name, at_seq, ts, ts))
     if created is None:
-        raise SessionExistsError(f"session {new_name!r} already exists")
+        raise session_exists(new_name)
     yield from execute(q.copy_events, (new_name, tenant, name, at_seq))
     yield from execute(q.copy_snapshots, (new_name, tenant, name, at_seq))
     yield from execute(q.copy_append_keys, (new_name, tenant, name, at_seq))

@@ -25,10 +25,11 @@ from ...errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
-    SessionExistsError,
-    SessionNotFoundError,
     StorageUnavailableError,
     damaged_event,
+    fork_past_head,
+    no_session_to_fork,
+    session_exists,
 )
 from ...events import AppendKey, EncodedBatch, RawEvent, SessionInfo, StoredEvent
 from ...files import DEFAULT_FILE_MODE, check_file_mode
@@ -558,13 +559,11 @@ class FileCheckpointer(BaseCheckpointer):
             self._check_writable()
             source = self._session(session_id)
             if source is None:
-                raise SessionNotFoundError(f"no session {session_id!r} to fork")
+                raise no_session_to_fork(session_id)
             if at_seq > source.head:
-                raise ValueError(
-                    f"cannot fork {session_id!r} at {at_seq}: its head is {source.head}"
-                )
+                raise fork_past_head(session_id, at_seq, source.head)
             if self._session(new_session_id) is not None:
-                raise SessionExistsError(f"session {new_session_id!r} already exists")
+                raise session_exists(new_session_id)
             with self._rewriting(
                 new_session_id, f"fork of {session_id!r} at {at_seq} into {new_session_id!r}"
             ):
