@@ -15,12 +15,7 @@ import builtins
 
 from ..engine.memory import Entry, MemoryLog, MemorySession
 from ..engine.schema import DEFAULT_TENANT
-from ..errors import (
-    CheckpointConflictError,
-    fork_past_head,
-    no_session_to_fork,
-    session_exists,
-)
+from ..errors import CheckpointConflictError, fork_past_head, no_session_to_fork, session_exists
 from ..events import (
     AppendKey,
     EncodedBatch,
