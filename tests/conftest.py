@@ -34,8 +34,9 @@ from pathlib import Path
 
 import pytest
 
+from agentlog import FileCheckpointer, MemoryCheckpointer, SqliteCheckpointer, engine_info
 from agentlog import engine as engines
-from agentlog import engine_info
+from agentlog.log import BaseCheckpointer
 
 from .postgres_server import PostgresServer, missing_reason
 
@@ -186,6 +187,30 @@ def postgres_conninfo() -> str:
 def postgres_schema(location: Path | str) -> str:
     """The schema of the store that lives at ``location``: one per test directory."""
     return "t_" + hashlib.sha256(str(location).encode()).hexdigest()[:24]
+
+
+#: The log backends :func:`open_log` opens by name.
+LOG_BACKENDS = ("memory", "sqlite-c", "sqlite-python", "files", "postgres")
+
+
+def open_log(kind: str, location: Path, request: pytest.FixtureRequest) -> BaseCheckpointer:
+    """A new, empty checkpointer of backend ``kind`` (one of :data:`LOG_BACKENDS`)
+    at ``location``, the test's directory: skipped (or failed, when required)
+    where that engine or the PostgreSQL server is missing."""
+    if kind == "memory":
+        return MemoryCheckpointer()
+    if kind.startswith("sqlite-"):
+        engine = kind.removeprefix("sqlite-")
+        require_engine(engine)
+        return SqliteCheckpointer(location / "a.db", engine=engine)
+    if kind == "files":
+        return FileCheckpointer(location / "files")
+    if kind == "postgres":
+        request.getfixturevalue("postgres_server")
+        from agentlog import PostgresCheckpointer
+
+        return PostgresCheckpointer(postgres_conninfo(), schema=postgres_schema(location))
+    raise ValueError(f"no log backend {kind!r}")
 
 
 class OnPostgres:

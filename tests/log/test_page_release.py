@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from agentlog import FileCheckpointer, MemoryCheckpointer, SqliteCheckpointer
 from agentlog.aio import AsyncMemoryCheckpointer, AsyncSqliteCheckpointer
 from agentlog.log import BaseCheckpointer
 
-from ..conftest import postgres_conninfo, postgres_schema, require_engine
+from ..conftest import LOG_BACKENDS, open_log, postgres_conninfo, postgres_schema
 
 #: More than two pages (every backend reads 1,000 events a page).
 EVENTS = [{"type": "user", "content": f"m {i}", "parts": [{"n": i}]} for i in range(2500)]
@@ -83,24 +82,10 @@ class PageWatch:
             self.seen.append(pages_holding(self.first))
 
 
-@pytest.fixture(params=["memory", "sqlite-c", "sqlite-python", "files", "postgres"])
+@pytest.fixture(params=LOG_BACKENDS)
 def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckpointer]:
     """A checkpointer of each backend holding ``EVENTS`` in session ``s``."""
-    kind = request.param
-    if kind == "memory":
-        found: BaseCheckpointer = MemoryCheckpointer()
-    elif kind.startswith("sqlite"):
-        engine = kind.split("-")[1]
-        require_engine(engine)
-        found = SqliteCheckpointer(tmp_path / "a.db", engine=engine)
-    elif kind == "files":
-        found = FileCheckpointer(tmp_path / "files")
-    else:
-        request.getfixturevalue("postgres_server")
-        from agentlog import PostgresCheckpointer
-
-        found = PostgresCheckpointer(postgres_conninfo(), schema=postgres_schema(tmp_path))
-    with found:
+    with open_log(request.param, tmp_path, request) as found:
         found.append("s", EVENTS)
         yield found
 

@@ -21,7 +21,6 @@ import pytest
 from agentlog import (
     CorruptDatabaseError,
     FileCheckpointer,
-    MemoryCheckpointer,
     RawEvent,
     SessionTruncatedError,
     SqliteCheckpointer,
@@ -30,7 +29,7 @@ from agentlog.aio import AsyncBaseCheckpointer
 from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
 
-from ..conftest import postgres_conninfo, postgres_schema, require_engine
+from ..conftest import open_log, postgres_conninfo, postgres_schema
 from ..waiting import wait_until_async
 
 EVENTS: list[dict[str, Any]] = [
@@ -56,22 +55,14 @@ def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckpoi
     """A checkpointer of each backend holding ``EVENTS`` in session ``s``, and
     ``LONG`` in session ``long``."""
     kind = request.param
-    if kind == "memory":
-        found: BaseCheckpointer = MemoryCheckpointer()
-    elif kind.startswith("sqlite"):
-        engine = kind.split("-")[1]
-        require_engine(engine)
-        found = SqliteCheckpointer(tmp_path / "a.db", engine=engine)
-    elif kind.startswith("files"):
+    if kind.startswith("files"):
         with FileCheckpointer(tmp_path / "files") as owner:
             _fill(owner)
-        found = FileCheckpointer(tmp_path / "files", read_only=kind == "files-read-only")
+        found: BaseCheckpointer = FileCheckpointer(
+            tmp_path / "files", read_only=kind == "files-read-only"
+        )
     else:
-        request.getfixturevalue("postgres_server")
-        from agentlog import PostgresCheckpointer
-
-        found = PostgresCheckpointer(postgres_conninfo(), schema=postgres_schema(tmp_path))
-    if not kind.startswith("files"):
+        found = open_log(kind, tmp_path, request)
         _fill(found)
     with found:
         yield found
