@@ -52,6 +52,7 @@ from ..log import (
     WriterPort,
     follow_pages_async,
 )
+from ..log.follow import wake, woken_or_timed_out
 from .face import AsyncLogFace
 from .handle import AsyncSession
 from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
@@ -68,11 +69,6 @@ _T = TypeVar("_T")
 # How many appends one task may have written at once (see
 # AsyncBaseCheckpointer._alone_in_turn) before the loop gets a turn.
 _APPENDS_NOW_PER_TURN = 16
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 #: What a read or a follower yields: events, or events with their JSON undecoded.
@@ -129,7 +125,7 @@ class _LoopWaker:
             self._scheduled = False
             waiting, self._waiting = self._waiting, set()
         for future in waiting:
-            _wake(future)
+            wake(future)
 
     async def wait(self, mark: int, timeout: float) -> bool:
         """Until the signal's count moves past ``mark`` (True), or ``timeout`` seconds."""
@@ -141,11 +137,9 @@ class _LoopWaker:
             with self._lock:
                 self._waiting.discard(future)
             return True
-        timer = self.loop.call_later(timeout, _wake, future)
         try:
-            await future
+            await woken_or_timed_out(future, timeout)
         finally:
-            timer.cancel()
             with self._lock:
                 self._waiting.discard(future)
         return self.signal.count != mark

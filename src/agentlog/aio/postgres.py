@@ -80,6 +80,7 @@ from ..log import (
     has_new_events,
     listings,
 )
+from ..log.follow import wake, woken_or_timed_out
 from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .face import AsyncLogFace
@@ -96,11 +97,6 @@ _E = TypeVar("_E", StoredEvent, RawEvent)
 _PageOf = Callable[[Statements, str, str, int, int], Operation[list[_E]]]
 #: A queued append: ``(session_id, expected_head, batch, the caller's future)``.
 _Job = tuple[str, "int | None", EncodedBatch, "asyncio.Future[int]"]
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class AsyncPostgresCheckpointer(AsyncLogFace):
@@ -525,7 +521,7 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         self._commits += 1
         waiting, self._waiting = self._waiting, set()
         for future in waiting:
-            _wake(future)
+            wake(future)
 
     async def _wait(self, mark: int, timeout: float) -> None:
         if self._commits != mark:
@@ -533,11 +529,9 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._waiting.add(future)
-        timer = loop.call_later(timeout, _wake, future)
         try:
-            await future
+            await woken_or_timed_out(future, timeout)
         finally:
-            timer.cancel()
             self._waiting.discard(future)
 
     async def _change_token(self, session_id: str, key: str) -> Hashable:

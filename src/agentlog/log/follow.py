@@ -14,7 +14,9 @@ drives it on a :class:`FollowPort` of blocking calls (``BaseCheckpointer.follow`
 :func:`follow_pages_async` on an :class:`AsyncFollowPort` of coroutines
 (``AsyncBaseCheckpointer.follow``). A backend's port says how it looks and
 waits; :func:`has_new_events` is the check of the cursor against the head
-that every look makes.
+that every look makes; :func:`woken_or_timed_out` is how both async
+checkpointers' followers wait: until a commit calls :func:`wake`, or the
+poll interval ends.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ __all__ = [
     "follow_pages_async",
     "follow_steps",
     "has_new_events",
+    "wake",
+    "woken_or_timed_out",
 ]
 
 #: What a follower's pages hold: events, or events with their JSON undecoded.
@@ -138,6 +142,22 @@ def follow_steps(
             check_open()  # closing wakes the waiters: it ends them here
             if moved or (yield TOKEN) != token:
                 break
+
+
+def wake(future: asyncio.Future[None]) -> None:
+    """Wake an async follower waiting on ``future`` (a second wake does nothing)."""
+    if not future.done():
+        future.set_result(None)
+
+
+async def woken_or_timed_out(future: asyncio.Future[None], timeout: float) -> None:
+    """Until :func:`wake` wakes ``future`` or ``timeout`` seconds pass: an async
+    follower's wait for a commit, with its poll interval."""
+    timer = asyncio.get_running_loop().call_later(timeout, wake, future)
+    try:
+        await future
+    finally:
+        timer.cancel()
 
 
 @dataclass(frozen=True, slots=True)
