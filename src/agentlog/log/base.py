@@ -479,7 +479,7 @@ class BaseCheckpointer(Closable, ABC):
             if remaining is not None:
                 remaining -= len(page)
             # Let the page go before the next is read: the reader holds one
-            # page, not two, and the collector never walks events handed out.
+            # page, not two, and the collector walks no event the caller dropped.
             del page
             self._check_open()  # closed between pages: the next one is refused
 

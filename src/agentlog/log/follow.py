@@ -134,7 +134,7 @@ def follow_steps(
             last = page[-1].seq
             yield Deliver(page)
             # The next look holds no page already handed on: the reader keeps
-            # one page, and the collector never walks events it gave out.
+            # one page, and the collector walks no event the caller dropped.
             del page
             continue
         while True:
