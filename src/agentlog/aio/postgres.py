@@ -32,6 +32,7 @@ from ..activity import ActivityCursor, SessionPage, check_page_request, page_of
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     AppendRequest,
+    OutcomeUnknownIfLost,
     PostgresOptions,
     Statements,
     WatchedKeys,
@@ -39,7 +40,6 @@ from ..engine.postgres import (
     listen_async,
     notify_key,
     operations,
-    outcome_unknown,
     oversized_batch,
 )
 from ..engine.postgres.aio import AsyncDatabase
@@ -325,12 +325,8 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         raise AssertionError("unreachable")
 
     async def _write(self, jobs: builtins.list[_Job], ts: float) -> builtins.list[int | Exception]:
-        try:
+        with OutcomeUnknownIfLost("appending"):
             return await self._write_unkeyed(jobs, ts)
-        except StorageUnavailableError as exc:
-            if connection_lost(exc):
-                raise outcome_unknown("appending", exc) from exc
-            raise
 
     async def _write_unkeyed(
         self, jobs: builtins.list[_Job], ts: float

@@ -18,13 +18,13 @@ from ..activity import ActivityCursor
 from ..engine.postgres import (
     DEFAULT_SCHEMA,
     Listener,
+    OutcomeUnknownIfLost,
     PostgresDatabase,
     PostgresOptions,
     WatchedKeys,
     connection_lost,
     notify_key,
     operations,
-    outcome_unknown,
     oversized_batch,
 )
 from ..engine.schema import DEFAULT_TENANT
@@ -264,12 +264,8 @@ class PostgresCheckpointer(BaseCheckpointer):
             raise oversized
         request = (session_id, expected_head, batch)
         append = operations.append(db.q, self._tenant, request, ts, db.notify)
-        try:
+        with OutcomeUnknownIfLost("appending"):
             return db.single("appending", append)
-        except StorageUnavailableError as exc:
-            if connection_lost(exc):
-                raise outcome_unknown("appending", exc) from exc
-            raise
 
     def _append_keyed(self, append: PreparedAppend, ts: float, key: AppendKey) -> int:
         """A keyed append, resolved when its connection is lost: it is tried
@@ -301,12 +297,8 @@ class PostgresCheckpointer(BaseCheckpointer):
         requests = [(session_id, expected, batch) for session_id, batch, expected in appends]
         plan = operations.plan_group(requests, oversized_batch)
         group = operations.append_group(db.q, self._tenant, requests, ts, db.notify, plan)
-        try:
+        with OutcomeUnknownIfLost("appending a group"):
             return db.write("appending a group", group, pipelined=plan.pipelined)
-        except StorageUnavailableError as exc:
-            if connection_lost(exc):
-                raise outcome_unknown("appending a group", exc) from exc
-            raise
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._db.query(

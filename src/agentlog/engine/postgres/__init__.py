@@ -31,6 +31,7 @@ from ...events import EncodedBatch
 from . import migration, operations, rows
 from .connect import (
     DEFAULT_OPTIONS,
+    OutcomeUnknownIfLost,
     PostgresOptions,
     connect_options,
     connection_lost,
@@ -62,6 +63,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AppendRequest",
     "Listener",
+    "OutcomeUnknownIfLost",
     "PostgresDatabase",
     "PostgresOptions",
     "Rows",
