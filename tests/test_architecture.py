@@ -120,8 +120,12 @@ def test_the_import_check_resolves_relative_imports() -> None:
     assert "agentlog.log.sqlite" in _imported(SRC / "storage" / "sqlite.py")
 
 
-#: ``name._attr`` where ``name`` is not ``self``: another object's underscore name.
-_FOREIGN_UNDERSCORE = re.compile(r"\b(?!self\b)([A-Za-z_]\w*)\._[A-Za-z]\w*")
+#: ``name._attr`` where ``name`` is not ``self``, or ``(...)._attr`` and
+#: ``[...]._attr`` (a cast, a call, an item) but for ``super()`` and a cast of
+#: ``self``: another object's underscore name.
+_FOREIGN_UNDERSCORE = re.compile(
+    r"(?:\b(?!self\b)[A-Za-z_]\w*|(?<!\bsuper\()(?<!\bself)\)|\])\._[A-Za-z]\w*"
+)
 
 
 def _cython_code(path: Path) -> list[tuple[int, str]]:
@@ -151,6 +155,11 @@ def test_the_underscore_check_finds_a_reach() -> None:
     assert _FOREIGN_UNDERSCORE.search("conn = <CConnection>other._writer")
     assert not _FOREIGN_UNDERSCORE.search("return <CConnection>self._writer")
     assert not _FOREIGN_UNDERSCORE.search("writer.w.callers += 1")
+    assert _FOREIGN_UNDERSCORE.search("return (<Engine>other)._idle_readers")
+    assert _FOREIGN_UNDERSCORE.search("first = pages[0]._rows")
+    assert _FOREIGN_UNDERSCORE.search("open_writer(path)._queue")
+    assert not _FOREIGN_UNDERSCORE.search("return super()._append_group(groups)")
+    assert not _FOREIGN_UNDERSCORE.search("(<Engine>self)._writer")
 
 
 def test_the_hot_statements_are_the_tables() -> None:
