@@ -9,11 +9,12 @@ mode, each operation here — append (one event, a 100-event batch, appends of
 several threads through group commit), truncate, fork, delete, read, head,
 open, and the four stores' writes — is swept over its fault points: the
 operation is run once to count its operations of that kind, then with the
-fault at each point (every point of a short operation, an even spread of a
-long one). Each run must end in a typed error or success, never a crash or a
-hang; after disarming, the same handle shows exactly the state before the
-operation (it failed) or after it (it succeeded), the next write works, and
-the file reopens, passes its integrity check and shows the same state.
+fault at each point (every point of a short operation; of a long one, the
+first two, the last and a sample of the rest: see :func:`points`). Each run
+must end in a typed error or success, never a crash or a hang; after
+disarming, the same handle shows exactly the state before the operation (it
+failed) or after it (it succeeded), the next write works, and the file
+reopens, passes its integrity check and shows the same state.
 
 ``scripts/test`` runs these under AddressSanitizer and LeakSanitizer, where a
 leak on any error path fails the run. Without the seam they are skipped,
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,7 +52,14 @@ _Opened = TypeVar("_Opened", SqliteCheckpointer, SqliteStorage)
 TYPED = (MemoryError, StorageUnavailableError)
 
 #: At most this many fault points per sweep (all of them when there are fewer).
-MAX_POINTS = int(os.environ.get("AGENTLOG_FAULT_POINTS", "300"))
+MAX_POINTS = int(os.environ.get("AGENTLOG_FAULT_POINTS", "60"))
+
+#: ``AGENTLOG_FULL_SWEEP=1`` fails every point of every operation, however many.
+FULL_SWEEP = os.environ.get("AGENTLOG_FULL_SWEEP", "") not in ("", "0")
+
+#: The seed of the sampled points: the same points on every run, unless
+#: ``AGENTLOG_SWEEP_SEED`` picks others (a failure names the seed it ran with).
+SWEEP_SEED = int(os.environ.get("AGENTLOG_SWEEP_SEED", "20261207"))
 
 MODES = {"once": False, "persistent": True}
 
@@ -98,11 +107,20 @@ def seam() -> Iterator[FaultSeam]:
 
 def points(total: int) -> list[int]:
     """The fault points of an operation that does ``total`` operations of a kind:
-    every one when few (and ``total`` itself: no fault fires), else a spread."""
-    if total + 1 <= MAX_POINTS:
+    every one when few (and ``total`` itself: no fault fires) or under
+    :data:`FULL_SWEEP`; else the first two, the last, and a sample of the rest
+    drawn from :data:`SWEEP_SEED` and the running test's id, so each sweep
+    tries its own points and a run is repeatable. The seed is printed, and
+    pytest shows it beside a failure."""
+    if FULL_SWEEP or total + 1 <= MAX_POINTS:
         return list(range(total + 1))
-    step = total / (MAX_POINTS - 1)
-    return sorted({round(i * step) for i in range(MAX_POINTS)} | {0, 1, total})
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    rng = random.Random(f"{SWEEP_SEED}:{test}:{total}")
+    print(
+        f"{test}: {MAX_POINTS} of {total + 1} fault points, sampled with "
+        f"AGENTLOG_SWEEP_SEED={SWEEP_SEED} (AGENTLOG_FULL_SWEEP=1 tries every one)"
+    )
+    return sorted({0, 1, total} | set(rng.sample(range(2, total), MAX_POINTS - 3)))
 
 
 # -- the log ------------------------------------------------------------------------
