@@ -13,6 +13,9 @@ from .conftest import AVAILABLE
 
 
 def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
+    """``python -m benchmarks --quick`` on four scenarios, end to end. Slow
+    (about 35 s): each measurement runs in a fresh process, as in a real
+    run, which is what this checks."""
     out = tmp_path / "bench.json"
     only = "S1 2k,S3 2k,S4,S5 4t"
     run = run_benchmark(tmp_path, "-m", "benchmarks", "--quick", "--only", only, "--json", str(out))
@@ -75,7 +78,8 @@ def _postgres_bench(
 
 def test_postgres_benchmark_processes_and_peers(tmp_path: Path, postgres_server: str) -> None:
     """S5 across 1 and 8 processes, and the peers' rows: a rate where a peer is
-    installed, "not installed" where it is not."""
+    installed, "not installed" where it is not. About 12 s: eight writer
+    processes start against the server, as the benchmark runs them."""
     from benchmarks.systems import installed
 
     _, results = _postgres_bench(tmp_path, postgres_server, "S2,S5P")

@@ -194,6 +194,10 @@ def require_extras(page: Path) -> None:
 
 @pytest.mark.parametrize("page", RUN_PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_page_runs_twice(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Every block of a page runs, twice, in a fresh directory. The README and
+    the migration and CLI pages take 10-20 s: their transcripts start
+    ``agentlog`` (and the frameworks) in a process per command, as a reader
+    would type them."""
     require_extras(page)
     env = child_env()
     # A transcript's `agentlog` is this interpreter's: the installed one.

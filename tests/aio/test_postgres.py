@@ -196,7 +196,9 @@ def test_a_listener_still_ending_leaves_the_next_one_listening(
 ) -> None:
     """A follower starts while the last one's listener, its cancellation
     swallowed, still waits: that old listener's end must not mark the new
-    one's connection lost (which left every follower polling the head)."""
+    one's connection lost (which left every follower polling the head).
+    About 10 s: the old listener is made to linger 5 s, so that the new one
+    surely starts before it ends, even on a loaded machine."""
     from agentlog.aio import AsyncPostgresCheckpointer
     from agentlog.engine.postgres import listener
 

@@ -545,7 +545,8 @@ def test_ids_that_cannot_be_keys_are_refused(tmp_path: Path) -> None:
 
 
 def test_the_benchmark_runs(tmp_path: Path) -> None:
-    """``python -m benchmarks.google_adk --quick`` (a smoke test: no timings asserted)."""
+    """``python -m benchmarks.google_adk --quick`` (a smoke test: no timings
+    asserted). About 8 s: each session service runs in a process of its own."""
     out = tmp_path / "adk.json"
     done = run_benchmark(tmp_path, "-m", "benchmarks.google_adk", "--quick", "--json", str(out))
     assert done.returncode == 0, done.stderr[-2000:]

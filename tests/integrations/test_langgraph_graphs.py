@@ -416,7 +416,8 @@ def test_one_saver_shared_by_threads(tmp_path: Path, engine: str) -> None:
 
 
 def test_the_benchmark_runs(tmp_path: Path) -> None:
-    """``python -m benchmarks.langgraph --quick`` (a smoke test: no timings asserted)."""
+    """``python -m benchmarks.langgraph --quick`` (a smoke test: no timings
+    asserted). About 8 s: each saver's graph runs in a process of its own."""
     out = tmp_path / "lg.json"
     run = run_benchmark(tmp_path, "-m", "benchmarks.langgraph", "--quick", "--json", str(out))
     assert run.returncode == 0, run.stderr[-2000:]

@@ -194,7 +194,9 @@ def test_a_message_without_content_is_kept_not_refused() -> None:
 
 
 def test_the_benchmark_runs_quick(tmp_path: Path) -> None:
-    """``python -m benchmarks.openai_agents --quick``: a smoke test, no timings asserted."""
+    """``python -m benchmarks.openai_agents --quick``: a smoke test, no timings
+    asserted. About 25 s: every system runs the SDK's Runner in processes of
+    its own, each importing the SDK."""
     out = tmp_path / "openai_agents.json"
     bench = run_benchmark(
         tmp_path, "-m", "benchmarks.openai_agents", "--quick", "--rounds", "1", "--json", str(out)
