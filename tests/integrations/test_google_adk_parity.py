@@ -179,6 +179,7 @@ def test_state_prefixes(kind: str, tmp_path: Path) -> None:
             one, Event(author="user", actions=EventActions(state_delta=deltas))
         )
         assert one.state["temp:t"] == 7
+        assert "temp:t" not in one.events[0].actions.state_delta  # the caller's event too
         got = await read(service, "one")
         assert got.state == {"app:a": 1, "app:a2": 4, "user:b": 2, "user:b2": 5, "c": 3, "c2": 6}
         assert got.events[0].actions.state_delta == {"app:a2": 4, "user:b2": 5, "c2": 6}
@@ -308,5 +309,39 @@ def test_a_padded_session_id_is_the_same_session(kind: str, tmp_path: Path) -> N
         assert (await read(service, " s")).id == "s"
         await service.delete_session(app_name=APP, user_id="u", session_id="s  ")
         assert await service.get_session(app_name=APP, user_id="u", session_id="s") is None
+
+    run(kind, tmp_path, body)
+
+
+@pytest.mark.parametrize("kind", EVERY)
+def test_user_state_is_read_without_a_session(kind: str, tmp_path: Path) -> None:
+    async def body(service: BaseSessionService) -> None:
+        assert await service.get_user_state(app_name=APP, user_id="u") == {}
+        session = await service.create_session(app_name=APP, user_id="u")
+        for count in (1, 2):
+            delta = EventActions(state_delta={"user:count": count, "own": count})
+            await service.append_event(session, Event(author="system", actions=delta))
+        assert await service.get_user_state(app_name=APP, user_id="u") == {"count": 2}
+        assert await service.get_user_state(app_name=APP, user_id="v") == {}
+        assert await service.get_user_state(app_name="other", user_id="u") == {}
+
+    run(kind, tmp_path, body)
+
+
+@pytest.mark.parametrize("kind", ["adk-database", *OURS])
+def test_a_current_session_appends_whatever_its_last_update_time(kind: str, tmp_path: Path) -> None:
+    """The version a session was read at decides, not its float last_update_time
+    (ADK's SqliteSessionService compares the time instead, and refuses)."""
+
+    async def body(service: BaseSessionService) -> None:
+        session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+        first = Event(invocation_id="one", author="user", timestamp=session.last_update_time + 10)
+        await service.append_event(session, first)
+        session.last_update_time -= 0.0001
+        await service.append_event(
+            session, Event(invocation_id="two", author="user", timestamp=first.timestamp + 10)
+        )
+        got = await read(service, "s")
+        assert [event.invocation_id for event in got.events] == ["one", "two"]
 
     run(kind, tmp_path, body)

@@ -500,9 +500,10 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         event_id: str,
         new_session_id: str | None = None,
     ) -> Session:
-        """A new session of the same user holding the events up to and including
-        ``event_id``, with the session state as it was after that event (agentlog's
-        fork: the source is untouched; ``app:`` / ``user:`` state stays shared).
+        """A new session of the same user holding the events appended up to and
+        including ``event_id`` (in append order, which a fork keeps), with the
+        session state as it was after that event (agentlog's fork: the source is
+        untouched; ``app:`` / ``user:`` state stays shared).
 
         Raises ``SessionNotFoundError`` for an unknown session, ``ValueError`` when
         the session holds no such event, ``AlreadyExistsError`` for a taken id.
@@ -637,6 +638,8 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
                     return  # a later writer folded it already
                 head = now  # the log was cut below the metadata's seq: fold it afresh
             start, tail = await self._from(key, meta, head)
+            if "ordered" not in start:  # written without its order: find it once
+                start = {**start, **await self._order_through(key, start["through"])}
             settled = {**meta, **_fold(start, tail).settled(head)}
             try:
                 await self._log.set_metadata(key, settled, current.revision)
@@ -644,6 +647,16 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
             except StorageConflictError:
                 continue
         # Still contended: readers fold the events after the metadata's seq anyway.
+
+    async def _order_through(self, key: str, through: int) -> dict[str, Any]:
+        """The ``ordered`` and ``last`` metadata fields of the first ``through`` events."""
+        last = None
+        for stored in await self._read(key, 0, through) if through else []:
+            order = _order(stored)
+            if last is not None and order < last:
+                return {"ordered": False, "last": list(order)}
+            last = order
+        return {"ordered": True, "last": None if last is None else list(last)}
 
     async def _shared(self, key: str) -> dict[str, Any]:
         meta = (await self._log.metadata(key)).value
