@@ -589,3 +589,53 @@ def test_a_log_cut_short_reads_as_its_events(open_log: Opener) -> None:
         assert recent is not None and recent.state == {"n": 7, "m": 8}
 
     on_service(open_log, body)
+
+
+@pytest.mark.parametrize("stamps", [(1.0, 2.0, 3.0), (3.0, 1.0, 2.0)])
+def test_metadata_without_an_order_reads_sorted_and_learns_it(
+    stamps: tuple[float, ...], tmp_path: Path
+) -> None:
+    """A session whose metadata says nothing of its order (an older release's,
+    or agentlog migrate's) reads in ADK's order by sorting, and its next append
+    records the order, so an in-order session reads only its recent events again."""
+
+    async def main() -> None:
+        async with AsyncSqliteCheckpointer(tmp_path / "o.db") as log:
+            service = AgentlogSessionService(log)
+            session = await service.create_session(app_name=APP, user_id="u")
+            for n, stamp in enumerate(stamps):
+                event = Event(id=f"e{n}", author="user", timestamp=stamp)
+                await service.append_event(session, event)
+            key = service.session_key(APP, "u", session.id)
+            current = await log.metadata(key)
+            older = {k: v for k, v in current.value.items() if k not in ("ordered", "last")}
+            await log.set_metadata(key, older, current.revision)
+            reads: list[tuple[int, int | None]] = []
+            original = log.read
+
+            def counting(session_id: str, since_seq: int = 0, limit: int | None = None) -> Any:
+                reads.append((since_seq, limit))
+                return original(session_id, since_seq, limit)
+
+            log.read = counting  # type: ignore[method-assign]
+
+            async def recent(n: int) -> list[float]:
+                got = await service.get_session(
+                    app_name=APP, user_id="u", session_id=session.id,
+                    config=GetSessionConfig(num_recent_events=n),
+                )  # fmt: skip
+                assert got is not None
+                return [event.timestamp for event in got.events]
+
+            assert await recent(2) == sorted(stamps)[-2:]
+            assert reads == [(0, 3)]  # the whole log, to sort it
+            got = await service.get_session(app_name=APP, user_id="u", session_id=session.id)
+            assert got is not None
+            await service.append_event(got, Event(id="e9", author="user", timestamp=9.0))
+            in_order = stamps == tuple(sorted(stamps))
+            assert (await log.metadata(key)).value["ordered"] is in_order
+            reads.clear()
+            assert await recent(2) == [sorted(stamps)[-1], 9.0]
+            assert reads == ([(2, 2)] if in_order else [(0, 4)])
+
+    asyncio.run(main())

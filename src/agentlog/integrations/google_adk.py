@@ -5,8 +5,12 @@ on any agentlog async checkpointer that keeps metadata (SQLite, memory,
 PostgreSQL), so ``Runner(..., session_service=AgentlogSessionService(path))``
 keeps every ADK session in an agentlog log:
 
-* one agentlog session per ADK session, one event per ADK event, in order
-  (seq *k* is the *k*-th event). Each event holds the ADK event whole under
+* one agentlog session per ADK session, one event per ADK event, in append
+  order (seq *k* is the *k*-th event appended). A session reads its events
+  as ADK's ``DatabaseSessionService`` does: by timestamp, events that share
+  one by event id; the metadata records whether the seq order is already
+  that order (the usual case), and only a session whose events were appended
+  out of that order is read whole and sorted; Each event holds the ADK event whole under
   ``"adk"`` (``Event.model_dump(mode="json")``, read back with
   ``Event.model_validate``) beside what :func:`agentlog.fold_events` reads: a
   ``user`` / ``assistant`` event with the text of the parts, or
@@ -38,6 +42,7 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -156,10 +161,15 @@ def session_metadata(
     state: Mapping[str, Any],
     through: int,
     updated: float,
+    ordered: bool = False,
+    last: tuple[float, str] | None = None,
 ) -> dict[str, Any]:
     """The metadata of a session's log: its identity, its session-scoped
     ``initial`` state (at creation), its ``state`` after the first ``through``
-    events and the time of that state (``last_update_time``)."""
+    events and the time of that state (``last_update_time``). ``ordered``
+    says the first ``through`` events are in read order (timestamp, then
+    event id) by seq, ``last`` is the order of the last of them; left
+    False, reads sort the events (always right, slower)."""
     return {
         "format": _FORMAT,
         "app_name": app_name,
@@ -169,6 +179,8 @@ def session_metadata(
         "state": _json_safe(state),
         "through": through,
         "updated": updated,
+        "ordered": ordered,
+        "last": None if last is None else list(last),
     }
 
 
@@ -215,6 +227,17 @@ def _stored_delta(stored: StoredEvent) -> dict[str, Any]:
 def _stored_time(stored: StoredEvent) -> float:
     stamp = stored.event.get(EVENT_FIELD, {}).get("timestamp")
     return float(stamp) if stamp is not None else stored.ts
+
+
+def _order(stored: StoredEvent) -> tuple[float, str]:
+    """Where a stored event reads: by timestamp, then by event id (as ADK's
+    ``DatabaseSessionService`` orders them)."""
+    return _stored_time(stored), str(stored.event.get(EVENT_FIELD, {}).get("id", ""))
+
+
+def _start(meta: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of the session before its first event."""
+    return {**meta, "state": meta["initial"], "through": 0, "ordered": True, "last": None}
 
 
 def _record_of(event: Event) -> dict[str, Any]:
@@ -310,7 +333,14 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         app, user, own = (_json_safe(part) for part in _scopes(state or {}))
         now = time.time()
         meta = session_metadata(
-            app_name, user_id, session_id, initial=own, state=own, through=0, updated=now
+            app_name,
+            user_id,
+            session_id,
+            initial=own,
+            state=own,
+            through=0,
+            updated=now,
+            ordered=True,
         )
         try:
             await self._log.set_metadata(key, meta, 0)  # revision 0: only a new session
@@ -327,20 +357,24 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         session_id: str,
         config: GetSessionConfig | None = None,
     ) -> Session | None:
-        """The session with its merged state, or None; only the events ``config`` asks for
-        are read (``num_recent_events`` from the head back, ``after_timestamp`` by a
-        backwards scan that stops at the first older event)."""
+        """The session with its merged state, or None. Events come by timestamp, ties by
+        event id, as from ADK's ``DatabaseSessionService``; ``config`` keeps the
+        ``num_recent_events`` latest of them and those at or after ``after_timestamp``.
+        When the log's seq order is that order, only the events asked for are read
+        (``num_recent_events`` from the head back, ``after_timestamp`` by a backwards
+        scan that stops at the first older event)."""
         session_id = _normalized(session_id)
         key = _session_key(app_name, user_id, session_id)
         found = await self._current(key)
         if found is None:
             return None
         head, meta, tail = found
-        own, updated = _fold(meta, tail)
-        events = await self._events_for(key, head, config, tail)
+        folded = _fold(meta, tail)
+        events = await self._events_for(key, head, config, tail, ordered=folded.ordered)
         app_state = await self._shared(_app_key(app_name))
         user_state = await self._shared(_user_key(app_name, user_id))
-        return _session(meta, _merged(own, app_state, user_state), events, updated, head)
+        state = _merged(folded.state, app_state, user_state)
+        return _session(meta, state, events, folded.updated, head)
 
     async def list_sessions(
         self,
@@ -379,8 +413,8 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         listed = []
         for row in rows:
             meta, tail = await self._from(row.id, row.metadata, row.head)
-            own, updated = _fold(meta, tail)
-            listed.append(((updated, meta["user_id"], meta["id"]), own))
+            folded = _fold(meta, tail)
+            listed.append(((folded.updated, meta["user_id"], meta["id"]), folded.state))
         listed.sort(key=lambda item: item[0])
         if after is not None:
             listed = [item for item in listed if item[0] > after]
@@ -466,9 +500,10 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         event_id: str,
         new_session_id: str | None = None,
     ) -> Session:
-        """A new session of the same user holding the events up to and including
-        ``event_id``, with the session state as it was after that event (agentlog's
-        fork: the source is untouched; ``app:`` / ``user:`` state stays shared).
+        """A new session of the same user holding the events appended up to and
+        including ``event_id`` (in append order, which a fork keeps), with the
+        session state as it was after that event (agentlog's fork: the source is
+        untouched; ``app:`` / ``user:`` state stays shared).
 
         Raises ``SessionNotFoundError`` for an unknown session, ``ValueError`` when
         the session holds no such event, ``AlreadyExistsError`` for a taken id.
@@ -493,9 +528,8 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
             await self._log.fork(key, at_seq, new_key)
         except SessionExistsError:
             raise AlreadyExistsError(f"Session with id {new_id} already exists.") from None
-        start = {**meta, "state": meta["initial"], "through": 0}
-        own, updated = _fold(start, upto)
-        forked = {**meta, "id": new_id, "state": own, "through": at_seq, "updated": updated}
+        folded = _fold(_start(meta), upto)
+        forked = {**meta, "id": new_id, **folded.settled(at_seq)}
         revision = (await self._log.metadata(new_key)).revision
         await self._log.set_metadata(new_key, forked, revision)
         got = await self.get_session(app_name=app_name, user_id=user_id, session_id=new_id)
@@ -522,19 +556,33 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
         """The metadata to fold from and the events after it, up to ``head``."""
         through = meta["through"]
         if through > head:  # cut below it: from the initial state and the first event
-            meta, through = {**meta, "state": meta["initial"], "through": 0}, 0
+            meta, through = _start(meta), 0
         return meta, (await self._read(key, through, head) if head > through else [])
 
     async def _read(self, key: str, since: int, until: int) -> list[StoredEvent]:
         return [stored async for stored in self._log.read(key, since, until - since)]
 
     async def _events_for(
-        self, key: str, head: int, config: GetSessionConfig | None, tail: list[StoredEvent]
+        self,
+        key: str,
+        head: int,
+        config: GetSessionConfig | None,
+        tail: list[StoredEvent],
+        *,
+        ordered: bool,
     ) -> list[Event]:
         recent = None if config is None else config.num_recent_events
-        after = None if config is None else config.after_timestamp
+        # As ADK's persistent stores: an after_timestamp of 0 filters nothing.
+        after = (config.after_timestamp or None) if config is not None else None
         if recent == 0:
             return []
+        if not ordered:  # appended out of read order: read it all and sort it
+            stored = sorted(await self._read(key, 0, head), key=_order)
+            if after is not None:
+                stored = [event for event in stored if _stored_time(event) >= after]
+            if recent is not None:
+                stored = stored[len(stored) - recent :] if recent < len(stored) else stored
+            return [Event.model_validate(s.event[EVENT_FIELD]) for s in stored]
         since = 0 if recent is None else max(0, head - recent)
         if after is None:
             if tail and tail[0].seq <= since + 1:
@@ -560,13 +608,17 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
 
     async def _expected_head(self, session: Session, key: str) -> int:
         """The head ``session`` was read at: its marker, or for a session without one
-        (built by hand, or by another service) the stored head if the last stored
-        event is the session's last event."""
+        (built by hand, or by another service) the stored head if the stored event
+        that reads last (by timestamp, then id, as ADK's DatabaseSessionService
+        compares) is the session's last event."""
         marker = _marker_of(session)
         if marker is not None and marker.startswith(_MARKER):
             return int(marker.removeprefix(_MARKER))
-        head = await self._log.head(key)
+        found = await self._current(key)
+        head = found[0] if found is not None else await self._log.head(key)
         last = await self._read(key, head - 1, head) if head else []
+        if last and found is not None and not _fold(found[1], found[2]).ordered:
+            last = [max(await self._read(key, 0, head), key=_order)]
         stored_last = last[0].event.get(EVENT_FIELD, {}).get("id") if last else None
         held_last = session.events[-1].id if session.events else None
         if stored_last != held_last:
@@ -586,14 +638,25 @@ class AgentlogSessionService(AsyncClosable, BaseSessionService):
                     return  # a later writer folded it already
                 head = now  # the log was cut below the metadata's seq: fold it afresh
             start, tail = await self._from(key, meta, head)
-            own, updated = _fold(start, tail)
-            settled = {**meta, "state": own, "through": head, "updated": updated}
+            if "ordered" not in start:  # written without its order: find it once
+                start = {**start, **await self._order_through(key, start["through"])}
+            settled = {**meta, **_fold(start, tail).settled(head)}
             try:
                 await self._log.set_metadata(key, settled, current.revision)
                 return
             except StorageConflictError:
                 continue
         # Still contended: readers fold the events after the metadata's seq anyway.
+
+    async def _order_through(self, key: str, through: int) -> dict[str, Any]:
+        """The ``ordered`` and ``last`` metadata fields of the first ``through`` events."""
+        last = None
+        for stored in await self._read(key, 0, through) if through else []:
+            order = _order(stored)
+            if last is not None and order < last:
+                return {"ordered": False, "last": list(order)}
+            last = order
+        return {"ordered": True, "last": None if last is None else list(last)}
 
     async def _shared(self, key: str) -> dict[str, Any]:
         meta = (await self._log.metadata(key)).value
@@ -652,14 +715,46 @@ def _ours(meta: object) -> bool:
     return isinstance(meta, dict) and meta.get("format") == _FORMAT
 
 
-def _fold(meta: dict[str, Any], tail: list[StoredEvent]) -> tuple[dict[str, Any], float]:
-    """The session state and last update time after ``tail`` (events after ``through``)."""
+@dataclass
+class _Folded:
+    """A session folded through some seq: its state, last update time and order."""
+
+    state: dict[str, Any]
+    updated: float
+    #: Whether the events through the seq are in read order (timestamp, id) by seq.
+    ordered: bool
+    #: The read order of the last of them (None: no event).
+    last: tuple[float, str] | None
+
+    def settled(self, through: int) -> dict[str, Any]:
+        """The metadata fields that record this fold through seq ``through``."""
+        return {
+            "state": self.state,
+            "through": through,
+            "updated": self.updated,
+            "ordered": self.ordered,
+            "last": None if self.last is None else list(self.last),
+        }
+
+
+def _fold(meta: dict[str, Any], tail: list[StoredEvent]) -> _Folded:
+    """The session after ``tail`` (the events after the metadata's ``through``).
+
+    Metadata without an order (older, or written by another program) is taken
+    as out of order: reads sort, which is always right."""
     own = dict(meta["state"])
     updated = float(meta["updated"])
+    ordered = bool(meta.get("ordered", False))
+    stamp = meta.get("last")
+    last = None if stamp is None else (float(stamp[0]), str(stamp[1]))
     for stored in tail:
         own.update(_stored_delta(stored))
         updated = _stored_time(stored)
-    return own, updated
+        order = _order(stored)
+        if last is not None and order < last:
+            ordered = False
+        last = order
+    return _Folded(own, updated, ordered, last)
 
 
 def _merged(own: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
