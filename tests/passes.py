@@ -117,6 +117,7 @@ ONCE = (
     "tests/test_packaging.py",
     "tests/test_passes.py",
     "tests/test_quality.py",
+    "tests/test_readme.py",
     "tests/test_terminal.py",
     "tests/testing/test_package.py",
 )
