@@ -103,25 +103,35 @@ class SessionExistsError(AgentlogError, ValueError):
 
 
 class SessionTruncatedError(AgentlogError):
-    """A followed session's head is below the follower's position.
+    """A followed session is no longer what the follower yielded.
 
     The session was truncated (or deleted) under a follower, so the events it
-    already yielded are no longer the log; or the follower started past the
-    head (``since_seq`` from a session since truncated, or never that long).
-    Read the session again (from ``head``, or from the start) and follow
-    from there.
+    already yielded are no longer the log: its head is below the follower's
+    position, or (``rewritten``) it was truncated below it and appended to
+    again, so that the event at the follower's seq is another one. Or the
+    follower started past the head (``since_seq`` from a session since
+    truncated, or never that long). Read the session again (from ``head``,
+    or from the start) and follow from there.
     """
 
     session_id: str
     seq: int
     head: int
+    rewritten: bool
 
-    def __init__(self, session_id: str, seq: int, head: int) -> None:
-        super().__init__(
-            f"session {session_id!r} ends at seq {head}, before the follower's seq {seq}"
-            " (truncated or deleted since, or never that long)"
-        )
-        self._made(session_id=session_id, seq=seq, head=head)
+    def __init__(self, session_id: str, seq: int, head: int, rewritten: bool = False) -> None:
+        if rewritten:
+            message = (
+                f"session {session_id!r} was truncated below the follower's seq {seq} and"
+                f" appended to again: the event at seq {seq} is another one (head {head})"
+            )
+        else:
+            message = (
+                f"session {session_id!r} ends at seq {head}, before the follower's seq {seq}"
+                " (truncated or deleted since, or never that long)"
+            )
+        super().__init__(message)
+        self._made(session_id=session_id, seq=seq, head=head, rewritten=rewritten)
 
 
 class EventsPrunedError(AgentlogError, LookupError):

@@ -25,7 +25,16 @@ from agentlog import (
     StoredEvent,
 )
 from agentlog.log import CommitSignal
-from agentlog.log.follow import TOKEN, Deliver, Look, Wait, follow_steps, has_new_events
+from agentlog.log.follow import (
+    TOKEN,
+    Deliver,
+    Look,
+    Wait,
+    anchor_of,
+    anchored_page,
+    follow_steps,
+    has_new_events,
+)
 
 from ..conftest import ENGINES, postgres_conninfo, postgres_schema, require_engine
 from ..waiting import wait_until
@@ -280,22 +289,42 @@ def test_the_follow_loop_without_io() -> None:
             raise CheckpointerClosedError("closed")
 
     steps = follow_steps(3, lambda: count[0], check_open)
-    assert next(steps) == Look(3)
+    assert next(steps) == Look(3)  # no anchor yet: the page starts at the cursor's event
+    at_3 = StoredEvent(3, 2, 0.5, "user", EVENT)
     page = [StoredEvent(4, 3, 1.0, "user", EVENT)]
-    assert steps.send(("t1", page)) == Deliver(page)
-    assert steps.send(None) == Look(4)  # the cursor is the last seq delivered
+    assert steps.send(("t1", [at_3, *page])) == Deliver(page)  # the anchor is taken, not handed on
+    at_4 = anchor_of(page[0])
+    assert steps.send(None) == Look(4, at_4)  # the cursor is the last seq delivered
     assert steps.send(("t1", [])) == Wait(0)  # the mark taken before the look
     assert steps.send(False) is TOKEN  # the poll interval ended: look at the token
     assert steps.send("t1") == Wait(0)  # nothing changed: wait again
     count[0] = 1
     assert steps.send(False) is TOKEN
-    assert steps.send("t2") == Look(4)  # another process wrote
+    assert steps.send("t2") == Look(4, at_4)  # another process wrote
     assert steps.send(("t2", [])) == Wait(1)
-    assert steps.send(True) == Look(4)  # this process wrote
+    assert steps.send(True) == Look(4, at_4)  # this process wrote
     assert steps.send(("t2", [])) == Wait(1)
     closed[0] = True
     with pytest.raises(CheckpointerClosedError):
         steps.send(True)  # the close woke it
+
+
+def test_every_look_checks_the_event_at_the_cursor_against_its_anchor() -> None:
+    """The event a follower handed on last, read again with the next page: the
+    same one passes and is left out; another one at that seq (truncated, then
+    appended again) raises; without an anchor, or where retention pruned it,
+    the page is as read."""
+    handed = StoredEvent(5, 4, 1.0, "user", EVENT)
+    after = StoredEvent(6, 5, 1.5, "user", EVENT)
+    again = StoredEvent(5, 4, 2.0, "user", EVENT)  # the same payload, appended later
+    assert anchored_page("s", 5, anchor_of(handed), [handed, after], 6) == [after]
+    assert anchored_page("s", 5, anchor_of(handed), [handed], 5) == []
+    with pytest.raises(SessionTruncatedError) as raised:
+        anchored_page("s", 5, anchor_of(handed), [again, after], 7)
+    assert raised.value.rewritten and (raised.value.seq, raised.value.head) == (5, 7)
+    assert "appended to again" in str(raised.value)
+    assert anchored_page("s", 5, None, [handed, after], 6) == [handed, after]
+    assert anchored_page("s", 5, anchor_of(handed), [after], 6) == [after]  # 5 was pruned
 
 
 def test_every_look_checks_the_cursor_against_the_head() -> None:

@@ -27,6 +27,7 @@ from agentlog.engine.schema import (
 from agentlog.integrity import GENESIS, chain_digest
 from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
+from agentlog.log.follow import anchor_of
 
 from ..conftest import postgres_conninfo, postgres_schema
 
@@ -90,11 +91,13 @@ def test_a_changed_payload_that_stays_valid_json_is_caught(
         )
         # Past the damaged event, the log reads on.
         assert [e.seq for e in cp.read("s", since_seq=bad)][:2] == [bad + 1, bad + 2]
-        # A follower gets the events before it, then the error.
+        # A follower gets the events before it, then the error (each look
+        # checks the event at its cursor against the one it handed on).
         port = cp.writer_port()
-        assert [e.seq for e in port.follow_page("s", bad - 2)] == [bad - 1]
+        at = {e.seq: anchor_of(e) for e in cp.read("s", since_seq=bad - 3, limit=2)}
+        assert [e.seq for e in port.follow_page("s", bad - 2, at[bad - 2])] == [bad - 1]
         with pytest.raises(CorruptDatabaseError):
-            port.follow_page("s", bad - 1)
+            port.follow_page("s", bad - 1, at[bad - 1])
 
 
 @pytest.mark.parametrize("keep_crc", [True, False], ids=["checksummed", "old-row"])

@@ -28,6 +28,7 @@ from agentlog import (
 from agentlog.aio import AsyncBaseCheckpointer
 from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
+from agentlog.log.follow import anchor_of
 
 from ..conftest import open_log, postgres_conninfo, postgres_schema
 from ..waiting import wait_until_async
@@ -130,9 +131,10 @@ def test_a_damaged_sqlite_payload_is_an_error_not_bytes(
         assert ("checksum mismatch" if keep_crc else "does not decode") in str(error)
         assert next(iter(cp.read_json("s", since_seq=1200))).seq == 1201
         port = cp.writer_port()
-        assert [e.seq for e in port.follow_json_page("s", 1197)] == [1198, 1199]
+        at = {e.seq: anchor_of(e) for e in cp.read_json("s", since_seq=1196, limit=3)}
+        assert [e.seq for e in port.follow_json_page("s", 1197, at[1197])] == [1198, 1199]
         with pytest.raises(CorruptDatabaseError):
-            port.follow_json_page("s", 1199)
+            port.follow_json_page("s", 1199, at[1199])
 
 
 def test_a_changed_file_line_is_an_error_not_bytes(tmp_path: Path) -> None:

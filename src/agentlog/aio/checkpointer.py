@@ -52,7 +52,7 @@ from ..log import (
     WriterPort,
     follow_pages_async,
 )
-from ..log.follow import wake, woken_or_timed_out
+from ..log.follow import Anchor, wake, woken_or_timed_out
 from .face import AsyncLogFace
 from .handle import AsyncSession
 from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
@@ -88,9 +88,13 @@ def _take(events: Iterator[_E], count: int) -> tuple[builtins.list[_E], Exceptio
 
 
 def _follow_step(
-    port: WriterPort, page: Callable[[str, int], builtins.list[_E]], session_id: str, last: int
+    port: WriterPort,
+    page: Callable[[str, int, Anchor | None], builtins.list[_E]],
+    session_id: str,
+    last: int,
+    anchor: Anchor | None,
 ) -> tuple[Any, builtins.list[_E]]:
-    return port.change_token(session_id), page(session_id, last)
+    return port.change_token(session_id), page(session_id, last, anchor)
 
 
 class _LoopWaker:
@@ -428,7 +432,7 @@ class AsyncBaseCheckpointer(AsyncLogFace):
         session_id: str,
         since_seq: int,
         poll_interval: float,
-        read_page: Callable[[str, int], builtins.list[_E]],
+        read_page: Callable[[str, int, Anchor | None], builtins.list[_E]],
     ) -> AsyncGenerator[_E, None]:
         self._check_open()
         backend = self._backend
@@ -441,8 +445,8 @@ class AsyncBaseCheckpointer(AsyncLogFace):
         port = AsyncFollowPort(
             check_open=self._check_open,
             mark=lambda: signal.count,
-            look=lambda after: self._read(
-                functools.partial(_follow_step, self._port, read_page, session_id, after)
+            look=lambda after, anchor: self._read(
+                functools.partial(_follow_step, self._port, read_page, session_id, after, anchor)
             ),
             token=lambda: self._read(functools.partial(self._port.change_token, session_id)),
             wait=lambda mark: waker.wait(mark, poll_interval),

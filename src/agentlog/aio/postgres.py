@@ -48,6 +48,7 @@ from ..engine.schema import DEFAULT_TENANT
 from ..errors import (
     CheckpointConflictError,
     CorruptDatabaseError,
+    EventsPrunedError,
     OutcomeUnknownError,
     StorageDataError,
     StorageUnavailableError,
@@ -80,7 +81,7 @@ from ..log import (
     has_new_events,
     listings,
 )
-from ..log.follow import wake, woken_or_timed_out
+from ..log.follow import Anchor, anchored_page, wake, woken_or_timed_out
 from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .face import AsyncLogFace
@@ -561,11 +562,17 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
 
-        async def look(after: int) -> tuple[Hashable, builtins.list[_E]]:
+        async def look(after: int, anchor: Anchor | None) -> tuple[Hashable, builtins.list[_E]]:
             token = await self._change_token(session_id, key)
-            if not has_new_events(session_id, after, await self.head(session_id)):
+            head = await self.head(session_id)
+            if not has_new_events(session_id, after, head) and after == 0:
                 return token, []
-            return token, await self._checked_scan(page_of, session_id, after, _PAGE)
+            start = max(after - 1, 0)
+            try:  # from the event at the cursor, to check it (follow.anchored_page)
+                read = await self._checked_scan(page_of, session_id, start, _PAGE + after - start)
+            except EventsPrunedError:  # it was pruned, so never appended again
+                return token, await self._checked_scan(page_of, session_id, after, _PAGE)
+            return token, anchored_page(session_id, after, anchor, read, head)
 
         async def wait(mark: int) -> bool:
             await self._wait(mark, poll_interval)

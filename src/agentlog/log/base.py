@@ -54,7 +54,7 @@ from ..events import (
     sorted_forks,
 )
 from ..lifecycle import Closable
-from .follow import FollowPort, follow_pages, has_new_events
+from .follow import Anchor, FollowPort, anchored_page, follow_pages, has_new_events
 from .writer_port import BoundWriterPort, PreparedAppend, WouldWait, WriterPort
 
 if TYPE_CHECKING:
@@ -354,8 +354,8 @@ class BaseCheckpointer(Closable, ABC):
             try_read=self._try_read,
             change_token=self._checked_change_token,
             follow_page=self._follow_page,
-            follow_json_page=lambda session_id, after: self._follow_page(
-                session_id, after, self._scan_json
+            follow_json_page=lambda session_id, after, anchor: self._follow_page(
+                session_id, after, anchor, self._scan_json
             ),
         )
 
@@ -650,34 +650,55 @@ class BaseCheckpointer(Closable, ABC):
         return self._change_token(check_session_id(session_id))
 
     @overload
-    def _follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]: ...
+    def _follow_page(
+        self, session_id: str, after_seq: int, anchor: Anchor | None = None
+    ) -> builtins.list[StoredEvent]: ...
 
     @overload
     def _follow_page(
-        self, session_id: str, after_seq: int, scan: Callable[[str, int, int], builtins.list[_E]]
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | None,
+        scan: Callable[[str, int, int], builtins.list[_E]],
     ) -> builtins.list[_E]: ...
 
     def _follow_page(
         self,
         session_id: str,
         after_seq: int,
+        anchor: Anchor | None = None,
         scan: Callable[[str, int, int], builtins.list[Any]] | None = None,
     ) -> builtins.list[Any]:
         """One step of a follower: up to a page of events after ``after_seq``
-        (read with ``scan``, :meth:`_scan` by default).
+        (read with ``scan``, :meth:`_scan` by default), the event at
+        ``after_seq`` read too: checked against ``anchor`` and left out, or
+        without an anchor first in the page
+        (:func:`~agentlog.log.follow.anchored_page`).
 
         An empty list means nothing new. Raises
         :class:`SessionTruncatedError` when the head is below ``after_seq``
-        (the session was truncated or deleted under the follower).
+        (the session was truncated or deleted under the follower), or when
+        the event at ``after_seq`` is not ``anchor`` (truncated, then
+        appended to again past it).
         """
         self._check_open()
         session_id = check_session_id(session_id)
         after_seq = check_seq("after_seq", after_seq)
-        if not has_new_events(session_id, after_seq, self._head(session_id)):
+        head = self._head(session_id)
+        if not has_new_events(session_id, after_seq, head) and after_seq == 0:
             return []
-        # Up to a damaged event; the next step starts at it and raises.
-        page = self._scan_to_damage(session_id, after_seq, self._page_size, scan or self._scan)[0]
-        return self._check_page(session_id, after_seq, page)
+        start = max(after_seq - 1, 0)
+        # Up to a damaged event; the next step starts at it and raises (it is
+        # the first new one when the events before it are the cursor's).
+        read, damage = self._scan_to_damage(
+            session_id, start, self._page_size + after_seq - start, scan or self._scan
+        )
+        if damage is not None and (not read or read[-1].seq <= after_seq):
+            raise damage
+        page = anchored_page(session_id, after_seq, anchor, read, head)
+        del read
+        return self._check_page(session_id, after_seq, page) if head > after_seq else page
 
     def _scan_to_damage(
         self,
@@ -718,8 +739,10 @@ class BaseCheckpointer(Closable, ABC):
         truncate (or a delete) below the last seq it yielded raises
         :class:`SessionTruncatedError` when the follower next looks (it
         reads a page at a time, so events of a page read before the
-        truncate are still yielded); a truncate undone by appends past that
-        seq before the follower looks is not noticed.
+        truncate are still yielded), and so does a truncate followed by
+        appends past that seq before the follower looks: each look checks
+        that the event at its seq is still the one it yielded
+        (``rewritten`` on the error).
         """
         self._check_open()
         session_id = check_session_id(session_id)
@@ -745,9 +768,9 @@ class BaseCheckpointer(Closable, ABC):
         port = FollowPort(
             check_open=self._check_open,
             mark=lambda: signal.count,
-            look=lambda after: (
+            look=lambda after, anchor: (
                 self._checked_change_token(session_id),
-                self._follow_page(session_id, after),
+                self._follow_page(session_id, after, anchor),
             ),
             token=lambda: self._checked_change_token(session_id),
             wait=lambda mark: signal.wait(mark, poll_interval),

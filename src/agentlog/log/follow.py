@@ -5,7 +5,9 @@ loop: look (take the commit mark, then the change token, then the page
 after the cursor); hand a page on and look again; or wait until a commit
 or the poll interval, then look again if a commit came or the token moved;
 a closed checkpointer ends it; a session behind the cursor (truncated,
-deleted) ends it with :class:`SessionTruncatedError`.
+deleted), or one whose event at the cursor is no longer the event handed on
+(truncated, then appended to past the cursor again), ends it with
+:class:`SessionTruncatedError`.
 
 :func:`follow_steps` is that loop as a generator of steps, doing no I/O: a
 driver performs each step and sends back its result (as psycopg 3 writes
@@ -14,9 +16,11 @@ drives it on a :class:`FollowPort` of blocking calls (``BaseCheckpointer.follow`
 :func:`follow_pages_async` on an :class:`AsyncFollowPort` of coroutines
 (``AsyncBaseCheckpointer.follow``). A backend's port says how it looks and
 waits; :func:`has_new_events` is the check of the cursor against the head
-that every look makes; :func:`woken_or_timed_out` is how both async
-checkpointers' followers wait: until a commit calls :func:`wake`, or the
-poll interval ends.
+that every look makes, and :func:`anchored_page` the check that the event at
+the cursor is still the one handed on (its *anchor*: seq, time and payload,
+which an event appended again at that seq after a truncate never shares);
+:func:`woken_or_timed_out` is how both async checkpointers' followers wait:
+until a commit calls :func:`wake`, or the poll interval ends.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ..events import RawEvent, StoredEvent
 
 __all__ = [
     "TOKEN",
+    "Anchor",
     "AsyncFollowPort",
     "Deliver",
     "FollowPort",
@@ -39,6 +44,8 @@ __all__ = [
     "Look",
     "Token",
     "Wait",
+    "anchor_of",
+    "anchored_page",
     "follow_pages",
     "follow_pages_async",
     "follow_steps",
@@ -55,6 +62,38 @@ _E = TypeVar("_E", StoredEvent, RawEvent)
 Looked = tuple[Hashable, builtins.list[_E]]
 
 
+#: What identifies the event a follower handed on last: its seq, the time it
+#: was appended and its payload (decoded or as stored). An event appended at
+#: the same seq after a truncate is a new row with its own time.
+Anchor = tuple[int, float, object]
+
+
+def anchor_of(event: StoredEvent | RawEvent) -> Anchor:
+    """The :data:`Anchor` of a stored event."""
+    return event[0], event[2], event[4]
+
+
+def anchored_page(
+    session_id: str, after_seq: int, anchor: Anchor | None, page: builtins.list[_E], head: int
+) -> builtins.list[_E]:
+    """A follower's page read from ``after_seq - 1``, so that it starts with the
+    event at ``after_seq``: without that event once it is checked against
+    ``anchor``, or :class:`SessionTruncatedError` when it is another event
+    (the session was truncated below ``after_seq`` and appended to again).
+
+    Without an anchor (a follower's first look, from a caller's
+    ``since_seq``) the page is returned whole, for the follower to take its
+    anchor from the first event (see :func:`follow_steps`); so is a page that
+    does not start at ``after_seq`` (retention pruned that event: it was not
+    appended again).
+    """
+    if anchor is None or not page or page[0].seq != after_seq or after_seq == 0:
+        return page
+    if anchor_of(page[0]) != anchor:
+        raise SessionTruncatedError(session_id, after_seq, head, rewritten=True)
+    return page[1:]
+
+
 def has_new_events(session_id: str, after_seq: int, head: int) -> bool:
     """Whether a follower at ``after_seq`` has events to read, the session's head
     being ``head``; :class:`SessionTruncatedError` when the head is below it
@@ -66,13 +105,16 @@ def has_new_events(session_id: str, after_seq: int, head: int) -> bool:
 
 class Look(NamedTuple):
     """Step: read the change token, then the page of events after ``after_seq``
-    (checked with :func:`has_new_events`); send back ``(token, page)``."""
+    (checked with :func:`has_new_events`, and with :func:`anchored_page`
+    against ``anchor``, the event at ``after_seq`` as handed on); send back
+    ``(token, page)``."""
 
     after_seq: int
+    anchor: Anchor | None = None
 
     def call(self, port: FollowPort[Any] | AsyncFollowPort[Any]) -> Any:
         """The port's call that performs the step (awaitable on an async port)."""
-        return port.look(self.after_seq)
+        return port.look(self.after_seq, self.anchor)
 
 
 class Wait(NamedTuple):
@@ -120,18 +162,26 @@ def follow_steps(
 
     ``mark()`` is the commit count of this process's writes, read without
     waiting; ``check_open()`` raises once the checkpointer is closed. The
-    cursor is the seq of the last event delivered. The mark is taken before
-    the look and a wait ends as soon as it moves, so a commit between the
-    look and the wait is never missed; another process's commit is seen by
+    cursor is the seq of the last event delivered, and each look checks that
+    the event there is still the one delivered (:func:`anchored_page`). The
+    mark is taken before the look and a wait ends as soon as it moves, so a
+    commit between the look and the wait is never missed; another process's commit is seen by
     the change token, compared after each wait the poll interval ended.
     """
     last = since_seq
+    anchor: Anchor | None = None
     while True:
         check_open()
         seen = mark()
-        token, page = yield Look(last)
+        token, page = yield Look(last, anchor)
+        if anchor is None and last and page and page[0].seq == last:
+            # The first look from a caller's since_seq: the event there, as
+            # it is now, is what later looks check the session against.
+            anchor = anchor_of(page[0])
+            page = page[1:]
         if page:
             last = page[-1].seq
+            anchor = anchor_of(page[-1])
             yield Deliver(page)
             # The next look holds no page already handed on: the reader keeps
             # one page, and the collector walks no event the caller dropped.
@@ -168,8 +218,9 @@ class FollowPort(Generic[_E]):
     check_open: Callable[[], None]
     #: The commit count of this process's writes.
     mark: Callable[[], int]
-    #: ``look(after_seq)``: ``(change token, page after after_seq)``.
-    look: Callable[[int], Looked[_E]]
+    #: ``look(after_seq, anchor)``: ``(change token, page after after_seq)``
+    #: (see :class:`Look`).
+    look: Callable[[int, Anchor | None], Looked[_E]]
     #: The change token now.
     token: Callable[[], Hashable]
     #: ``wait(mark)``: block until the count moves past ``mark`` (True) or the poll interval ends.
@@ -184,8 +235,9 @@ class AsyncFollowPort(Generic[_E]):
     check_open: Callable[[], None]
     #: The commit count of this process's writes.
     mark: Callable[[], int]
-    #: ``await look(after_seq)``: ``(change token, page after after_seq)``.
-    look: Callable[[int], Awaitable[Looked[_E]]]
+    #: ``await look(after_seq, anchor)``: ``(change token, page after after_seq)``
+    #: (see :class:`Look`).
+    look: Callable[[int, Anchor | None], Awaitable[Looked[_E]]]
     #: ``await token()``: the change token now.
     token: Callable[[], Awaitable[Hashable]]
     #: ``await wait(mark)``: until the count moves past ``mark`` (True) or the poll interval ends.

@@ -17,6 +17,7 @@ from ..events import EncodedBatch, RawEvent, SessionEvent, StoredEvent
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
+    from .follow import Anchor
 
 __all__ = ["WOULD_WAIT", "BoundWriterPort", "PreparedAppend", "WouldWait", "WriterPort"]
 
@@ -92,11 +93,16 @@ class WriterPort(Protocol):
         """A cheap token that changes when another process writes the session."""
         ...
 
-    def follow_page(self, session_id: str, after_seq: int) -> builtins.list[StoredEvent]:
-        """One step of a follower: up to a page of events after ``after_seq``."""
+    def follow_page(
+        self, session_id: str, after_seq: int, anchor: Anchor | None
+    ) -> builtins.list[StoredEvent]:
+        """One step of a follower: up to a page of events after ``after_seq``,
+        the event at it checked against ``anchor`` (see ``follow.Look``)."""
         ...
 
-    def follow_json_page(self, session_id: str, after_seq: int) -> builtins.list[RawEvent]:
+    def follow_json_page(
+        self, session_id: str, after_seq: int, anchor: Anchor | None
+    ) -> builtins.list[RawEvent]:
         """:meth:`follow_page`, the events' JSON not decoded (``follow_json``'s step)."""
         ...
 
@@ -128,5 +134,5 @@ class BoundWriterPort:
     notify_commit: Callable[[], None]
     try_read: _TryRead
     change_token: Callable[[str], Hashable]
-    follow_page: Callable[[str, int], builtins.list[StoredEvent]]
-    follow_json_page: Callable[[str, int], builtins.list[RawEvent]]
+    follow_page: Callable[[str, int, Anchor | None], builtins.list[StoredEvent]]
+    follow_json_page: Callable[[str, int, Anchor | None], builtins.list[RawEvent]]

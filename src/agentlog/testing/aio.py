@@ -25,11 +25,12 @@ import pytest
 from .. import events as E
 from ..activity import SessionPage
 from ..aio import AsyncCheckpointer, AsyncLineageCheckpointer, AsyncMetadataCheckpointer
-from ..errors import CheckpointConflictError, CheckpointerClosedError
+from ..errors import CheckpointConflictError, CheckpointerClosedError, SessionTruncatedError
 from ..events import SessionMetadata, StoredEvent
 from ..lifecycle import Closable
 from .harness import make_event
 from .log import CheckpointerConformance
+from .log_suite import conversation
 
 __all__ = ["AsyncCheckpointerConformance", "BlockingFacade", "background_loop", "open_async_suite"]
 
@@ -223,6 +224,31 @@ class AsyncCheckpointerConformance(CheckpointerConformance):
             events = [e async for e in cp.read("shared")]
             assert [e.seq for e in events] == list(range(1, 21))
             assert len({e.event["content"] for e in events}) == 20
+
+        self.run_async(location, main)
+
+    def test_a_follower_notices_a_truncate_then_appends_past_it(  # type: ignore[override]
+        self, location: Path
+    ) -> None:
+        """As the sync suite's test, awaited: a truncate below what a follower
+        yielded, then appends past its seq, ends it with SessionTruncatedError."""
+
+        async def main(cp: AsyncCheckpointer) -> None:
+            follow = getattr(cp, "follow", None)
+            if follow is None:
+                pytest.skip("this store has no follow()")
+            await cp.append("s", conversation(5))
+            follower = follow("s", poll_interval=0.01)
+            try:
+                assert [(await follower.__anext__()).seq for _ in range(5)] == [1, 2, 3, 4, 5]
+                await cp.truncate("s", 2)
+                await cp.append("s", conversation(5, "again"))
+                with pytest.raises(SessionTruncatedError) as caught:
+                    await follower.__anext__()
+                assert (caught.value.session_id, caught.value.seq) == ("s", 5)
+                assert caught.value.rewritten and caught.value.head == 7
+            finally:
+                await follower.aclose()
 
         self.run_async(location, main)
 

@@ -25,6 +25,7 @@ from ..errors import (
     InvalidSessionIdError,
     SessionExistsError,
     SessionNotFoundError,
+    SessionTruncatedError,
 )
 from ..events import (
     MAX_SESSION_ID_LENGTH,
@@ -241,6 +242,36 @@ class CheckpointerConformance(
         assert cp.append("s", conversation(1)) == 1
         with pytest.raises(ValueError):
             cp.truncate("s", -1)
+
+    def test_a_follower_notices_a_truncate_then_appends_past_it(self, cp: Checkpointer) -> None:
+        """Undo, then go on: a truncate below what a follower yielded, then
+        appends past its seq before it looks again, ends it with
+        SessionTruncatedError (the events it yielded are no longer the log),
+        as a truncate alone does; a truncate above it does not."""
+        follow = getattr(cp, "follow", None)
+        if follow is None:
+            pytest.skip("this store has no follow()")
+        cp.append("s", conversation(5))
+        follower = follow("s", poll_interval=0.01)
+        try:
+            assert [next(follower).seq for _ in range(5)] == [1, 2, 3, 4, 5]
+            cp.truncate("s", 2)
+            cp.append("s", conversation(5, "again"))
+            with pytest.raises(SessionTruncatedError) as caught:
+                next(follower)
+            assert (caught.value.session_id, caught.value.seq) == ("s", 5)
+            assert caught.value.rewritten and caught.value.head == 7
+        finally:
+            follower.close()
+        # Resumed from the new head, it follows; a truncate above it is no change.
+        resumed = follow("s", 6, poll_interval=0.01)
+        try:
+            assert next(resumed).seq == 7
+            cp.append("s", conversation(2, "more"))
+            cp.truncate("s", 8)
+            assert next(resumed).seq == 8
+        finally:
+            resumed.close()
 
     def test_truncate_inside_a_batch_then_append(self, cp: Checkpointer, location: Path) -> None:
         cp.append("s", conversation(5))
