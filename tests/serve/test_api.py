@@ -183,7 +183,7 @@ def test_the_tail_streams_what_is_committed_from_another_process(
         timeout=60,
     )
     assert wait_until(lambda: len(got) == 3)
-    assert [(i, k, d["event"]["content"]) for i, k, d in got] == [
+    assert [(i.split(":")[0], k, d["event"]["content"]) for i, k, d in got] == [
         ("1", "event", "one"),
         ("2", "event", "two"),
         ("3", "event", "three"),
@@ -201,7 +201,7 @@ def test_a_reconnect_with_last_event_id_gets_exactly_what_it_missed(
     assert wait_until(lambda: len(got) == 2)
     log.append("s", [{"type": "user", "content": "6"}])
     assert wait_until(lambda: len(got) == 3)
-    assert [int(i) for i, _, _ in got] == [4, 5, 6]
+    assert [int(i.split(":")[0]) for i, _, _ in got] == [4, 5, 6]
     assert [d["seq"] for _, _, d in got] == [4, 5, 6]
 
 
@@ -214,11 +214,60 @@ def test_a_truncate_under_the_tail_is_told(store: Store, serve: Callable[..., Vi
     assert wait_until(lambda: len(got) == 5)
     log.truncate("s", 2)
     thread.join(30)
-    assert got[-1][1:] == ("truncated", {"head": 2})
+    assert got[-1][1:] == ("truncated", {"head": 2, "seq": 5, "rewritten": False})
     # A reconnect from beyond the head is told at once too.
     again: list[Any] = []
-    _tail(f"{viewer.url}/api/sessions/s/tail", again, {"Last-Event-ID": "5"}).join(30)
-    assert again == [(None, "truncated", {"head": 2})]
+    _tail(f"{viewer.url}/api/sessions/s/tail", again, {"Last-Event-ID": got[4][0]}).join(30)
+    assert again == [(None, "truncated", {"head": 2, "seq": 5, "rewritten": False})]
+
+
+def test_a_truncate_then_appends_past_the_tail_are_told_on_resume(
+    store: Store, serve: Callable[..., Viewer]
+) -> None:
+    """Undo, then go on: append 1..5, truncate to 2, append five more. A client
+    that reconnects with the id of event 5 is told, not sent 6 and 7 as if
+    its 3..5 were still the session."""
+    log = store.writer()
+    log.append("s", [{"type": "user", "content": str(n)} for n in range(1, 6)])
+    viewer = serve(store.source())
+    got: list[Any] = []
+    _tail(f"{viewer.url}/api/sessions/s/tail", got)
+    assert wait_until(lambda: len(got) == 5)
+    last_id = got[4][0]
+    assert last_id.startswith("5:")
+    log.truncate("s", 2)
+    log.append("s", [{"type": "user", "content": f"again {n}"} for n in range(3, 8)])
+    again: list[Any] = []
+    _tail(f"{viewer.url}/api/sessions/s/tail", again, {"Last-Event-ID": last_id}).join(30)
+    assert again == [(None, "truncated", {"head": 7, "seq": 5, "rewritten": True})]
+    # The id of event 5 as it is now resumes after it; an id without a tag
+    # (an older viewer's) resumes as before.
+    fresh: list[Any] = []
+    tail = _tail(f"{viewer.url}/api/sessions/s/tail?after=4", fresh)
+    assert wait_until(lambda: len(fresh) == 3)
+    resumed: list[Any] = []
+    _tail(f"{viewer.url}/api/sessions/s/tail", resumed, {"Last-Event-ID": fresh[0][0]})
+    assert wait_until(lambda: len(resumed) == 2)
+    assert [d["seq"] for _, _, d in resumed] == [6, 7]
+    assert tail.is_alive()
+
+
+def test_a_truncate_then_appends_under_a_live_tail_are_told(
+    store: Store, serve: Callable[..., Viewer]
+) -> None:
+    log = store.writer()
+    log.append("s", [{"type": "user", "content": str(n)} for n in range(1, 6)])
+    viewer = serve(store.source())
+    got: list[Any] = []
+    thread = _tail(f"{viewer.url}/api/sessions/s/tail", got)
+    assert wait_until(lambda: len(got) == 5)
+    log.truncate("s", 2)
+    log.append("s", [{"type": "user", "content": f"again {n}"} for n in range(3, 8)])
+    thread.join(30)
+    # Told either way: as a truncate (the tail looked between the two writes)
+    # or as a rewrite (it looked after both); never sent 6 and 7 as current.
+    assert got[-1][1] == "truncated", got
+    assert [d["seq"] for _, kind, d in got if kind == "event"] == [1, 2, 3, 4, 5]
 
 
 def test_writes_are_refused_without_allow_writes_and_the_csrf_token(
@@ -372,7 +421,7 @@ def test_an_idle_tail_loses_nothing_after_its_heartbeats(
             beats += line.startswith(b": keep-alive")
             assert beats < 400, f"only {seqs} came in 20 s of heartbeats"
             if line.startswith(b"id: "):
-                seqs.append(int(line[4:]))
+                seqs.append(int(line[4:].split(b":")[0]))
         assert seqs == [2, 3, 4]
     finally:
         connection.close()

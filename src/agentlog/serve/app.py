@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.resources
+import re
 import secrets
 import time
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import AgentlogError, SessionTruncatedError
-from ..events import MAX_POSITION
+from ..events import MAX_POSITION, RawEvent
 from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
@@ -129,9 +131,26 @@ def _session_json(found: object, tenant: str, session_id: str) -> Response:
     return _json(found)
 
 
-def _sse(event: str, data: bytes, event_id: int | None = None) -> bytes:
-    head = b"" if event_id is None else b"id: %d\n" % event_id
+def _sse(event: str, data: bytes, event_id: bytes | None = None) -> bytes:
+    head = b"" if event_id is None else b"id: " + event_id + b"\n"
     return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _tag(event: RawEvent) -> str:
+    """What tells one stored event from another appended at the same seq after
+    a truncate: its append time and stored bytes, as eight hex digits."""
+    return f"{zlib.crc32(event.json, zlib.crc32(repr(event.ts).encode())):08x}"
+
+
+def _event_id(event: RawEvent) -> bytes:
+    """A tail event's SSE id, ``seq:tag``: a reconnect names it in
+    ``Last-Event-ID``, and the tail checks the session still holds that event."""
+    return f"{event.seq}:{_tag(event)}".encode()
+
+
+#: A ``Last-Event-ID``: a seq, and the tag of the event there (an id of
+#: an older viewer has no tag).
+_RESUME = re.compile(r"(\d{1,20})(?::([0-9a-f]{8}))?")
 
 
 def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
@@ -266,13 +285,13 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
     async def tail(request: Request) -> Response:
         tenant, session_id = _session_route(request, source)
         # A reconnect names the last event it had; a first connect, ?after=.
-        resume = request.headers.get("last-event-id")
-        if resume is not None and resume.isascii() and resume.isdigit():
-            after = min(int(resume), MAX_POSITION)
+        resume = _RESUME.fullmatch(request.headers.get("last-event-id") or "")
+        if resume is not None:
+            after, tag = min(int(resume[1]), MAX_POSITION), resume[2]
         else:
-            after = _int(request, "after", 0) or 0
+            after, tag = _int(request, "after", 0) or 0, None
         log = await run_in_threadpool(source.async_log, tenant)
-        return _event_stream(_tail(log, session_id, after, stopping))
+        return _event_stream(_tail(log, session_id, after, tag, stopping))
 
     @api
     async def write(request: Request) -> Response:
@@ -364,19 +383,39 @@ class _End:
     data: dict[str, Any]
 
 
-async def _tail(log: Any, session_id: str, after: int, stopping: Stopping) -> AsyncIterator[bytes]:
+async def _rewritten(log: Any, session_id: str, after: int, tag: str | None) -> bool:
+    """Whether the event at ``after`` is no longer the one whose ``tag`` a
+    reconnecting client names (truncated, then appended to again)."""
+    if tag is None or after == 0:
+        return False
+    async for event in log.read_json(session_id, since_seq=after - 1, limit=1):
+        return event.seq == after and _tag(event) != tag
+    return False  # below the head now: the follower says so
+
+
+async def _tail(
+    log: Any, session_id: str, after: int, tag: str | None, stopping: Stopping
+) -> AsyncIterator[bytes]:
     """A session's events after ``after`` as SSE, then each one as it is
-    committed; a truncate under the viewer is an ``truncated`` event, last."""
+    committed; a truncate under the viewer is a ``truncated`` event, last
+    (``rewritten`` when the session was appended to again past the viewer's
+    seq: what it shows from some seq at or below that one is gone)."""
     queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+
+    async def truncated(seq: int, rewritten: bool) -> None:
+        head = await log.head(session_id)
+        await queue.put(_End("truncated", {"head": head, "seq": seq, "rewritten": rewritten}))
 
     async def pump() -> None:
         try:
+            if await _rewritten(log, session_id, after, tag):
+                await truncated(after, True)
+                return
             # The stored JSON, not decoded: each event is written out as it is.
             async for event in log.follow_json(session_id, after):
-                await queue.put((event.seq, event_line(session_id, event)))
-        except SessionTruncatedError:
-            head = await log.head(session_id)
-            await queue.put(_End("truncated", {"head": head}))
+                await queue.put((_event_id(event), event_line(session_id, event)))
+        except SessionTruncatedError as exc:
+            await truncated(exc.seq, exc.rewritten)
         except AgentlogError as exc:
             await queue.put(_End("error", {"error": str(exc)}))
 

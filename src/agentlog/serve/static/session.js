@@ -180,13 +180,19 @@
   stream.addEventListener("truncated", (message) => {
     stream.close();
     liveNode.classList.add("off");
-    const head = JSON.parse(message.data).head;
-    banner.replaceChildren("This session was truncated to seq " + head +
-      " while you were viewing it; what is shown after that is gone. ",
+    const { head, seq, rewritten } = JSON.parse(message.data);
+    // Rewritten: truncated below seq and appended to again, so from some seq
+    // at or below it what is shown is gone; else everything after head is.
+    const from = rewritten ? 0 : head;
+    banner.replaceChildren(rewritten
+      ? "This session was truncated below seq " + seq + " and appended to again while you " +
+        "were viewing it; what is shown may no longer be the session. "
+      : "This session was truncated to seq " + head +
+        " while you were viewing it; what is shown after that is gone. ",
       el("button", { id: "reload", onclick: () => location.reload() }, "reload"));
     banner.hidden = false;
     for (const node of list.querySelectorAll("li.event")) {
-      if (Number(node.dataset.seq) > head) node.classList.add("gone");
+      if (Number(node.dataset.seq) > from) node.classList.add("gone");
     }
   });
   document.body.dataset.ready = "1";
