@@ -31,7 +31,7 @@ from ..events import MAX_POSITION
 from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
-from .source import MAX_PAGE, BadRequest, Source, check_id, event_line
+from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event_line
 
 __all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "Stopping", "create_app"]
 
@@ -148,7 +148,7 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
             try:
                 return await func(request)
             except BadRequest as exc:
-                return _error(400, str(exc))
+                return _error(404 if isinstance(exc, UnknownTenant) else 400, str(exc))
             except AgentlogError as exc:
                 # A store's own refusal (a bad id, a missing record): the caller's.
                 return _error(400 if isinstance(exc, ValueError) else 404, str(exc))
@@ -421,6 +421,9 @@ async def _tail(log: Any, session_id: str, after: int, stopping: Stopping) -> As
             await task
 
 
-def guarded_app(source: Source, *, token: str | None, stopping: Stopping | None = None) -> Guard:
-    """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`."""
-    return Guard(create_app(source, stopping), token=token)
+def guarded_app(
+    source: Source, *, token: str, loopback: bool = True, stopping: Stopping | None = None
+) -> Guard:
+    """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`
+    (``loopback``: the bind is, so the Host header is checked too)."""
+    return Guard(create_app(source, stopping), token=token, loopback=loopback)
