@@ -4,6 +4,7 @@ command line's mistakes as one line."""
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agentlog.errors import StorageUnavailableError
 from agentlog.locations import scrub, shown
 from agentlog.serve import access_token, guarded_app, is_loopback, login_file
 
@@ -149,6 +151,26 @@ def test_made_up_tenants_take_no_postgres_connections(
         assert connections() - before < 10
     finally:
         next(stores, None)
+
+
+def test_a_store_outage_is_a_503_without_its_details(
+    sqlite_store: Store, serve: Callable[..., Viewer], caplog: pytest.LogCaptureFixture
+) -> None:
+    source = sqlite_store.source()
+    detail = "connection to server at db.internal (10.1.2.3), port 5432 failed"
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise StorageUnavailableError(detail)
+
+    source.sessions = down  # type: ignore[method-assign]
+    source.session = down  # type: ignore[method-assign]
+    viewer = serve(source)
+    with caplog.at_level(logging.WARNING, logger="agentlog.serve"):
+        for path in ["/api/sessions", "/api/sessions/s"]:
+            reply = get(viewer.url + path)
+            assert reply.status == 503, (path, reply.body)
+            assert b"db.internal" not in reply.body and b"5432" not in reply.body
+    assert detail in caplog.text
 
 
 def test_secret_parts_of_a_connection_string_are_hidden() -> None:
