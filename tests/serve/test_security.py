@@ -149,6 +149,12 @@ def test_made_up_tenants_take_no_postgres_connections(
             assert get(f"{viewer.url}/api/sessions?tenant=made_up_{n}").status == 404
         # Each tenant opened used to be a pool of its own (+50 at least).
         assert connections() - before < 10
+        # The tenants the store has share the first one's pool.
+        for tenant in ["acme", "globex"]:
+            store.writer(tenant).append("s", [{"type": "user", "content": "hi"}])
+            assert get(f"{viewer.url}/api/sessions?tenant={tenant}").status == 200
+        databases = {id(log.database) for log in viewer.source._logs.values()}
+        assert len(databases) == 1 and len(viewer.source._logs) == 3
     finally:
         next(stores, None)
 
