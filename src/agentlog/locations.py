@@ -23,8 +23,8 @@ _CONNINFO = re.compile(
     r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options"
     r"|application_name|connect_timeout|target_session_attrs)\s*="
 )
-_URL_PASSWORD = re.compile(r"([?&]password=)([^&#]*)")
-_CONNINFO_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)")
+_URL_PASSWORD = re.compile(r"([?&](?:ssl)?password=)([^&#]*)")
+_CONNINFO_PASSWORD = re.compile(r"(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)")
 
 
 def is_postgres(location: str) -> bool:

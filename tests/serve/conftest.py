@@ -24,10 +24,11 @@ import uvicorn
 
 from agentlog import FileCheckpointer, SqliteCheckpointer
 from agentlog.cli.serve import viewer_source
-from agentlog.serve import Source, guarded_app
+from agentlog.serve import Source, access_token, guarded_app, is_loopback
 
 from ..conftest import postgres_conninfo, postgres_schema
 from ..waiting import wait_until
+from .http import TOKENS
 
 KINDS = ["sqlite", "files", "postgres"]
 
@@ -116,12 +117,14 @@ class Viewer:
 
     def __init__(self, source: Source, *, host: str = "127.0.0.1", token: str | None = None):
         self.source = source
+        self.token = access_token() if token is None else token
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind((host, 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        TOKENS[self.port] = self.token  # the helpers of .http send it
         config = uvicorn.Config(
-            guarded_app(source, token=token),
+            guarded_app(source, token=self.token, loopback=is_loopback(host)),
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=1,
@@ -141,6 +144,11 @@ class Viewer:
         self.server.should_exit = True
         self.thread.join(30)
         self.sock.close()
+        TOKENS.pop(self.port, None)
+
+    def login(self, path: str = "/") -> str:
+        """The URL of ``path`` with the token (a browser keeps it in a cookie)."""
+        return f"{self.url}{path}{'&' if '?' in path else '?'}token={self.token}"
 
 
 @pytest.fixture

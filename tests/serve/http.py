@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Reply", "get", "get_json", "post", "sse"]
+__all__ = ["TOKENS", "Reply", "get", "get_json", "post", "sse"]
+
+#: The access token of each viewer a test serves, by port: sent as a bearer
+#: token unless the request names its own credentials (or ``auth=False``).
+TOKENS: dict[int, str] = {}
+
+
+def _authorized(url: str, headers: dict[str, str] | None, auth: bool) -> dict[str, str]:
+    found = dict(headers or {})
+    names = {name.lower() for name in found}
+    port = urllib.parse.urlsplit(url).port
+    if auth and port in TOKENS and not names & {"authorization", "cookie"}:
+        found["Authorization"] = f"Bearer {TOKENS[port]}"
+    return found
 
 
 class Reply:
@@ -33,9 +47,9 @@ def _send(request: urllib.request.Request) -> Reply:
         return Reply(exc.code, headers, exc.read())
 
 
-def get(url: str, headers: dict[str, str] | None = None) -> Reply:
-    """GET ``url``."""
-    return _send(urllib.request.Request(url, headers=headers or {}))
+def get(url: str, headers: dict[str, str] | None = None, *, auth: bool = True) -> Reply:
+    """GET ``url`` (with the viewer's token unless ``auth`` is false)."""
+    return _send(urllib.request.Request(url, headers=_authorized(url, headers, auth)))
 
 
 def get_json(url: str) -> Any:
@@ -50,7 +64,9 @@ def post(url: str, body: Any, headers: dict[str, str] | None = None) -> Reply:
     """POST ``body`` as JSON."""
     data = json.dumps(body).encode()
     request = urllib.request.Request(
-        url, data=data, headers={"content-type": "application/json", **(headers or {})}
+        url,
+        data=data,
+        headers={"content-type": "application/json", **_authorized(url, headers, True)},
     )
     return _send(request)
 
@@ -58,7 +74,7 @@ def post(url: str, body: Any, headers: dict[str, str] | None = None) -> Reply:
 def sse(url: str, headers: dict[str, str] | None = None) -> Iterator[tuple[str | None, str, Any]]:
     """The Server-Sent Events of ``url``: ``(id, event, data)`` each (comments skipped)."""
     request = urllib.request.Request(
-        url, headers={"accept": "text/event-stream", **(headers or {})}
+        url, headers={"accept": "text/event-stream", **_authorized(url, headers, True)}
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.headers["content-type"].startswith("text/event-stream")

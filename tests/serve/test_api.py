@@ -403,7 +403,9 @@ def test_an_idle_tail_loses_nothing_after_its_heartbeats(
     log.append("s", [{"type": "user", "content": "0"}])
     viewer = serve(sqlite_store.source())
     connection = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=30)
-    connection.request("GET", "/api/sessions/s/tail?after=1")
+    connection.request(
+        "GET", "/api/sessions/s/tail?after=1", headers={"Authorization": f"Bearer {viewer.token}"}
+    )
     response = connection.getresponse()
     try:
         assert response.status == 200

@@ -126,7 +126,7 @@ def test_list_session_live_tail_filter_and_tenants(
     page = watched.page
     from playwright.sync_api import expect
 
-    page.goto(viewer.url + "/")
+    page.goto(viewer.login("/"))
     rows = page.locator("#sessions tr")
     rows.first.wait_for()
     assert rows.count() == 2
@@ -188,7 +188,7 @@ def test_a_filter_searches_further_a_bounded_scan_at_a_time(
     sqlite_store.hide_a_needle("oldest", "the needle", [f"hay-{n}" for n in range(4)])
     viewer = serve(sqlite_store.source())
     page = watched.page
-    page.goto(viewer.url + "/?q=needle")
+    page.goto(viewer.login("/?q=needle"))
     expect(page.locator("#status")).to_contain_text("No match among the 2 most recently")
     more = page.locator("#more")
     expect(more).to_have_text("search further")
@@ -251,7 +251,7 @@ def test_hostile_content_never_runs_and_the_page_stays_responsive(
         log.append("deeper", [{"type": "context_view", "deep": _deep(254)}])
     viewer = serve(sqlite_store.source())
     page = watched.page
-    page.goto(viewer.url + "/")
+    page.goto(viewer.login("/"))
     page.locator("#sessions a.sid").first.wait_for()
     assert page.inner_text("#sessions .title") == HOSTILE[1]  # shown, as text
     page.click("#sessions a.sid")
@@ -285,7 +285,7 @@ def test_list_session_fork_tree_and_a_click_to_the_fork(
     page = watched.page
     from playwright.sync_api import expect
 
-    page.goto(viewer.url + "/")
+    page.goto(viewer.login("/"))
     page.locator("#sessions tr[data-id='trunk'] a.sid").click()
     tree = page.locator("#forktree")
     tree.wait_for()

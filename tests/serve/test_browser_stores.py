@@ -85,7 +85,7 @@ def test_a_slow_answer_for_a_tab_left_behind_never_paints_over_the_tab_chosen(
         held.append(route)
 
     page.route("**/api/stores/checkpoints*", hold)
-    page.goto(viewer.url + "/stores")  # the checkpoints tab asks first
+    page.goto(viewer.login("/stores"))  # the checkpoints tab asks first
     for _ in range(300):  # until the page has asked (30 s at most)
         if held:
             break
@@ -110,7 +110,7 @@ def test_the_stores_page_shows_each_store(
     page = watched.page
     from playwright.sync_api import expect
 
-    page.goto(viewer.url + "/stores")
+    page.goto(viewer.login("/stores"))
     expect(page.locator("#store")).to_have_attribute("data-shown", "checkpoints:")
     expect(page.locator("#store tbody tr")).to_have_count(2)
     runs = {row[0]: row for row in _cells(page)}
@@ -175,7 +175,7 @@ def test_the_health_page_runs_both_checks(
     from agentlog import engine_info
     from agentlog.engine.schema import SCHEMA_VERSION
 
-    page.goto(viewer.url + "/health")
+    page.goto(viewer.login("/health"))
     expect(page.locator("#check")).to_have_class("ok")
     text = page.inner_text("#health")
     assert f"engine {engine_info()['engine']}" in text
@@ -202,7 +202,7 @@ def test_a_file_store_has_health_but_no_stores(
     page = watched.page
     from playwright.sync_api import expect
 
-    page.goto(viewer.url + "/health")
+    page.goto(viewer.login("/health"))
     expect(page.locator("#check")).to_have_class("ok")
     assert "store files" in page.inner_text("#health")
     assert page.locator("#schema").count() == 0

@@ -76,7 +76,11 @@ def test_no_request_the_document_describes_is_a_500(sqlite_store: Store) -> None
     log = sqlite_store.writer()
     log.append("s", [{"type": "user", "content": str(n)} for n in range(5)])
     source = sqlite_store.source(allow_writes=True)
-    with TestClient(guarded_app(source, token=None), base_url="http://127.0.0.1") as client:
+    with TestClient(
+        guarded_app(source, token="fuzz-token"),
+        base_url="http://127.0.0.1",
+        headers={"Authorization": "Bearer fuzz-token"},
+    ) as client:
         csrf = client.get("/api/config").json()["csrf"]
 
         @settings(

@@ -32,10 +32,19 @@ def viewer_source(args: argparse.Namespace) -> Any:
     else:
         kind = "files" if os.path.isdir(args.store) else "sqlite"
 
+    opened: list[Any] = []
+
     def opener(tenant: str) -> Any:
+        if kind == "postgres" and opened:
+            # Every tenant on the first one's pool: a tenant is a column, and
+            # a pool each would take connections per tenant from the server.
+            from ..log.postgres import PostgresCheckpointer
+
+            return PostgresCheckpointer.on_database(opened[0].database, tenant)
         return open_store(args.store, write=write, tenant=tenant, schema=args.schema)
 
     first = opener(args.tenant)
+    opened.append(first)
     storage = None if kind == "files" else (lambda: open_storage(args, write=False))
     source = Source(
         open=opener,

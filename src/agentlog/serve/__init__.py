@@ -8,6 +8,7 @@ It reads through the public API only: the command line opens the store
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import webbrowser
@@ -18,13 +19,39 @@ from .app import Stopping, create_app, guarded_app
 from .security import is_loopback
 from .source import Source
 
-__all__ = ["Source", "access_token", "create_app", "guarded_app", "is_loopback", "run"]
+__all__ = [
+    "Source",
+    "access_token",
+    "create_app",
+    "guarded_app",
+    "is_loopback",
+    "login_file",
+    "run",
+]
 
 
-def access_token(host: str) -> str | None:
-    """The token a bind to ``host`` requires: none on loopback (the Host
-    header is checked instead), a fresh random one otherwise."""
-    return None if is_loopback(host) else secrets.token_urlsafe(24)
+def access_token() -> str:
+    """A fresh random access token: every bind requires one, a loopback one
+    too (any local user could otherwise read every transcript)."""
+    return secrets.token_urlsafe(24)
+
+
+def login_file(url: str, directory: str | None = None) -> str:
+    """A page, readable by this user only, that sends a browser on to ``url``
+    (which carries the token): the browser is given this file's path, so
+    the token is not on its command line for other local users to see."""
+    import html
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="agentlog-serve-", suffix=".html", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp's mode is 0600
+        link = html.escape(url, quote=True)
+        out.write(
+            f'<!doctype html><meta http-equiv="refresh" content="0;url={link}">'
+            f'<title>agentlog serve</title><a href="{link}">open the viewer</a>\n'
+        )
+    return path
 
 
 def run(
@@ -40,10 +67,10 @@ def run(
 
     import uvicorn
 
-    token = access_token(host)
+    token = access_token()
     shown = f"[{host}]" if ":" in host else host
     stopping = Stopping()
-    app = guarded_app(source, token=token, stopping=stopping)
+    app = guarded_app(source, token=token, loopback=is_loopback(host), stopping=stopping)
 
     class Server(uvicorn.Server):
         """uvicorn's server, whose stop first ends the live streams (they
@@ -78,15 +105,21 @@ def run(
         sock.close()
         raise
     port = sock.getsockname()[1]
-    url = f"http://{shown}:{port}/" + ("" if token is None else f"?token={token}")
+    url = f"http://{shown}:{port}/?token={token}"
     say(f"agentlog serve: {source.location} at {url} (Ctrl-C stops)")
+    login = None
     if open_browser:
-        webbrowser.open(url)
+        login = login_file(url)
+        webbrowser.open("file://" + login)
     # uvicorn raises a SIGINT again once stopped, for the handler it found;
     # where that was "ignore" (`nohup ... &`) the stop would look like an end
     # of its own, so it is an interruption (exit 130) here. A caller's own
     # handler is left to decide.
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if login is not None:
+            os.unlink(login)
     if server.interrupted and ignored:
         raise KeyboardInterrupt

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.resources
+import logging
 import re
 import secrets
 import time
@@ -28,12 +29,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import AgentlogError, SessionTruncatedError
+from ..errors import AgentlogError, SessionTruncatedError, StorageUnavailableError
 from ..events import MAX_POSITION, RawEvent
 from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
-from .source import MAX_PAGE, BadRequest, Source, check_id, event_line
+from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event_line
+
+_LOG = logging.getLogger("agentlog.serve")
 
 __all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "Stopping", "create_app"]
 
@@ -167,7 +170,12 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
             try:
                 return await func(request)
             except BadRequest as exc:
-                return _error(400, str(exc))
+                return _error(404 if isinstance(exc, UnknownTenant) else 400, str(exc))
+            except StorageUnavailableError as exc:
+                # The server is down or unreachable: not the caller's, and its
+                # details (hosts, users, ports) are for the server's log only.
+                _LOG.warning("the store is unavailable: %s", exc)
+                return _error(503, "the store is unavailable; see the viewer's log")
             except AgentlogError as exc:
                 # A store's own refusal (a bad id, a missing record): the caller's.
                 return _error(400 if isinstance(exc, ValueError) else 404, str(exc))
@@ -460,6 +468,9 @@ async def _tail(
             await task
 
 
-def guarded_app(source: Source, *, token: str | None, stopping: Stopping | None = None) -> Guard:
-    """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`."""
-    return Guard(create_app(source, stopping), token=token)
+def guarded_app(
+    source: Source, *, token: str, loopback: bool = True, stopping: Stopping | None = None
+) -> Guard:
+    """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`
+    (``loopback``: the bind is, so the Host header is checked too)."""
+    return Guard(create_app(source, stopping), token=token, loopback=loopback)

@@ -29,6 +29,7 @@ __all__ = [
     "SCAN_ROWS",
     "BadRequest",
     "Source",
+    "UnknownTenant",
     "event_json",
     "event_line",
     "listing_json",
@@ -41,6 +42,10 @@ MAX_PAGE = 1000
 
 class BadRequest(ValueError):
     """A request the API refuses with 400 (its message is shown to the caller)."""
+
+
+class UnknownTenant(BadRequest):
+    """A tenant the store does not have (refused with 404)."""
 
 
 def event_json(event: RawEvent) -> dict[str, Any]:
@@ -174,12 +179,21 @@ class Source:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def log(self, tenant: str) -> BaseCheckpointer:
-        """The checkpointer of ``tenant`` (opened on first use)."""
+        """The checkpointer of ``tenant`` (opened on first use): only a tenant
+        the store has (or the one shown first) is opened, so a request naming
+        made-up tenants opens nothing (on PostgreSQL, each would be a pool of
+        connections; anywhere, memory held until the viewer stops)."""
+        with self._lock:
+            found = self._logs.get(tenant)
+            if found is not None:
+                return found
+            if self.kind == "files" and tenant != DEFAULT_TENANT:
+                raise BadRequest("a file store has no tenants")
+        if tenant != self.tenant and tenant not in self.tenants():
+            raise UnknownTenant(f"no tenant {tenant!r} in this store")
         with self._lock:
             found = self._logs.get(tenant)
             if found is None:
-                if self.kind == "files" and tenant != DEFAULT_TENANT:
-                    raise BadRequest("a file store has no tenants")
                 found = self._logs[tenant] = self.open(tenant)
             return found
 
