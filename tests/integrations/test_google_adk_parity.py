@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -298,10 +299,20 @@ def test_a_taken_id_raises_and_changes_nothing(kind: str, tmp_path: Path) -> Non
     run(kind, tmp_path, body)
 
 
+def _adk_version() -> tuple[int, ...]:
+    """The installed google-adk's release, as numbers."""
+    text = importlib.metadata.version("google-adk")
+    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
+
+
 @pytest.mark.parametrize("kind", ["adk-sqlite", "adk-memory", *OURS])
 def test_a_padded_session_id_is_the_same_session(kind: str, tmp_path: Path) -> None:
     """Surrounding whitespace is not part of an id (ADK's SQLite and in-memory
-    services; its DatabaseSessionService keeps the id verbatim)."""
+    services; its DatabaseSessionService keeps the id verbatim). Ours strip it
+    on every release of the range; ADK's own services are held to it from
+    2.13, the newest tested (2.7, the oldest, keeps the padding)."""
+    if kind.startswith("adk-") and _adk_version() < (2, 13):
+        pytest.skip(f"ADK {_adk_version()} keeps a padded id in its own services")
 
     async def body(service: BaseSessionService) -> None:
         session = await service.create_session(app_name=APP, user_id="u", session_id="  s ")
