@@ -81,7 +81,7 @@ from ..log import (
     has_new_events,
     listings,
 )
-from ..log.follow import Anchor, anchored_page, wake, woken_or_timed_out
+from ..log.follow import Anchor, anchored_page, anchored_read, wake, woken_or_timed_out
 from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .face import AsyncLogFace
@@ -567,9 +567,9 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
             head = await self.head(session_id)
             if not has_new_events(session_id, after, head) and after == 0:
                 return token, []
-            start = max(after - 1, 0)
+            start, limit = anchored_read(after, _PAGE)
             try:  # from the event at the cursor, to check it (follow.anchored_page)
-                read = await self._checked_scan(page_of, session_id, start, _PAGE + after - start)
+                read = await self._checked_scan(page_of, session_id, start, limit)
             except EventsPrunedError:  # it was pruned, so never appended again
                 return token, await self._checked_scan(page_of, session_id, after, _PAGE)
             return token, anchored_page(session_id, after, anchor, read, head)

@@ -54,7 +54,14 @@ from ..events import (
     sorted_forks,
 )
 from ..lifecycle import Closable
-from .follow import Anchor, FollowPort, anchored_page, follow_pages, has_new_events
+from .follow import (
+    Anchor,
+    FollowPort,
+    anchored_page,
+    anchored_read,
+    follow_pages,
+    has_new_events,
+)
 from .writer_port import BoundWriterPort, PreparedAppend, WouldWait, WriterPort
 
 if TYPE_CHECKING:
@@ -688,12 +695,10 @@ class BaseCheckpointer(Closable, ABC):
         head = self._head(session_id)
         if not has_new_events(session_id, after_seq, head) and after_seq == 0:
             return []
-        start = max(after_seq - 1, 0)
+        start, limit = anchored_read(after_seq, self._page_size)
         # Up to a damaged event; the next step starts at it and raises (it is
         # the first new one when the events before it are the cursor's).
-        read, damage = self._scan_to_damage(
-            session_id, start, self._page_size + after_seq - start, scan or self._scan
-        )
+        read, damage = self._scan_to_damage(session_id, start, limit, scan or self._scan)
         if damage is not None and (not read or read[-1].seq <= after_seq):
             raise damage
         page = anchored_page(session_id, after_seq, anchor, read, head)

@@ -46,6 +46,7 @@ __all__ = [
     "Wait",
     "anchor_of",
     "anchored_page",
+    "anchored_read",
     "follow_pages",
     "follow_pages_async",
     "follow_steps",
@@ -73,6 +74,13 @@ def anchor_of(event: StoredEvent | RawEvent) -> Anchor:
     return event[0], event[2], event[4]
 
 
+def anchored_read(after_seq: int, page_size: int) -> tuple[int, int]:
+    """Where a look at ``after_seq`` reads from, and how many events: from the
+    event at the cursor, for :func:`anchored_page` to check, then a page."""
+    start = max(after_seq - 1, 0)
+    return start, page_size + after_seq - start
+
+
 def anchored_page(
     session_id: str, after_seq: int, anchor: Anchor | None, page: builtins.list[_E], head: int
 ) -> builtins.list[_E]:
@@ -87,7 +95,7 @@ def anchored_page(
     does not start at ``after_seq`` (retention pruned that event: it was not
     appended again).
     """
-    if anchor is None or not page or page[0].seq != after_seq or after_seq == 0:
+    if anchor is None or not page or page[0].seq != after_seq:
         return page
     if anchor_of(page[0]) != anchor:
         raise SessionTruncatedError(session_id, after_seq, head, rewritten=True)
