@@ -8,7 +8,6 @@ on a free loopback port in a thread of the test process.
 from __future__ import annotations
 
 import argparse
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,11 +19,17 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-import uvicorn
-
 from agentlog import FileCheckpointer, SqliteCheckpointer
 from agentlog.cli.serve import viewer_source
 from agentlog.serve import Source, access_token, guarded_app, is_loopback
+from agentlog.serve.app import MAX_STREAMS
+from agentlog.serve.server import (
+    HEADER_SECONDS,
+    MAX_CONNECTIONS,
+    QuietServer,
+    listening_socket,
+    server_config,
+)
 
 from ..conftest import postgres_conninfo, postgres_schema
 from ..waiting import wait_until
@@ -115,24 +120,41 @@ def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
 class Viewer:
     """A viewer served by uvicorn on a free port, in a thread."""
 
-    def __init__(self, source: Source, *, host: str = "127.0.0.1", token: str | None = None):
+    def __init__(
+        self,
+        source: Source,
+        *,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        max_streams: int = MAX_STREAMS,
+        header_seconds: float = HEADER_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
         self.source = source
         self.token = access_token() if token is None else token
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))
+        # The socket and the settings `agentlog serve` uses (its limits too).
+        self.sock = listening_socket(host, 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         TOKENS[self.port] = self.token  # the helpers of .http send it
-        config = uvicorn.Config(
-            guarded_app(source, token=self.token, loopback=is_loopback(host)),
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=1,
+        self.app = guarded_app(
+            source, token=self.token, loopback=is_loopback(host), max_streams=max_streams
         )
-        self.server = uvicorn.Server(config)
+        config = server_config(
+            self.app,
+            log_level="warning",
+            timeout_graceful_shutdown=1,
+            header_seconds=header_seconds,
+            max_connections=max_connections,
+        )
+        self.server = QuietServer(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
+
+    def app_state(self) -> Any:
+        """The Starlette application's state (behind the guard)."""
+        return self.app.app.state
 
     def __enter__(self) -> Viewer:
         self.thread.start()

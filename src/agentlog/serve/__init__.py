@@ -63,16 +63,14 @@ def run(
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve ``source`` at ``host:port`` until interrupted."""
-    import socket
-
-    import uvicorn
+    from .server import QuietServer, listening_socket, server_config
 
     token = access_token()
     shown = f"[{host}]" if ":" in host else host
     stopping = Stopping()
     app = guarded_app(source, token=token, loopback=is_loopback(host), stopping=stopping)
 
-    class Server(uvicorn.Server):
+    class Server(QuietServer):
         """uvicorn's server, whose stop first ends the live streams (they
         never end on their own), so it need not cancel them."""
 
@@ -84,26 +82,13 @@ def run(
             super().handle_exit(sig, frame)
 
     # The streams end at once on a stop; anything slower gets two seconds.
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=2,
+    config = server_config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2
     )
     server = Server(config)
     # Bound here, so that a port in use is an OSError for the caller to
     # report (uvicorn's own bind would log it and exit).
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)  # listening before the address is printed: no refused first look
-    except OSError:
-        sock.close()
-        raise
+    sock = listening_socket(host, port)
     port = sock.getsockname()[1]
     url = f"http://{shown}:{port}/?token={token}"
     say(f"agentlog serve: {source.location} at {url} (Ctrl-C stops)")

@@ -25,6 +25,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -38,12 +39,17 @@ from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event
 
 _LOG = logging.getLogger("agentlog.serve")
 
-__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "Stopping", "create_app"]
+__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "MAX_STREAMS", "Stopping", "create_app"]
 
 #: Seconds between the comments that keep an idle live tail's connection open.
 HEARTBEAT_SECONDS = 15.0
 #: Seconds between looks at the sessions list for the live sessions page.
 LIST_POLL_SECONDS = 0.5
+#: The most live streams (list streams and tails) open at once; one more is a 503.
+MAX_STREAMS = 64
+#: The paths whose answers are live streams (they count against MAX_STREAMS).
+_STREAM_PATH = re.compile(r"^/api/sessions/(stream|[^/]+/tail)$")
+_STATIC_NAME = re.compile(r"^[A-Za-z0-9_-]+\.(js|css)$")
 
 #: Each page: its script, and its title. One shell (page.html) holds them.
 _PAGES = {
@@ -134,6 +140,83 @@ def _session_json(found: object, tenant: str, session_id: str) -> Response:
     return _json(found)
 
 
+class _StreamCap:
+    """ASGI middleware: at most ``limit`` live streams at once, a 503 beyond.
+
+    Counted around the whole request, so a stream's slot is freed however it
+    ends (a stop, a disconnect, an error)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit, self.open = app, limit, 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not _STREAM_PATH.match(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        if self.open >= self.limit:
+            reply = _error(503, f"too many live streams (at most {self.limit}); try again later")
+            reply.headers["retry-after"] = "5"
+            await reply(scope, receive, send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1
+
+
+class _ListPoll:
+    """One poll loop of the sessions list for one query, shared by every live
+    list stream of that query: N identical streams cost one read per period."""
+
+    def __init__(self, fetch: Callable[[], Any], stopping: Stopping) -> None:
+        self.fetch, self.stopping = fetch, stopping
+        self.data: bytes | None = None
+        self.error: str | None = None
+        self.version = 0
+        self.subscribers = 0
+        self.waiters: set[asyncio.Future[None]] = set()
+        self.task: asyncio.Future[None] | None = None
+
+    def _wake(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                started = time.monotonic()
+                data = orjson.dumps(await run_in_threadpool(self.fetch))
+                # A list that is slow to read (a huge store) is looked at
+                # less often: the viewer never spends most of its time on it.
+                pause = max(LIST_POLL_SECONDS, 4 * (time.monotonic() - started))
+                if data != self.data:
+                    self.data, self.version = data, self.version + 1
+                    self._wake()
+                if await self.stopping.within(pause):
+                    return
+        except (AgentlogError, BadRequest) as exc:
+            self.error = str(exc)
+        finally:
+            self.version += 1
+            self.task = None
+            self._wake()
+
+    async def changed(self, seen: int, seconds: float) -> None:
+        """Wait up to ``seconds`` for a version after ``seen`` (or the end)."""
+        if self.version != seen or self.task is None:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.add(waiter)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), seconds)
+        finally:
+            self.waiters.discard(waiter)
+
+
 def _sse(event: str, data: bytes, event_id: bytes | None = None) -> bytes:
     head = b"" if event_id is None else b"id: " + event_id + b"\n"
     return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
@@ -156,12 +239,16 @@ def _event_id(event: RawEvent) -> bytes:
 _RESUME = re.compile(r"(\d{1,20})(?::([0-9a-f]{8}))?")
 
 
-def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
+def create_app(
+    source: Source, stopping: Stopping | None = None, *, max_streams: int = MAX_STREAMS
+) -> Starlette:
     """The viewer of ``source`` as an ASGI application (not yet guarded:
     :func:`guarded_app` adds the Host check, the token and the headers);
-    its live streams end when ``stopping`` is set."""
+    its live streams end when ``stopping`` is set, and at most
+    ``max_streams`` are open at once."""
     stopping = Stopping() if stopping is None else stopping
     csrf = secrets.token_urlsafe(32)
+    polls: dict[tuple[str, int, str | None], _ListPoll] = {}
 
     def api(
         func: Callable[[Request], Awaitable[Response]],
@@ -193,9 +280,9 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
-        kind = name[name.rfind(".") :]
-        if "/" in name or kind not in (".js", ".css"):
+        if not _STATIC_NAME.match(name):  # no path, no NUL byte, no other kind
             raise HTTPException(404)
+        kind = name[name.rfind(".") :]
         try:
             body = _static(name)
         except (FileNotFoundError, IsADirectoryError):
@@ -236,27 +323,40 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
         query = request.query_params.get("q") or None
         source.log(tenant)  # a bad tenant is refused before the stream starts
 
+        key = (tenant, limit, query)
+
         async def stream() -> AsyncIterator[bytes]:
-            last: bytes | None = None
-            idle = 0.0
-            while True:
-                started = time.monotonic()
-                found = await run_in_threadpool(
-                    source.sessions, tenant, cursor=None, limit=limit, query=query
+            poll = polls.get(key)
+            if poll is None or poll.task is None:
+                poll = polls[key] = _ListPoll(
+                    lambda: source.sessions(tenant, cursor=None, limit=limit, query=query),
+                    stopping,
                 )
-                # A list that is slow to read (a huge store) is looked at
-                # less often: the viewer never spends most of its time on it.
-                pause = max(LIST_POLL_SECONDS, 4 * (time.monotonic() - started))
-                data = orjson.dumps(found)
-                if data != last:
-                    last, idle = data, 0.0
-                    yield _sse("sessions", data)
-                elif idle >= HEARTBEAT_SECONDS:
-                    idle = 0.0
-                    yield b": keep-alive\n\n"
-                if await stopping.within(pause):
-                    return
-                idle += pause
+                poll.task = asyncio.ensure_future(poll.run())
+            poll.subscribers += 1
+            seen = 0
+            try:
+                while True:
+                    await poll.changed(seen, HEARTBEAT_SECONDS)
+                    if poll.version != seen:
+                        seen = poll.version
+                        if poll.task is None:  # the poll ended: a stop, or an error
+                            if poll.error is not None:
+                                yield _sse("error", orjson.dumps({"error": poll.error}))
+                            return
+                        assert poll.data is not None
+                        yield _sse("sessions", poll.data)
+                    elif poll.task is None:
+                        return
+                    else:
+                        yield b": keep-alive\n\n"
+            finally:
+                poll.subscribers -= 1
+                if poll.subscribers == 0:
+                    if polls.get(key) is poll:
+                        del polls[key]
+                    if poll.task is not None:
+                        poll.task.cancel()
 
         return _event_stream(stream())
 
@@ -303,6 +403,9 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
 
     @api
     async def write(request: Request) -> Response:
+        action = request.path_params["action"]
+        if action not in ("fork", "truncate"):
+            raise BadRequest(f"no action {action[:40]!r}: POST fork or truncate")
         if not source.allow_writes:
             return _error(403, "this viewer is read-only (start it with --allow-writes)")
         if not same_secret(request.headers.get(CSRF_HEADER), csrf):
@@ -320,15 +423,26 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         log = source.log(tenant)
-        if request.path_params["action"] == "fork":
+        if action == "fork":
             at, new_id = body.get("at"), body.get("new_session_id")
             if not isinstance(at, int) or isinstance(at, bool) or not isinstance(new_id, str):
                 raise BadRequest("fork takes {'at': seq, 'new_session_id': id}")
-            head = await run_in_threadpool(log.fork, session_id, at, check_id(new_id))
+            new_id = check_id(new_id)
+            if new_id == session_id:
+                raise BadRequest("a session cannot be forked onto itself")
+            current = await run_in_threadpool(log.head, session_id)
+            if not 0 <= at <= current:
+                raise BadRequest(f"at must be between 0 and the head, {current}")
+            try:
+                head = await run_in_threadpool(log.fork, session_id, at, new_id)
+            except (ValueError, OverflowError) as exc:  # moved under us: the store's refusal
+                raise BadRequest(str(exc)) from None
             return _json({"session_id": new_id, "head": head})
         to = body.get("to")
         if not isinstance(to, int) or isinstance(to, bool):
             raise BadRequest("truncate takes {'to': seq}")
+        if not 0 <= to <= MAX_POSITION:
+            raise BadRequest(f"to must be between 0 and {MAX_POSITION}")
         head = await run_in_threadpool(log.truncate, session_id, to)
         return _json({"session_id": session_id, "head": head})
 
@@ -368,11 +482,14 @@ def create_app(source: Source, stopping: Stopping | None = None) -> Starlette:
         status = exc.status_code if isinstance(exc, HTTPException) else 404
         return _error(status, "no such page" if status == 404 else "method not allowed")
 
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={404: not_found, 405: not_found},
+        middleware=[Middleware(_StreamCap, limit=max_streams)],
     )
+    app.state.list_polls = polls  # each distinct list stream's one poll (tests look)
+    return app
 
 
 def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
@@ -469,8 +586,14 @@ async def _tail(
 
 
 def guarded_app(
-    source: Source, *, token: str, loopback: bool = True, stopping: Stopping | None = None
+    source: Source,
+    *,
+    token: str,
+    loopback: bool = True,
+    stopping: Stopping | None = None,
+    max_streams: int = MAX_STREAMS,
 ) -> Guard:
     """:func:`create_app`, behind the :class:`~agentlog.serve.security.Guard`
     (``loopback``: the bind is, so the Host header is checked too)."""
-    return Guard(create_app(source, stopping), token=token, loopback=loopback)
+    app = create_app(source, stopping, max_streams=max_streams)
+    return Guard(app, token=token, loopback=loopback)

@@ -32,7 +32,8 @@ def _record(value: Any) -> Any:
 
 def _page(request: Request) -> tuple[str | None, int]:
     raw = request.query_params.get("limit", "100")
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
+    # Checked by length before int(): thousands of digits would raise in int().
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not 1 <= int(raw) <= MAX_PAGE:
         raise BadRequest(f"limit must be a whole number from 1 to {MAX_PAGE}")
     return request.query_params.get("after") or None, int(raw)
 
@@ -120,14 +121,19 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
     @api
     async def session_snapshot(request: Request) -> Response:
         session_id = request.path_params["session_id"]
+        # The snapshot without a single item (limit=0): the items after it are
+        # counted from the record (they are contiguous, head - through), never
+        # loaded, so a session of many large items costs no more than its row.
         loaded = await run_in_threadpool(
-            lambda: stores().sessions.load(tenant(request), session_id)
+            lambda: stores().sessions.load(tenant(request), session_id, limit=0)
         )
+        snapshot = loaded.snapshot
+        through = 0 if snapshot is None else snapshot.through_sequence
         return _json(
             {
                 "session": _record(loaded.session),
-                "snapshot": None if loaded.snapshot is None else _record(loaded.snapshot),
-                "items_after_snapshot": len(loaded.items),
+                "snapshot": None if snapshot is None else _record(snapshot),
+                "items_after_snapshot": loaded.session.head - through,
             }
         )
 

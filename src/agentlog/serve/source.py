@@ -26,6 +26,7 @@ from ..stores import DEFAULT_TENANT
 
 __all__ = [
     "MAX_PAGE",
+    "PAGE_BYTES",
     "SCAN_ROWS",
     "BadRequest",
     "Source",
@@ -38,6 +39,9 @@ __all__ = [
 
 #: The most rows or events one API page returns.
 MAX_PAGE = 1000
+#: The stored bytes past which a page of events ends early (always after at
+#: least one event): it then names ``next_after``, where the rest resumes.
+PAGE_BYTES = 4 << 20
 
 
 class BadRequest(ValueError):
@@ -264,15 +268,39 @@ class Source:
         self, tenant: str, session_id: str, *, after: int | None, before: int | None, limit: int
     ) -> bytes:
         """A page of a session's events, as JSON: after seq ``after``, or the last
-        ``limit`` before seq ``before`` (neither: the session's last page)."""
+        ``limit`` before seq ``before`` (neither: the session's last page).
+
+        A page whose events pass :data:`PAGE_BYTES` ends early: ``next_after``
+        is then the seq the rest of the asked range resumes after (None when
+        the page holds all of it)."""
         log = self.log(tenant)
         head = log.head(session_id)
         if after is None:
             end = head + 1 if before is None else min(before, head + 1)
             after = max(0, end - 1 - limit)
             limit = max(0, end - 1 - after)
-        events = log.read_json(session_id, since_seq=after, limit=limit) if limit else iter(())
-        return orjson.dumps({"head": head, "events": list(map(event_json, events))})
+        # Read in steps sized by the largest event seen so far (the first step
+        # is one event): the scan never holds much more than the budget, even
+        # when each event is tens of megabytes.
+        page: list[dict[str, Any]] = []
+        size, largest, cut = 0, 1, None
+        while limit > 0 and cut is None:
+            step = max(1, min(limit, 256, (PAGE_BYTES - size) // largest))
+            chunk = list(log.read_json(session_id, since_seq=after, limit=step))
+            for event in chunk:
+                if page and size + len(event.json) > PAGE_BYTES:
+                    cut = page[-1]["seq"]
+                    break
+                size += len(event.json)
+                largest = max(largest, len(event.json))
+                page.append(event_json(event))
+            if cut is None and (len(chunk) < step or size >= PAGE_BYTES):
+                if len(chunk) == step and limit > step:
+                    cut = page[-1]["seq"]
+                break
+            after, limit = chunk[-1].seq, limit - len(chunk)
+            del chunk
+        return orjson.dumps({"head": head, "events": page, "next_after": cut})
 
     def close(self) -> None:
         """Close every checkpointer (and the stores) the viewer opened."""

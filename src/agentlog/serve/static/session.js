@@ -133,10 +133,23 @@
     return [fork, cut];
   }
 
+  // A page past the server's byte budget ends early with next_after: the
+  // rest of the range (up to seq end - 1) is fetched from there.
+  async function range(params, end) {
+    const found = await api(base + "/events", params);
+    let next = found.next_after;
+    while (next !== null && next !== undefined && (end === null || next < end - 1)) {
+      const more = await api(base + "/events", { tenant, after: next, limit: end === null ? PAGE : Math.min(PAGE, end - 1 - next) });
+      found.events.push(...more.events);
+      next = more.events.length ? more.next_after : null;
+    }
+    return found;
+  }
+
   async function loadEarlier() {
     if (first === null || first <= 1) return;
     earlier.disabled = true;
-    const found = await api(base + "/events", { tenant, before: first, limit: PAGE });
+    const found = await range({ tenant, before: first, limit: PAGE }, first);
     const height = document.documentElement.scrollHeight;
     const nodes = found.events.map(item);
     list.prepend(...nodes);
@@ -154,7 +167,7 @@
     headNode.textContent = String(Math.max(last, Number(headNode.textContent)));
   }
 
-  const opening = await api(base + "/events", { tenant, limit: PAGE });
+  const opening = await range({ tenant, limit: PAGE }, null);
   for (const stored of opening.events) append(stored);
   if (first === null) first = opening.head + 1;
   earlier.hidden = first <= 1;
