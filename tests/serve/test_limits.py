@@ -6,6 +6,7 @@ streams share one poll."""
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -305,3 +306,47 @@ def test_writes_stay_refused_on_a_read_only_viewer_for_an_unknown_action(
     viewer = serve(sqlite_store.source())
     assert post(f"{viewer.url}/api/sessions/s/zap", {"to": 0}).status == 400
     assert post(f"{viewer.url}/api/sessions/s/truncate", {"to": 0}).status == 403
+
+
+BIG_PAGE = r"""
+import argparse, json, sys
+from agentlog import SqliteCheckpointer
+from agentlog.cli.serve import viewer_source
+from memory_use import current_rss_bytes, mb, peak_rss_bytes
+
+path = sys.argv[1]
+with SqliteCheckpointer(path) as log:  # written first, then the peak starts from here
+    for n in range(8):
+        log.append("s", [{"type": "user", "content": str(n) * (20 << 20)}])
+source = viewer_source(argparse.Namespace(store=path, tenant="default", schema=None,
+                                          allow_writes=False))
+start = mb(current_rss_bytes())
+
+pages, after, seen = 0, None, 0
+while True:
+    body = json.loads(source.events("default", "s", after=after, before=None, limit=200))
+    pages += 1
+    seen += len(body["events"])
+    after = body["next_after"]
+    del body
+    if after is None:
+        break
+source.close()
+peak = mb(peak_rss_bytes())
+print(json.dumps({"pages": pages, "seen": seen, "start_mb": start, "peak_mb": peak}))
+"""
+
+
+def test_a_page_of_large_events_stays_within_its_byte_budget(tmp_path: Any) -> None:
+    # Eight 20 MB events: read as one page, they held them all (and their
+    # JSON again), 300+ MB; by the budget a page holds one event at a time.
+    from ..conftest import PYTHON, child_env
+    from ..memory_use import run_fresh_peak
+
+    command = [PYTHON, "-c", BIG_PAGE, str(tmp_path / "big.db")]
+    run = run_fresh_peak(command, child_env(), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result["seen"] == 8
+    assert result["pages"] >= 8
+    assert result["peak_mb"] < 250, result

@@ -283,16 +283,17 @@ class Source:
         # is one event): the scan never holds much more than the budget, even
         # when each event is tens of megabytes.
         page: list[dict[str, Any]] = []
-        size, largest, cut = 0, 1, None
+        size, largest, cut = 0, 0, None
         while limit > 0 and cut is None:
-            step = max(1, min(limit, 256, (PAGE_BYTES - size) // largest))
+            # One event first, then as many as the budget left holds at the largest seen.
+            step = 1 if not largest else max(1, min(limit, 256, (PAGE_BYTES - size) // largest))
             chunk = list(log.read_json(session_id, since_seq=after, limit=step))
             for event in chunk:
                 if page and size + len(event.json) > PAGE_BYTES:
                     cut = page[-1]["seq"]
                     break
                 size += len(event.json)
-                largest = max(largest, len(event.json))
+                largest = max(largest, len(event.json), 1)
                 page.append(event_json(event))
             if cut is None and (len(chunk) < step or size >= PAGE_BYTES):
                 if len(chunk) == step and limit > step:
