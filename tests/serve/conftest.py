@@ -117,6 +117,21 @@ def sqlite_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     yield from make_store("sqlite", tmp_path, request)
 
 
+#: The token :func:`guarded_client` sends.
+CLIENT_TOKEN = "test-token"
+
+
+def guarded_client(source: Source) -> Any:
+    """A Starlette test client of ``source``'s guarded viewer, sending its token."""
+    from starlette.testclient import TestClient
+
+    return TestClient(
+        guarded_app(source, token=CLIENT_TOKEN),
+        base_url="http://127.0.0.1",
+        headers={"Authorization": f"Bearer {CLIENT_TOKEN}"},
+    )
+
+
 class Viewer:
     """A viewer served by uvicorn on a free port, in a thread."""
 

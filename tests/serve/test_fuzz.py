@@ -21,10 +21,10 @@ from hypothesis import strategies as st  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
-from agentlog.serve import Source, create_app, guarded_app  # noqa: E402
+from agentlog.serve import create_app  # noqa: E402
 from agentlog.serve.openapi import openapi_document  # noqa: E402
 
-from .conftest import Store  # noqa: E402
+from .conftest import Store, guarded_client  # noqa: E402
 
 #: Streams that never end on their own: fuzzed for their refusals only (a
 #: request they accept would hold the test open), in test_api.
@@ -119,20 +119,11 @@ def _digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _client(source: Source) -> TestClient:
-    """A test client of the guarded viewer, sending its token."""
-    return TestClient(
-        guarded_app(source, token="fuzz-token"),
-        base_url="http://127.0.0.1",
-        headers={"Authorization": "Bearer fuzz-token"},
-    )
-
-
 def test_no_request_the_document_describes_is_a_500(sqlite_store: Store) -> None:
     log = sqlite_store.writer()
     log.append("s", [{"type": "user", "content": str(n)} for n in range(5)])
     source = sqlite_store.source(allow_writes=True)
-    with _client(source) as client:
+    with guarded_client(source) as client:
         _fuzz(client, client.get("/api/config").json()["csrf"], 400)
 
 
@@ -143,7 +134,7 @@ def test_fuzzing_a_read_only_viewer_changes_nothing_stored(sqlite_store: Store) 
     log.close()
     before = _digest(sqlite_store.location)
     source = sqlite_store.source()
-    with _client(source) as client:
+    with guarded_client(source) as client:
         _fuzz(client, None, 300)
     assert _digest(sqlite_store.location) == before
 

@@ -1,10 +1,11 @@
 """The viewer's limits: malformed requests are 4xx, pages have a byte budget,
 streams and connections are capped, half-sent headers time out, the socket
 answers keep-alive requests at once (TCP_NODELAY), and identical list
-streams share one poll."""
+streams share one poll; a live tail queues a bounded number of bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -17,14 +18,14 @@ import pytest
 from agentlog.serve import source as source_module
 
 from ..waiting import wait_until
-from .conftest import Store, Viewer
-from .http import get, post
+from .conftest import Store, Viewer, guarded_client
+from .http import get, post, sse
 
 pytest.importorskip("httpx")  # Starlette's test client
 
 from starlette.testclient import TestClient
 
-from agentlog.serve import create_app, guarded_app
+from agentlog.serve import create_app
 
 HUGE = "9" * 5000  # int() of this many digits raises in Python
 
@@ -35,7 +36,7 @@ def client(sqlite_store: Store) -> Iterator[tuple[TestClient, str, Any]]:
     log = sqlite_store.writer()
     log.append("s", [{"type": "user", "content": str(n)} for n in range(5)])
     source = sqlite_store.source(allow_writes=True)
-    with TestClient(guarded_app(source, token=None), base_url="http://127.0.0.1") as found:
+    with guarded_client(source) as found:
         yield found, found.get("/api/config").json()["csrf"], log
 
 
@@ -158,8 +159,10 @@ def test_accepted_connections_have_tcp_nodelay(
     conn = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=10)
     try:
         for _ in range(3):  # keep-alive: the same connection each time
-            conn.request("GET", "/api/config")
-            assert conn.getresponse().read()
+            conn.request("GET", "/api/config", headers=_auth(viewer))
+            reply = conn.getresponse()
+            assert reply.status == 200, reply.read()
+            assert reply.read()
         protocols = list(viewer.server.server_state.connections)
         assert protocols
         for protocol in protocols:
@@ -169,9 +172,13 @@ def test_accepted_connections_have_tcp_nodelay(
         conn.close()
 
 
+def _auth(viewer: Viewer) -> dict[str, str]:
+    return {"Authorization": f"Bearer {viewer.token}"}
+
+
 def _open_stream(viewer: Viewer, path: str) -> http.client.HTTPResponse:
     conn = http.client.HTTPConnection("127.0.0.1", viewer.port, timeout=10)
-    conn.request("GET", path)
+    conn.request("GET", path, headers=_auth(viewer))
     reply = conn.getresponse()
     assert reply.status == 200, reply.read()
     return reply
@@ -350,3 +357,43 @@ def test_a_page_of_large_events_stays_within_its_byte_budget(tmp_path: Any) -> N
     assert result["seen"] == 8
     assert result["pages"] >= 8
     assert result["peak_mb"] < 250, result
+
+
+def test_a_tail_queue_holds_its_byte_budget_and_one_item_always_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentlog.serve import app
+
+    monkeypatch.setattr(app, "TAIL_BYTES", 100)
+
+    async def main() -> None:
+        queue = app._ByteQueue()
+        await queue.put("big", 500)  # larger than the budget, alone: it fits
+        blocked = asyncio.ensure_future(queue.put("next", 10))
+        await asyncio.sleep(0.05)
+        assert not blocked.done() and queue.size == 500
+        assert await queue.get() == "big"
+        await asyncio.wait_for(blocked, 5)
+        assert queue.size == 10 and queue.get_nowait() == "next" and queue.empty()
+
+    asyncio.run(main())
+
+
+def test_a_tail_catches_up_in_budgeted_reads_and_keeps_every_event(
+    sqlite_store: Store, serve: Callable[..., Viewer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlog.serve import app
+
+    # A budget of about three events: the backlog is read and queued in steps.
+    monkeypatch.setattr(app, "TAIL_BYTES", 3000)
+    log = sqlite_store.writer()
+    log.append("s", [{"type": "user", "content": f"{n}:" + "x" * 900} for n in range(40)])
+    viewer = serve(sqlite_store.source())
+    seen = []
+    for event_id, kind, data in sse(f"{viewer.url}/api/sessions/s/tail"):
+        assert kind == "event"
+        seen.append(data["seq"])
+        assert event_id is not None and event_id.startswith(f"{data['seq']}:")
+        if len(seen) == 40:
+            break
+    assert seen == list(range(1, 41))

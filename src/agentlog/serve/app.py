@@ -39,8 +39,17 @@ from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event
 
 _LOG = logging.getLogger("agentlog.serve")
 
-__all__ = ["HEARTBEAT_SECONDS", "LIST_POLL_SECONDS", "MAX_STREAMS", "Stopping", "create_app"]
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "LIST_POLL_SECONDS",
+    "MAX_STREAMS",
+    "TAIL_BYTES",
+    "Stopping",
+    "create_app",
+]
 
+#: The bytes of events a live tail queues for a slow client before it waits.
+TAIL_BYTES = 4 << 20
 #: Seconds between the comments that keep an idle live tail's connection open.
 HEARTBEAT_SECONDS = 15.0
 #: Seconds between looks at the sessions list for the live sessions page.
@@ -393,8 +402,11 @@ def create_app(
     async def tail(request: Request) -> Response:
         tenant, session_id = _session_route(request, source)
         # A reconnect names the last event it had; a first connect, ?after=.
-        resume = _RESUME.fullmatch(request.headers.get("last-event-id") or "")
-        if resume is not None:
+        last_id = request.headers.get("last-event-id")
+        if last_id is not None:
+            resume = _RESUME.fullmatch(last_id)
+            if resume is None:  # never an id this viewer sent
+                raise BadRequest("Last-Event-ID is not an event id of this viewer (seq:tag)")
             after, tag = min(int(resume[1]), MAX_POSITION), resume[2]
         else:
             after, tag = _int(request, "after", 0) or 0, None
@@ -518,6 +530,38 @@ async def _rewritten(log: Any, session_id: str, after: int, tag: str | None) -> 
     return False  # below the head now: the follower says so
 
 
+class _ByteQueue:
+    """A tail's queue of SSE items, bounded by their bytes: the pump waits
+    while :data:`TAIL_BYTES` are queued (one item always fits), so a slow
+    client holds a few megabytes however large the events are."""
+
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
+        self.size = 0
+        self.room = asyncio.Event()
+
+    async def put(self, item: Any, size: int = 0) -> None:
+        while self.size and self.size + size > TAIL_BYTES:
+            self.room.clear()
+            await self.room.wait()
+        self.size += size
+        self.items.put_nowait((item, size))
+
+    def _taken(self, entry: tuple[Any, int]) -> Any:
+        self.size -= entry[1]
+        self.room.set()
+        return entry[0]
+
+    async def get(self) -> Any:
+        return self._taken(await self.items.get())
+
+    def get_nowait(self) -> Any:
+        return self._taken(self.items.get_nowait())
+
+    def empty(self) -> bool:
+        return self.items.empty()
+
+
 async def _tail(
     log: Any, session_id: str, after: int, tag: str | None, stopping: Stopping
 ) -> AsyncIterator[bytes]:
@@ -525,20 +569,39 @@ async def _tail(
     committed; a truncate under the viewer is a ``truncated`` event, last
     (``rewritten`` when the session was appended to again past the viewer's
     seq: what it shows from some seq at or below that one is gone)."""
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+    queue = _ByteQueue()
 
     async def truncated(seq: int, rewritten: bool) -> None:
         head = await log.head(session_id)
         await queue.put(_End("truncated", {"head": head, "seq": seq, "rewritten": rewritten}))
 
+    async def send(event: RawEvent) -> None:
+        line = event_line(session_id, event)
+        await queue.put((_event_id(event), line), len(line))
+
     async def pump() -> None:
+        nonlocal after, tag
         try:
-            if await _rewritten(log, session_id, after, tag):
-                await truncated(after, True)
-                return
-            # The stored JSON, not decoded: each event is written out as it is.
+            # The backlog first, in reads sized by the largest event seen
+            # (the first is one event), each from the event last sent so
+            # that a truncate and new appends between two reads are seen.
+            largest, step = 1, 1
+            while True:
+                if await _rewritten(log, session_id, after, tag):
+                    await truncated(after, True)
+                    return
+                read = 0
+                async for event in log.read_json(session_id, since_seq=after, limit=step):
+                    read += 1
+                    largest = max(largest, len(event.json))
+                    after, tag = event.seq, _tag(event)
+                    await send(event)
+                if read < step:
+                    break
+                step = max(1, min(MAX_PAGE, TAIL_BYTES // largest))
+            # Then live: the stored JSON, not decoded, written out as it is.
             async for event in log.follow_json(session_id, after):
-                await queue.put((_event_id(event), event_line(session_id, event)))
+                await send(event)
         except SessionTruncatedError as exc:
             await truncated(exc.seq, exc.rewritten)
         except AgentlogError as exc:
