@@ -168,7 +168,7 @@ class _Telemetry:
             "agentlog.events.appended", unit="{event}", description="Events appended."
         )
         self.bytes_appended = meter.create_counter(
-            "agentlog.bytes.appended", unit="By", description="Bytes of event JSON appended."
+            "agentlog.events.appended.size", unit="By", description="Bytes of event JSON appended."
         )
         self.events_read = meter.create_counter(
             "agentlog.events.read", unit="{event}", description="Events read."
