@@ -57,3 +57,17 @@ def test_the_wal_bound_is_logged_once_per_hit(
     assert hits >= 1
     assert len(lines) == hits
     assert all("past its bound of 4096" in line for line in lines)
+
+
+def test_a_schema_step_is_logged_and_a_new_file_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, engine: str
+) -> None:
+    from ..engine.test_schema import make_old_file
+
+    caplog.set_level(logging.INFO, logger="agentlog.engine")
+    make_old_file(tmp_path / "old.db", 10)
+    SqliteCheckpointer(tmp_path / "old.db", engine=engine).close()
+    SqliteCheckpointer(tmp_path / "new.db", engine=engine).close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentlog.engine"]
+    assert len(lines) == 1
+    assert "old.db: schema steps 10 to " in lines[0]

@@ -37,7 +37,7 @@ from . import sql as Q
 from .errors import CLOSED, opening_error, read_only_refusal
 from .forks import abandon_in_fork_children
 
-#: Operators' news of the engine: WAL bounds hit, never one line per event.
+#: Operators' news of the engine: schema steps, WAL bounds hit; never a line per event.
 _log = logging.getLogger("agentlog.engine")
 
 __all__ = [
@@ -500,6 +500,13 @@ class EngineCore(Generic[ConnectionT]):
         if version < S.SCHEMA_VERSION:
             for statement in S.migration(version):
                 conn.rows(statement)
+            if version:  # 0: a new file, created rather than upgraded
+                _log.info(
+                    "%s: schema steps %d to %d, in one transaction",
+                    self.path,
+                    version,
+                    S.SCHEMA_VERSION,
+                )
         self.schema_version = S.SCHEMA_VERSION
 
     # -- connections ---------------------------------------------------------------
