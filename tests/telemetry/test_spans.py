@@ -242,3 +242,62 @@ def test_postgres_pool_gauges(
         assert otel.total("agentlog.postgres.retries") == 0
     finally:
         log.close()
+
+
+def test_a_check_that_finds_damage_is_counted(
+    otel: Telemetry, tmp_path: Path, engine: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "a.db"
+    with SqliteCheckpointer(path, engine=engine) as log:
+        log.append("s1", [EVENT, EVENT])
+        assert log.check_integrity(deep=True) == (True, "ok")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "UPDATE events SET data = ? WHERE rowid = (SELECT max(rowid) FROM events)",
+        (b'{"type":"user","content":"forged"}',),
+    )
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(path, engine=engine) as log:
+        ok, _ = log.check_integrity(deep=True)
+    assert not ok
+    checks = otel.spans("check")
+    assert [span.attributes["agentlog.check.ok"] for span in checks] == [True, False]
+    assert otel.total("agentlog.check.damaged", **{"db.system.name": "sqlite"}) == 1
+    assert any(
+        r.name == "agentlog.telemetry" and "damage" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_followers_lag_is_measured(otel: Telemetry, tmp_path: Path, engine: str) -> None:
+    with SqliteCheckpointer(tmp_path / "a.db", engine=engine) as log:
+        log.append("s1", [EVENT, EVENT, EVENT])
+        follower = log.follow("s1")
+        seen = [next(follower).seq for _ in range(3)]
+        follower.close()
+    assert seen == [1, 2, 3]
+    (point,) = otel.points("agentlog.follow.lag")
+    assert point.count == 3
+    assert point.attributes == {"db.system.name": "sqlite"}
+    assert point.min >= 0
+
+
+def test_an_async_followers_lag_is_measured(otel: Telemetry, tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        log = AsyncSqliteCheckpointer(tmp_path / "a.db")
+        try:
+            await log.append("s1", [EVENT, EVENT])
+            seen = []
+            async for event in log.follow("s1"):
+                seen.append(event.seq)
+                if len(seen) == 2:
+                    break
+            return seen
+        finally:
+            await log.aclose()
+
+    assert asyncio.run(main()) == [1, 2]
+    (point,) = otel.points("agentlog.follow.lag")
+    assert point.count == 2

@@ -51,6 +51,7 @@ from ..errors import (
 from ..events import AppendKey, EncodedBatch, SessionEvent
 from ..log import base as base_module
 from ..log.base import BaseCheckpointer
+from ..log.file import FileCheckpointer
 from ..log.sqlite import SqliteCheckpointer
 
 if TYPE_CHECKING:
@@ -178,6 +179,17 @@ class _Telemetry:
             unit="{conflict}",
             description="Writes refused for an expected head or revision that did not match.",
         )
+        self.damaged_checks = meter.create_counter(
+            "agentlog.check.damaged",
+            unit="{check}",
+            description="Integrity checks (check_integrity, agentlog check) that found damage.",
+        )
+        self.follow_lag = meter.create_histogram(
+            "agentlog.follow.lag",
+            unit="s",
+            description="How long after its append a follower yielded each event.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
         self.group_size = meter.create_histogram(
             "agentlog.commit_group.size",
             unit="{append}",
@@ -284,7 +296,7 @@ class _Telemetry:
         self.note(target)
         attributes = {"db.system.name": _system(target), "db.operation.name": name}
         span_attributes: dict[str, Any] = dict(attributes)
-        if self.record_ids:
+        if self.record_ids and session_id is not None:
             span_attributes["agentlog.session.id"] = str(session_id)
             owner = getattr(target, "backend", target)  # an async twin: its backend's tenant
             span_attributes["agentlog.tenant"] = str(getattr(owner, "tenant", ""))
@@ -392,6 +404,10 @@ def instrument(
         _patch(BaseCheckpointer, name, _sync_operation(state, name))
     for name in ("read", "read_json"):
         _patch(BaseCheckpointer, name, _sync_read(state, name))
+    for cls in (SqliteCheckpointer, FileCheckpointer, *_PG_SYNC):
+        _patch(cls, "check_integrity", _checking(state, vars(cls)["check_integrity"]))
+    _patch(BaseCheckpointer, "follow", _following(state, BaseCheckpointer.follow))
+    _patch(AsyncLogFace, "follow", _async_following(state, AsyncLogFace.follow))
     _patch(AsyncLogFace, "append", _async_operation(state, "append"))
     for cls in _ASYNC_CLASSES:
         for name in ("fork", "truncate", "delete", "set_metadata", "head"):
@@ -498,6 +514,72 @@ def _sync_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
         return result
 
     return operation
+
+
+def _following(state: _Telemetry, follow: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
+    @functools.wraps(follow)
+    def followed(self: BaseCheckpointer, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        events = follow(self, *args, **kwargs)  # its arguments checked now, as follow's are
+        attributes = {"db.system.name": _system(self)}
+
+        def lagging() -> Iterator[Any]:
+            try:
+                for event in events:
+                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                    yield event
+            finally:
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+
+        return lagging()
+
+    return followed
+
+
+def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(follow)
+    def followed(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        events = follow(self, *args, **kwargs)
+        attributes = {"db.system.name": _system(self)}
+
+        async def lagging() -> AsyncIterator[Any]:
+            try:
+                async for event in events:
+                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                    yield event
+            finally:
+                close = getattr(events, "aclose", None)
+                if close is not None:
+                    await close()
+
+        return lagging()
+
+    return followed
+
+
+def _checking(state: _Telemetry, check: Callable[..., tuple[bool, str]]) -> Callable[..., Any]:
+    @functools.wraps(check)
+    def checked(self: BaseCheckpointer, *args: Any, **kwargs: Any) -> tuple[bool, str]:
+        span, attributes = state.start("check", self, None)
+        started = time.perf_counter()
+        try:
+            ok, detail = check(self, *args, **kwargs)
+        except BaseException as exc:
+            state.finish(span, attributes, started, _Op(), exc)
+            raise
+        span.set_attribute("agentlog.check.ok", ok)
+        if not ok:
+            state.damaged_checks.add(1, attributes)
+            _log.warning(
+                "check found damage in a %s store: %s",
+                attributes["db.system.name"],
+                detail.splitlines()[0] if detail else "",
+            )
+        state.finish(span, attributes, started, _Op(), None)
+        return ok, detail
+
+    return checked
 
 
 def _async_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
