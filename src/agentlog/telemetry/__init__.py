@@ -400,7 +400,7 @@ def instrument(
     tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
     meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE)
     state = _Telemetry(tracer, meter, record_ids=record_ids, slow_threshold=slow_threshold)
-    for name in ("append", "fork", "truncate", "delete", "set_metadata", "head"):
+    for name in ("append", "fork", "truncate", "delete", "set_metadata"):
         _patch(BaseCheckpointer, name, _sync_operation(state, name))
     for name in ("read", "read_json"):
         _patch(BaseCheckpointer, name, _sync_read(state, name))
@@ -410,7 +410,7 @@ def instrument(
     _patch(AsyncLogFace, "follow", _async_following(state, AsyncLogFace.follow))
     _patch(AsyncLogFace, "append", _async_operation(state, "append"))
     for cls in _ASYNC_CLASSES:
-        for name in ("fork", "truncate", "delete", "set_metadata", "head"):
+        for name in ("fork", "truncate", "delete", "set_metadata"):
             _patch(cls, name, _async_operation(state, name))
         for name in ("read", "read_json"):
             _patch(cls, name, _async_read(state, name))
