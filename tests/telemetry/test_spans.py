@@ -301,3 +301,25 @@ def test_an_async_followers_lag_is_measured(otel: Telemetry, tmp_path: Path) -> 
     assert asyncio.run(main()) == [1, 2]
     (point,) = otel.points("agentlog.follow.lag")
     assert point.count == 2
+
+
+def test_the_stores_writes_are_spans(otel: Telemetry, tmp_path: Path) -> None:
+    from agentlog.errors import StorageConflictError
+    from agentlog.storage.sqlite import SqliteStorage
+
+    storage = SqliteStorage.open(tmp_path / "m.db")
+    store = storage.memory
+    try:
+        record = store.put("t1", "ns", "k", {"v": 1}, None)
+        with pytest.raises(StorageConflictError):
+            store.put("t1", "ns", "k", {"v": 2}, record.revision + 5)
+        store.delete("t1", "ns", "k", record.revision)
+    finally:
+        storage.close()
+    found = [(s.name, s.attributes["agentlog.outcome"]) for s in otel.spans()]
+    assert found == [("put memory", "ok"), ("put memory", "conflict"), ("delete memory", "ok")]
+    for span in otel.spans():
+        assert span.attributes["db.system.name"] == "sqlite"
+        assert span.attributes["db.collection.name"] == "memory"
+        assert span.attributes["agentlog.tenant"] == "t1"
+    assert otel.total("agentlog.conflicts", **{"db.collection.name": "memory"}) == 1

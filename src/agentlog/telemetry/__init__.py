@@ -53,6 +53,9 @@ from ..log import base as base_module
 from ..log.base import BaseCheckpointer
 from ..log.file import FileCheckpointer
 from ..log.sqlite import SqliteCheckpointer
+from ..stores.artifacts import ArtifactStore
+from ..stores.checkpoints import CheckpointStore
+from ..stores.memories import MemoryStore
 
 if TYPE_CHECKING:
     from ..log.postgres import PostgresCheckpointer
@@ -404,6 +407,9 @@ def instrument(
         _patch(BaseCheckpointer, name, _sync_operation(state, name))
     for name in ("read", "read_json"):
         _patch(BaseCheckpointer, name, _sync_read(state, name))
+    for store, collection, names in _STORE_WRITES:
+        for name in names:
+            _patch(store, name, _store_write(state, store, collection, name))
     for cls in (SqliteCheckpointer, FileCheckpointer, *_PG_SYNC):
         _patch(cls, "check_integrity", _checking(state, vars(cls)["check_integrity"]))
     _patch(BaseCheckpointer, "follow", _following(state, BaseCheckpointer.follow))
@@ -556,6 +562,61 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
         return lagging()
 
     return followed
+
+
+#: The stores' writes (each store's base class: every implementation's), and
+#: the collection each names in ``db.collection.name``.
+_STORE_WRITES = (
+    (CheckpointStore, "checkpoints", ("save", "delete")),
+    (MemoryStore, "memory", ("put", "delete")),
+    (ArtifactStore, "artifacts", ("put", "delete")),
+)
+
+
+def _store_system(store: object) -> str:
+    name = type(store).__name__
+    if name.startswith("Sqlite"):
+        return "sqlite"
+    if name.startswith("Postgres"):
+        return "postgresql"
+    return "agentlog." + ("memory" if name.startswith("InMemory") else name.lower())
+
+
+def _store_write(state: _Telemetry, store: type, collection: str, name: str) -> Callable[..., Any]:
+    original = vars(store)[name]
+
+    @functools.wraps(original)
+    def write(self: Any, tenant_id: str, *args: Any, **kwargs: Any) -> Any:
+        if _CURRENT.get() is not None:
+            return original(self, tenant_id, *args, **kwargs)
+        attributes = {
+            "db.system.name": _store_system(self),
+            "db.operation.name": name,
+            "db.collection.name": collection,
+        }
+        span_attributes: dict[str, Any] = dict(attributes)
+        if state.record_ids:
+            span_attributes["agentlog.tenant"] = str(tenant_id)
+        span = state.tracer.start_span(
+            f"{name} {collection}", kind=SpanKind.CLIENT, attributes=span_attributes
+        )
+        op = _Op()
+        token = _CURRENT.set(op)
+        started = time.perf_counter()
+        try:
+            with trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
+                result = original(self, tenant_id, *args, **kwargs)
+        except BaseException as exc:
+            state.finish(span, attributes, started, op, exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        state.finish(span, attributes, started, op, None)
+        return result
+
+    return write
 
 
 def _checking(state: _Telemetry, check: Callable[..., tuple[bool, str]]) -> Callable[..., Any]:
