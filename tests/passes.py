@@ -70,6 +70,7 @@ PURE = (
     "tests/stores/test_memories.py",
     "tests/stores/test_sessions.py",
     "tests/stores/test_storage.py",
+    "tests/telemetry",
     "tests/test_engine_fixture.py",
     "tests/test_migrate.py",
     "tests/test_private_files.py",
@@ -128,6 +129,7 @@ OLDEST = (
     *sorted(
         str(path.relative_to(ROOT)) for path in TESTS.rglob("test*postgres*.py") if path.is_file()
     ),
+    "tests/telemetry",
     "tests/test_constraints.py",
 )
 

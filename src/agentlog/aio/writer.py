@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import threading
 import weakref
@@ -26,7 +27,16 @@ from ..engine import AppendCompletions
 from ..errors import CheckpointerClosedError, StorageUnavailableError
 from ..log import PreparedAppend, WriterPort
 
-__all__ = ["Closing", "Job", "LoopChannel", "Writer", "off_loop", "outcome", "settle"]
+__all__ = [
+    "Closing",
+    "GroupObserver",
+    "Job",
+    "LoopChannel",
+    "Writer",
+    "off_loop",
+    "outcome",
+    "settle",
+]
 
 _T = TypeVar("_T")
 
@@ -34,10 +44,21 @@ _T = TypeVar("_T")
 _OWNER_LOOK = 1.0
 
 
-class Job:
-    """One queued write and the future its caller awaits."""
+#: What the writer thread calls around each group of appends it writes (the
+#: jobs of the group), when one is set on :attr:`Writer.observer`:
+#: agentlog.telemetry's span of the group. None (the default): nothing.
+GroupObserver = Callable[[list["Job"]], contextlib.AbstractContextManager[None]]
 
-    __slots__ = ("append", "call", "channel", "future", "loop", "queued")
+
+class Job:
+    """One queued write and the future its caller awaits.
+
+    ``context``: the caller's context variables, when someone asked for them
+    (agentlog.telemetry, while instrumented): a call job runs in it on the
+    writer thread, so what it does is seen as the caller's.
+    """
+
+    __slots__ = ("append", "call", "channel", "context", "future", "loop", "queued")
 
     def __init__(
         self,
@@ -54,6 +75,7 @@ class Job:
         # channel, and its handle there (to withdraw it).
         self.channel: LoopChannel | None = None
         self.queued: object = None
+        self.context: contextvars.Context | None = None
 
 
 def outcome(result: int | Exception) -> tuple[int | None, Exception | None]:
@@ -146,6 +168,9 @@ class Writer:
     all written on the loop never starts one.
     """
 
+    #: Called around each group of appends (see :data:`GroupObserver`); None: off.
+    observer: GroupObserver | None = None
+
     def __init__(
         self,
         backend: WriterPort | None,
@@ -166,6 +191,8 @@ class Writer:
         self._failure: BaseException | None = None
         #: Groups the writer has run (for tests and tuning).
         self.groups = 0
+        #: Appends written in those groups (for tests, tuning and telemetry).
+        self.appends = 0
         self._name = name
         self._inline = inline
         self._thread: threading.Thread | None = None
@@ -200,6 +227,11 @@ class Writer:
         except asyncio.CancelledError:
             self.withdraw(job)
             raise
+
+    @property
+    def pending(self) -> int:
+        """How many jobs wait in the queue now (the writer's queue depth)."""
+        return len(self._queue)
 
     def withdraw(self, job: Job) -> bool:
         """Take ``job`` back if the writer has not started it: then it is never written."""
@@ -273,10 +305,17 @@ class Writer:
         def flush() -> None:
             if not run:
                 return
+            observer = self.observer
             try:
                 if self._backend is None:
                     raise TypeError("this writer has no backend to append to")
-                results = self._backend.append_prepared([append for _, append in run])
+                appends = [append for _, append in run]
+                self.appends += len(appends)
+                if observer is None:
+                    results = self._backend.append_prepared(appends)
+                else:
+                    with observer([job for job, _ in run]):
+                        results = self._backend.append_prepared(appends)
             except Exception as exc:
                 outcomes.extend((job, None, exc) for job, _ in run)
             else:
@@ -292,7 +331,9 @@ class Writer:
             flush()
             assert job.call is not None
             try:
-                outcomes.append((job, job.call(), None))
+                context = job.context
+                done = job.call() if context is None else context.run(job.call)
+                outcomes.append((job, done, None))
             except Exception as exc:
                 outcomes.append((job, None, exc))
         flush()

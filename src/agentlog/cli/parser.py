@@ -297,6 +297,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="offer fork and truncate in the viewer (opens the store for writing)",
     )
+    serve.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve agentlog's metrics at /metrics for Prometheus (needs agentlog[prometheus])",
+    )
 
     # Listed for --help; its options are the benchmark's own (see main()).
     sub.add_parser(

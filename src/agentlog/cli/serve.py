@@ -60,6 +60,14 @@ def viewer_source(args: argparse.Namespace) -> Any:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve the store's sessions to a browser until interrupted."""
+    if args.metrics:
+        try:
+            from ..telemetry.prometheus import enable
+        except ImportError as exc:
+            raise UsageError(
+                f"--metrics needs the prometheus extra (pip install 'agentlog[prometheus]'): {exc}"
+            ) from None
+        enable()
     source = viewer_source(args)
     from ..serve import run
 

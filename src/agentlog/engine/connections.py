@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import stat
 import threading
@@ -35,6 +36,9 @@ from . import schema as S
 from . import sql as Q
 from .errors import CLOSED, opening_error, read_only_refusal
 from .forks import abandon_in_fork_children
+
+#: Operators' news of the engine: schema steps, WAL bounds hit; never a line per event.
+_log = logging.getLogger("agentlog.engine")
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -167,13 +171,16 @@ class ReaderPool(Generic[ConnectionT]):
     is refused and a connection given back is closed.
     """
 
-    __slots__ = ("_connect", "_idle", "refusal")
+    __slots__ = ("_connect", "_idle", "opened", "refusal")
 
     def __init__(self, connect: Callable[[], ConnectionT]) -> None:
         self._connect = connect
         self._idle: collections.deque[ConnectionT] = collections.deque()
         #: Why borrowing is refused (the engine closed), or None.
         self.refusal: str | None = None
+        #: Readers opened because none was idle (a borrow that found the pool
+        #: empty: the pool's "wait", paid as a new connection).
+        self.opened = 0
 
     def borrow(self) -> ConnectionT:
         """A read connection: an idle one, else a new one."""
@@ -183,7 +190,13 @@ class ReaderPool(Generic[ConnectionT]):
         try:
             return self._idle.pop()
         except IndexError:
+            self.opened += 1
             return self._connect()
+
+    @property
+    def idle(self) -> int:
+        """How many read connections wait idle in the pool now."""
+        return len(self._idle)
 
     def give_back(self, conn: ConnectionT) -> None:
         """Return a borrowed connection (closed, if the engine closed meanwhile)."""
@@ -266,6 +279,10 @@ class EngineCore(Generic[ConnectionT]):
         self.synchronous = synchronous
         self.wal_size_limit = options.wal_size_limit
         self._commits_unlooked = 0
+        #: Looks that found the WAL past ``wal_size_limit``, and of them the
+        #: checkpoints that truncated it (see :meth:`figures`).
+        self.wal_bounds_hit = 0
+        self.wal_truncations = 0
         # A read-only open of an older file: run on each connection first
         # (schema.read_only_shims), set once the file's version is known.
         self._read_only_shims: tuple[str, ...] = ()
@@ -483,6 +500,13 @@ class EngineCore(Generic[ConnectionT]):
         if version < S.SCHEMA_VERSION:
             for statement in S.migration(version):
                 conn.rows(statement)
+            if version:  # 0: a new file, created rather than upgraded
+                _log.info(
+                    "%s: schema steps %d to %d, in one transaction",
+                    self.path,
+                    version,
+                    S.SCHEMA_VERSION,
+                )
         self.schema_version = S.SCHEMA_VERSION
 
     # -- connections ---------------------------------------------------------------
@@ -611,12 +635,38 @@ class EngineCore(Generic[ConnectionT]):
     def _bound_wal(self) -> None:
         """Under the write lock: checkpoint and truncate the WAL if it is past
         ``wal_size_limit`` (see :meth:`_note_commit`)."""
-        if self._wal_size() > self.wal_size_limit:
+        size = self._wal_size()
+        if size > self.wal_size_limit:
+            self.wal_bounds_hit += 1
             # The commit is done: a checkpoint that fails (a full disk, an I/O
             # error) must never turn it into an error its caller would retry.
             # The next look tries again.
+            done = False
             with contextlib.suppress(Exception):
-                self._truncate_wal()
+                done = self._truncate_wal()
+            if done:
+                self.wal_truncations += 1
+            _log.info(
+                "WAL of %s at %d bytes, past its bound of %d: %s",
+                self.path,
+                size,
+                self.wal_size_limit,
+                "checkpointed and truncated" if done else "a transaction was in the way",
+            )
+
+    def figures(self) -> dict[str, int]:
+        """Cheap figures for monitoring, read without touching the file's pages:
+        ``wal_bytes``, ``wal_size_limit``, ``wal_bounds_hit`` and
+        ``wal_truncations`` (since this open), ``readers_opened`` (borrows
+        that found no idle reader) and ``readers_idle``."""
+        return {
+            "wal_bytes": self._wal_size(),
+            "wal_size_limit": int(self.wal_size_limit),
+            "wal_bounds_hit": self.wal_bounds_hit,
+            "wal_truncations": self.wal_truncations,
+            "readers_opened": self._readers.opened,
+            "readers_idle": self._readers.idle,
+        }
 
     def _truncate_wal(self) -> bool:
         """Under the write lock: checkpoint and truncate the WAL, trying for up to

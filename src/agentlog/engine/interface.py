@@ -362,6 +362,11 @@ class MaintenanceEngine(Database, Protocol):
         the largest sessions."""
         ...
 
+    def figures(self) -> dict[str, int]:
+        """Cheap monitoring figures (the WAL's size and bound hits, the reader
+        pool's misses), read without a transaction."""
+        ...
+
     def vacuum(self, max_pages: int | None = None) -> dict[str, Any]:
         """Give free pages back to the file system in bounded steps (a file with
         incremental ``auto_vacuum``); what it did."""

@@ -251,6 +251,15 @@ class SqliteCheckpointer(BaseCheckpointer):
         self._check_open()
         return self._engine.stats()
 
+    def figures(self) -> dict[str, int]:
+        """Cheap figures for monitoring (what agentlog.telemetry's gauges read),
+        without a transaction: ``wal_bytes``, ``wal_size_limit``,
+        ``wal_bounds_hit`` and ``wal_truncations`` since this open,
+        ``readers_opened`` (reads that found no idle connection and opened
+        one) and ``readers_idle``."""
+        self._check_open()
+        return self._engine.figures()
+
     def backup(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """Copy the whole file to the new file ``path``, consistent while writers
         go on, then verify the copy; return its :meth:`stats`.

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from .. import engine_info
 from .source import MAX_PAGE, BadRequest, Source
+from .telemetry import health_figures, metrics_routes
 
 __all__ = ["store_routes"]
 
@@ -158,6 +159,7 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
                 "schema_version": None if found is None else found.get("schema_version"),
                 "check": {"deep": deep, "ok": ok, "detail": detail},
                 "stats": found,
+                "telemetry": health_figures(log),
             }
 
         return _json(await run_in_threadpool(look))
@@ -170,4 +172,5 @@ def store_routes(source: Source, api: Callable[[Handler], Handler]) -> list[Rout
         Route("/api/stores/sessions", id_ordered("sessions", "sessions")),
         Route("/api/stores/sessions/{session_id}", session_snapshot),
         Route("/api/health", health),
+        *metrics_routes(),
     ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -33,6 +34,9 @@ __all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
+
+#: Operators' news of the PostgreSQL driver: retries and their outcomes.
+_log = logging.getLogger("agentlog.postgres")
 
 
 def _fetch(cur: psycopg.Cursor[Any], step: Execute) -> Any:
@@ -144,6 +148,8 @@ class PostgresDatabase:
     ) -> None:
         #: What it was opened with.
         self.options = options
+        #: Reads tried again on another connection after a lost one (for telemetry).
+        self.retries = 0
         self.deadlines = Deadlines(options.client_timeout)
         self.schema = options.schema
         self.read_only = read_only = options.read_only
@@ -250,7 +256,11 @@ class PostgresDatabase:
                         return work(conn)
                 except psycopg.Error as exc:
                     if not read_again(exc, attempt, attempts):
+                        if attempt > 1:
+                            _log.warning("%s failed after %d tries: %s", what, attempt, exc)
                         raise
+                    self.retries += 1
+                    _log.info("%s lost its connection (%s): trying again", what, exc)
         raise AssertionError("unreachable")
 
     def query(

@@ -22,7 +22,14 @@
       el("p", { id: "check", class: check.ok ? "ok" : "error" }, check.ok ? "ok: " : "damaged: ",
         String(check.detail)),
       el("h2", {}, "stats"),
-      found.stats === null ? el("p", { class: "muted" }, "a file store keeps no statistics") : json(found.stats));
+      found.stats === null ? el("p", { class: "muted" }, "a file store keeps no statistics") : json(found.stats),
+      el("h2", {}, "figures"),
+      el("div", { id: "figures" }, found.telemetry.figures === null
+        ? el("p", { class: "muted" }, "this store keeps no monitoring figures") : json(found.telemetry.figures)),
+      el("h2", {}, "metrics"),
+      el("div", { id: "metrics" }, found.telemetry.metrics === null
+        ? el("p", { class: "muted" }, "start agentlog serve with --metrics for /metrics and its figures here")
+        : json(found.telemetry.metrics)));
   }
   deep.addEventListener("click", () => look(true).catch(AL.fail));
   try { await look(false); } catch (e) { AL.fail(e); }

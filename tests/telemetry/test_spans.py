@@ -1,0 +1,325 @@
+"""Spans and metrics of a scripted workload, on SQLite (both engines) and PostgreSQL,
+sync and async, read back from the OpenTelemetry SDK's in-memory exporters."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+
+from agentlog import CheckpointConflictError, SqliteCheckpointer, telemetry
+from agentlog.aio import AsyncSqliteCheckpointer
+from agentlog.events import encode_events
+from agentlog.log.base import BaseCheckpointer
+
+from ..conftest import open_log, require_engine
+from .conftest import Telemetry, make_telemetry
+
+EVENT = {"type": "user", "content": "hello"}
+BACKENDS = ("sqlite-c", "sqlite-python", "postgres")
+SYSTEM = {"sqlite-c": "sqlite", "sqlite-python": "sqlite", "postgres": "postgresql"}
+
+
+def _workload(log: BaseCheckpointer) -> None:
+    """Three appends of two events, a conflict, a keyed append and its repeat, a read."""
+    for _ in range(3):
+        log.append("s1", [EVENT, EVENT])
+    with pytest.raises(CheckpointConflictError):
+        log.append("s1", [EVENT], expected_head=0)
+    log.append("s1", [EVENT], key="k")
+    log.append("s1", [EVENT], key="k")
+    assert len(list(log.read("s1"))) == 7
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_workloads_spans_and_metrics(
+    backend: str, otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    log = open_log(backend, tmp_path, request)
+    try:
+        _workload(log)
+    finally:
+        log.close()
+    system = SYSTEM[backend]
+    appends = otel.spans("append")
+    assert [span.attributes["agentlog.outcome"] for span in appends] == [
+        "ok",
+        "ok",
+        "ok",
+        "conflict",
+        "ok",
+        "repeat",
+    ]
+    for span in appends:
+        assert span.kind is trace.SpanKind.CLIENT
+        assert span.attributes["db.system.name"] == system
+        assert span.attributes["db.operation.name"] == "append"
+        assert span.attributes["agentlog.session.id"] == "s1"
+        assert span.attributes["agentlog.tenant"] == "default"
+    conflict = appends[3]
+    assert conflict.attributes["error.type"] == "CheckpointConflictError"
+    assert conflict.status.status_code is trace.StatusCode.ERROR
+    assert appends[0].status.status_code is trace.StatusCode.UNSET
+    (read,) = otel.spans("read")
+    assert read.attributes["agentlog.events"] == 7
+
+    size = sum(len(data) for _, data in encode_events([EVENT]))
+    assert otel.total("agentlog.events.appended", **{"db.system.name": system}) == 7
+    assert otel.total("agentlog.events.appended.size") == 7 * size
+    assert otel.total("agentlog.events.read") == 7
+    assert otel.total("agentlog.conflicts", **{"db.operation.name": "append"}) == 1
+    duration = "db.client.operation.duration"
+    assert otel.total(duration, **{"agentlog.outcome": "ok", "db.operation.name": "append"}) == 4
+    assert otel.total(duration, **{"agentlog.outcome": "repeat"}) == 1
+    assert otel.total(duration, **{"error.type": "CheckpointConflictError"}) == 1
+    assert otel.total(duration, **{"db.operation.name": "read"}) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_truncate_delete_are_spans(
+    backend: str, otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    log = open_log(backend, tmp_path, request)
+    try:
+        log.append("s1", [EVENT, EVENT, EVENT])
+        log.fork("s1", 2, "s2")
+        log.truncate("s1", 1)
+        log.delete("s2")
+    finally:
+        log.close()
+    names = [span.name for span in otel.spans()]
+    assert names == ["append", "fork", "truncate", "delete"]
+    assert all(span.attributes["agentlog.outcome"] == "ok" for span in otel.spans())
+
+
+def test_ids_are_left_out_unless_asked(tmp_path: Path) -> None:
+    found = make_telemetry()
+    try:
+        with SqliteCheckpointer(tmp_path / "a.db") as log:
+            log.append("personal", [EVENT])
+    finally:
+        telemetry.uninstrument()
+    (span,) = found.spans("append")
+    assert "agentlog.session.id" not in span.attributes
+    assert "agentlog.tenant" not in span.attributes
+
+
+def test_off_means_agentlogs_own_methods(tmp_path: Path) -> None:
+    """Uninstrumented, the operations are the classes' own functions again, and
+    nothing is recorded."""
+    own = BaseCheckpointer.__dict__["append"]
+    found = make_telemetry()
+    assert BaseCheckpointer.__dict__["append"] is not own
+    assert telemetry.instrumented()
+    telemetry.uninstrument()
+    assert not telemetry.instrumented()
+    assert BaseCheckpointer.__dict__["append"] is own
+    with SqliteCheckpointer(tmp_path / "a.db") as log:
+        log.append("s1", [EVENT])
+        assert len(list(log.read("s1"))) == 1
+    assert found.spans() == []
+    assert found.points("agentlog.events.appended") == []
+
+
+def _async_workload(path: Path, engine: str, tracer: trace.Tracer) -> None:
+    async def main() -> None:
+        log = AsyncSqliteCheckpointer(path, engine=engine, synchronous="full")
+        try:
+            with tracer.start_as_current_span("turn"):
+                await asyncio.gather(*(log.append(f"s{i}", [EVENT]) for i in range(4)))
+                await log.truncate("s0", 0)
+                assert [e.seq async for e in log.read("s1")] == [1]
+        finally:
+            await log.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_an_awaited_append_is_a_child_of_its_caller(
+    engine: str, otel: Telemetry, tmp_path: Path
+) -> None:
+    require_engine(engine)
+    tracer = otel.tracer_provider.get_tracer("test")
+    _async_workload(tmp_path / "a.db", engine, tracer)
+    (turn,) = otel.spans("turn")
+    appends = otel.spans("append")
+    assert len(appends) == 4
+    for span in appends:
+        assert span.parent is not None and span.parent.span_id == turn.context.span_id
+        assert span.attributes["agentlog.outcome"] == "ok"
+        # Its span lasts until its commit: it ends after it started, within the turn.
+        assert turn.start_time <= span.start_time <= span.end_time <= turn.end_time
+    (truncate,) = otel.spans("truncate")
+    assert truncate.parent is not None and truncate.parent.span_id == turn.context.span_id
+    (read,) = otel.spans("read")
+    assert read.attributes["agentlog.events"] == 1
+    # Counted once, though the async twin's write ran its sync backend's.
+    assert otel.total("agentlog.events.appended") == 4
+    assert otel.total("db.client.operation.duration", **{"db.operation.name": "truncate"}) == 1
+
+
+def test_the_writer_threads_group_is_a_child_linked_to_its_appends(
+    otel: Telemetry, tmp_path: Path
+) -> None:
+    """On the pure engine (no writer thread of its own) with synchronous="full",
+    appends are grouped by this package's writer thread: its group's span is
+    a child of the first append's span and links every append of the group."""
+    require_engine("python")
+    tracer = otel.tracer_provider.get_tracer("test")
+    _async_workload(tmp_path / "a.db", "python", tracer)
+    groups = otel.spans("commit group")
+    assert groups, "no commit group was traced"
+    appends = {span.context.span_id: span for span in otel.spans("append")}
+    linked = set()
+    for group in groups:
+        assert group.parent is not None and group.parent.span_id in appends
+        ids = {link.context.span_id for link in group.links}
+        assert group.parent.span_id in ids
+        assert len(ids) == group.attributes["agentlog.group.size"]
+        linked |= ids
+        parent = appends[group.parent.span_id]
+        assert parent.start_time <= group.start_time <= group.end_time <= parent.end_time
+    assert linked == set(appends)
+    assert otel.total("agentlog.commit_group.size") == len(groups)
+
+
+def test_postgres_async_spans(
+    otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    request.getfixturevalue("postgres_server")
+    from agentlog.aio import AsyncPostgresCheckpointer
+
+    from ..conftest import postgres_conninfo, postgres_schema
+
+    async def main() -> None:
+        schema = postgres_schema(tmp_path)
+        async with AsyncPostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
+            await log.append("s1", [EVENT, EVENT])
+            with pytest.raises(CheckpointConflictError):
+                await log.append("s1", [EVENT], expected_head=0)
+            assert [e.seq async for e in log.read("s1")] == [1, 2]
+            await log.delete("s1")
+
+    asyncio.run(main())
+    names = [(s.name, s.attributes["agentlog.outcome"]) for s in otel.spans()]
+    assert names == [("append", "ok"), ("append", "conflict"), ("read", "ok"), ("delete", "ok")]
+    assert all(s.attributes["db.system.name"] == "postgresql" for s in otel.spans())
+    assert otel.total("agentlog.events.appended") == 2
+    assert otel.total("agentlog.conflicts") == 1
+
+
+def test_gauges_read_the_engines_figures(otel: Telemetry, tmp_path: Path) -> None:
+    """The WAL's size and bound, the reader pool's misses, read by the gauges."""
+    with SqliteCheckpointer(tmp_path / "a.db", wal_size_limit=4096) as log:
+        for i in range(64):
+            log.append("s1", [{"type": "user", "content": "x" * 512 + str(i)}])
+        list(log.read("s1"))
+        figures = log.figures()
+        assert figures["wal_bounds_hit"] >= 1
+        assert figures["wal_truncations"] >= 1
+        assert otel.total("agentlog.sqlite.wal.bounds_hit") == figures["wal_bounds_hit"]
+        assert otel.total("agentlog.sqlite.wal.checkpoints") == figures["wal_truncations"]
+        assert otel.total("agentlog.sqlite.wal.size") == log.figures()["wal_bytes"]
+        assert otel.total("agentlog.sqlite.readers.opened") >= 1
+
+
+def test_postgres_pool_gauges(
+    otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    log: Any = open_log("postgres", tmp_path, request)
+    try:
+        log.append("s1", [EVENT])
+        states = {
+            p.attributes["state"]: p.value
+            for p in otel.points("agentlog.postgres.pool.connections")
+        }
+        assert set(states) == {"idle", "used", "waiting"}
+        assert states["idle"] + states["used"] >= 1
+        assert otel.total("agentlog.postgres.retries") == 0
+    finally:
+        log.close()
+
+
+def test_a_check_that_finds_damage_is_counted(
+    otel: Telemetry, tmp_path: Path, engine: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "a.db"
+    with SqliteCheckpointer(path, engine=engine) as log:
+        log.append("s1", [EVENT, EVENT])
+        assert log.check_integrity(deep=True) == (True, "ok")
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "UPDATE events SET data = ? WHERE rowid = (SELECT max(rowid) FROM events)",
+        (b'{"type":"user","content":"forged"}',),
+    )
+    conn.commit()
+    conn.close()
+    with SqliteCheckpointer(path, engine=engine) as log:
+        ok, _ = log.check_integrity(deep=True)
+    assert not ok
+    checks = otel.spans("check")
+    assert [span.attributes["agentlog.check.ok"] for span in checks] == [True, False]
+    assert otel.total("agentlog.check.damaged", **{"db.system.name": "sqlite"}) == 1
+    assert any(
+        r.name == "agentlog.telemetry" and "damage" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_a_followers_lag_is_measured(otel: Telemetry, tmp_path: Path, engine: str) -> None:
+    with SqliteCheckpointer(tmp_path / "a.db", engine=engine) as log:
+        log.append("s1", [EVENT, EVENT, EVENT])
+        follower = log.follow("s1")
+        seen = [next(follower).seq for _ in range(3)]
+        follower.close()
+    assert seen == [1, 2, 3]
+    (point,) = otel.points("agentlog.follow.lag")
+    assert point.count == 3
+    assert point.attributes == {"db.system.name": "sqlite"}
+    assert point.min >= 0
+
+
+def test_an_async_followers_lag_is_measured(otel: Telemetry, tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        log = AsyncSqliteCheckpointer(tmp_path / "a.db")
+        try:
+            await log.append("s1", [EVENT, EVENT])
+            seen = []
+            async for event in log.follow("s1"):
+                seen.append(event.seq)
+                if len(seen) == 2:
+                    break
+            return seen
+        finally:
+            await log.aclose()
+
+    assert asyncio.run(main()) == [1, 2]
+    (point,) = otel.points("agentlog.follow.lag")
+    assert point.count == 2
+
+
+def test_the_stores_writes_are_spans(otel: Telemetry, tmp_path: Path) -> None:
+    from agentlog.errors import StorageConflictError
+    from agentlog.storage.sqlite import SqliteStorage
+
+    storage = SqliteStorage.open(tmp_path / "m.db")
+    store = storage.memory
+    try:
+        record = store.put("t1", "ns", "k", {"v": 1}, None)
+        with pytest.raises(StorageConflictError):
+            store.put("t1", "ns", "k", {"v": 2}, record.revision + 5)
+        store.delete("t1", "ns", "k", record.revision)
+    finally:
+        storage.close()
+    found = [(s.name, s.attributes["agentlog.outcome"]) for s in otel.spans()]
+    assert found == [("put memory", "ok"), ("put memory", "conflict"), ("delete memory", "ok")]
+    for span in otel.spans():
+        assert span.attributes["db.system.name"] == "sqlite"
+        assert span.attributes["db.collection.name"] == "memory"
+        assert span.attributes["agentlog.tenant"] == "t1"
+    assert otel.total("agentlog.conflicts", **{"db.collection.name": "memory"}) == 1
