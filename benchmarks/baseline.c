@@ -11,9 +11,16 @@
  *                                                       for each of SESSIONS sessions
  *   baseline DB PAYLOADS scan                           S3: read session "s0" forward
  *   baseline DB PAYLOADS heads                          S4: head() of every session, then list
+ *   baseline DB PAYLOADS min-append SESSIONS BATCH SYNC the same appends on the minimal schema
+ *   baseline DB PAYLOADS min-scan                       the same scan on the minimal schema
  *
  * PAYLOADS is a file of records: u32 type length, type, u32 data length, data.
- * DB must already hold agentlog's schema. Prints one JSON object.
+ * DB must already hold agentlog's schema, except for the min- modes: they write
+ * (and create when missing) the minimal schema, one WITHOUT ROWID events table
+ * keyed by (session, seq) and nothing else, in WAL mode. That is the second
+ * floor: what storing an event costs with no sessions table, no head, no
+ * checksum, so a ratio cannot hide a cost agentlog's schema adds. Prints one
+ * JSON object.
  */
 #define _GNU_SOURCE 1 /* as in the extension, where Python.h sets it first */
 #include <stdint.h>
@@ -197,6 +204,80 @@ static double scan(sqlite3 *db, long *rows) {
     return elapsed;
 }
 
+/* -- the minimal schema: one WITHOUT ROWID table, the caller keeps its heads -- */
+
+#define MIN_SCHEMA "CREATE TABLE IF NOT EXISTS events (session TEXT NOT NULL," \
+    " seq INTEGER NOT NULL, ts REAL NOT NULL, type TEXT NOT NULL, data BLOB NOT NULL," \
+    " PRIMARY KEY (session, seq)) WITHOUT ROWID"
+#define MIN_INSERT "INSERT INTO events (session, seq, ts, type, data) VALUES (?, ?, ?, ?, ?)"
+#define MIN_SCAN "SELECT seq, ts, type, data FROM events WHERE session = ? AND seq > ?" \
+    " ORDER BY seq LIMIT ?"
+
+static void min_schema(sqlite3 *db) {
+    if (sqlite3_exec(db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) != SQLITE_OK
+        || sqlite3_exec(db, MIN_SCHEMA, NULL, NULL, NULL) != SQLITE_OK) {
+        die(db, "minimal schema");
+    }
+}
+
+static double min_append(sqlite3 *db, payload *items, long count, int sessions, int batch) {
+    min_schema(db);
+    sqlite3_stmt *begin = prepare(db, "BEGIN IMMEDIATE"), *commit = prepare(db, "COMMIT");
+    sqlite3_stmt *insert = prepare(db, MIN_INSERT);
+    sqlite3_int64 *heads = calloc((size_t)sessions, sizeof(sqlite3_int64));
+    char name[32];
+    long call = 0;
+    double start = now();
+    for (long i = 0; i < count; i += batch, call++) {
+        int n = (int)(count - i < batch ? count - i : batch);
+        int slot = (int)(call % sessions);
+        int name_len = snprintf(name, sizeof name, "s%d", slot);
+        double ts = (double)time(NULL);
+        run(db, begin);
+        for (int j = 0; j < n; j++) {
+            payload *p = &items[i + j];
+            sqlite3_bind_text(insert, 1, name, name_len, SQLITE_STATIC);
+            sqlite3_bind_int64(insert, 2, ++heads[slot]);
+            sqlite3_bind_double(insert, 3, ts);
+            sqlite3_bind_text(insert, 4, p->type, p->type_len, SQLITE_STATIC);
+            sqlite3_bind_blob(insert, 5, p->data, p->data_len, SQLITE_STATIC);
+            run(db, insert);
+        }
+        run(db, commit);
+    }
+    double elapsed = now() - start;
+    free(heads);
+    return elapsed;
+}
+
+static double min_scan(sqlite3 *db, long *rows) {
+    sqlite3_stmt *st = prepare(db, MIN_SCAN);
+    sqlite3_int64 since = 0, touched = 0;
+    long n = 0;
+    double start = now();
+    for (;;) {
+        sqlite3_bind_text(st, 1, "s0", 2, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, since);
+        sqlite3_bind_int64(st, 3, 1000);
+        long page = 0;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            since = sqlite3_column_int64(st, 0);
+            touched += (sqlite3_int64)sqlite3_column_double(st, 1);
+            touched += sqlite3_column_bytes(st, 2);
+            const char *data = sqlite3_column_blob(st, 3);
+            touched += sqlite3_column_bytes(st, 3) + (data ? data[0] : 0);
+            page++;
+        }
+        sqlite3_reset(st);
+        n += page;
+        if (page < 1000) break;
+    }
+    double elapsed = now() - start;
+    if (touched == 42) fprintf(stderr, "!");  /* keep the reads */
+    *rows = n;
+    return elapsed;
+}
+
 static double list_seconds = 0;
 
 static double heads(sqlite3 *db, long *calls) {
@@ -234,11 +315,13 @@ static double heads(sqlite3 *db, long *calls) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: baseline DB PAYLOADS append|groups|scan|heads [SESSIONS [BATCH] SYNC]\n");
+        fprintf(stderr, "usage: baseline DB PAYLOADS"
+                " append|groups|scan|heads|min-append|min-scan [SESSIONS [BATCH] SYNC]\n");
         return 2;
     }
     sqlite3 *db;
-    if (sqlite3_open_v2(argv[1], &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) die(db, "open");
+    int flags = SQLITE_OPEN_READWRITE | (strcmp(argv[3], "min-append") == 0 ? SQLITE_OPEN_CREATE : 0);
+    if (sqlite3_open_v2(argv[1], &db, flags, NULL) != SQLITE_OK) die(db, "open");
     sqlite3_busy_timeout(db, 5000);
     long count = 0, done = 0;
     double seconds;
@@ -256,6 +339,15 @@ int main(int argc, char **argv) {
         if (sqlite3_exec(db, pragma, NULL, NULL, NULL) != SQLITE_OK) die(db, pragma);
         seconds = groups(db, items, count, atoi(argv[4]));
         done = count;
+    } else if (strcmp(argv[3], "min-append") == 0 && argc == 7) {
+        payload *items = load_payloads(argv[2], &count);
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", argv[6]);
+        if (sqlite3_exec(db, pragma, NULL, NULL, NULL) != SQLITE_OK) die(db, pragma);
+        seconds = min_append(db, items, count, atoi(argv[4]), atoi(argv[5]));
+        done = count;
+    } else if (strcmp(argv[3], "min-scan") == 0) {
+        seconds = min_scan(db, &done);
     } else if (strcmp(argv[3], "scan") == 0) {
         seconds = scan(db, &done);
     } else if (strcmp(argv[3], "heads") == 0) {

@@ -3,11 +3,17 @@
     python -m benchmarks [--quick] [--rounds N] [--json FILE] [--only S1,S3]
 
 Systems: the raw-C baseline (benchmarks/baseline.c compiled against the same
-SQLite the C engine embeds), agentlog's C engine, agentlog's pure engine, and,
-when installed (``pip install -e ".[bench]"``), the OpenAI Agents SDK's
-``SQLiteSession``, LangGraph's ``SqliteSaver`` and ``eventsourcing``. Every
-measurement runs in a fresh process; the table shows medians of the rounds,
-the ratio to raw C in the same run, database bytes per event and peak RSS.
+SQLite the C engine embeds) twice, on agentlog's schema (``raw-c``) and on a
+minimal one, one ``WITHOUT ROWID`` events table and nothing else
+(``raw-c-min``, the floor); agentlog's C engine, agentlog's pure engine;
+short hand-written scripts on the minimal schema (apsw + orjson and stdlib
+sqlite3 + msgspec when installed, and stdlib sqlite3 fetching the payloads as
+bytes with no JSON at all); and, when installed (``pip install -e
+".[bench]"``), the OpenAI Agents SDK's ``SQLiteSession``, LangGraph's
+``SqliteSaver`` and ``eventsourcing``. Every measurement runs in a fresh
+process; replays keep what they read with the cyclic collector on. The table
+shows medians of the rounds, the ratios to both floors in the same run,
+database bytes per event and peak RSS.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from typing import Any
 from benchmarks import systems
 
 AGENTLOG = ("agentlog-c", "agentlog-python")
+#: The floors: raw C on agentlog's schema, and on the minimal schema.
+FLOORS = ("raw-c", "raw-c-min")
+#: The short scripts on the minimal schema that decode (systems.SCRIPTS has all).
+SCRIPTS = ("apsw-orjson", "sqlite3-msgspec")
 PEERS = {"openai-agents": "agents", "langgraph": "langgraph", "eventsourcing": "eventsourcing"}
 #: LangGraph stores the whole history in every checkpoint, so its database
 #: grows with the square of the steps; it runs on as many of the scenario's
@@ -61,8 +71,8 @@ class Scenario:
 def scenarios(quick: bool) -> list[Scenario]:
     k = 1_000
     small, large = (2 * k, 10 * k) if quick else (10 * k, 100 * k)
-    appenders = ("raw-c", *AGENTLOG, *PEERS)
-    readers = ("raw-c", *AGENTLOG, "openai-agents")
+    appenders = (*FLOORS, *AGENTLOG, *SCRIPTS, *PEERS)
+    readers = (*FLOORS, *AGENTLOG, *SCRIPTS, "sqlite3-bytes", "openai-agents")
     return [
         Scenario(
             f"S1 {small // k}k",
@@ -80,7 +90,7 @@ def scenarios(quick: bool) -> list[Scenario]:
                     "S1 append 1/call, 100k",
                     "append",
                     large,
-                    systems=("raw-c", *AGENTLOG),
+                    systems=(*FLOORS, *AGENTLOG),
                 )
             ]
         ),
@@ -90,7 +100,7 @@ def scenarios(quick: bool) -> list[Scenario]:
             "append",
             small if not quick else 200,
             sync="full",
-            systems=("raw-c", *AGENTLOG),
+            systems=(*FLOORS, *AGENTLOG),
         ),
         Scenario(
             f"S2 {large // k}k",
@@ -137,7 +147,7 @@ def scenarios(quick: bool) -> list[Scenario]:
             "replay",
             large,
             decode=True,
-            systems=("raw-c", *AGENTLOG),
+            systems=(*FLOORS, *AGENTLOG),
         ),
         *(
             Scenario(
@@ -253,8 +263,12 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
 def populate(scenario: Scenario, directory: Path, system: str) -> str:
     """A database holding the scenario's events, written by ``system`` (untimed)."""
     owner = "openai-agents" if system == "openai-agents" else "agentlog-python"
+    if system == "raw-c-min" or system in systems.SCRIPTS:
+        owner = "minimal"
     path = directory / f"{scenario.key.replace(' ', '_')}-{owner}.db"
-    if not path.exists():
+    if owner == "minimal" and not path.exists():
+        systems.populate_minimal(str(path), scenario.count)
+    elif not path.exists():
         worker(
             {
                 "system": owner,
@@ -321,7 +335,8 @@ def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]
     for system in scenario.systems:
         cell = Cell(system)
         cells.append(cell)
-        if system in PEERS and not systems.installed(PEERS[system]):
+        needs = PEERS.get(system) or systems.SCRIPTS.get(system)
+        if needs is not None and not systems.installed(needs):
             cell.note = "not installed"
             continue
         if (
@@ -361,11 +376,13 @@ def run_scenario(scenario: Scenario, rounds: int, directory: Path) -> list[Cell]
 
 def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> str:
     lines = [
-        f"{'scenario':<46}{'system':<17}{'rate':>13}{'vs raw C':>10}{'B/event':>9}{'peak MB':>9}",
-        "-" * 104,
+        f"{'scenario':<46}{'system':<17}{'rate':>13}{'vs raw C':>10}{'vs min':>8}"
+        f"{'B/event':>9}{'peak MB':>9}",
+        "-" * 112,
     ]
     for scenario, cells in results:
         raw = next((c.rate for c in cells if c.system == "raw-c" and c.rates), None)
+        floor = next((c.rate for c in cells if c.system == "raw-c-min" and c.rates), None)
         if scenario.kind in ("threads", "async"):
             raw = s1_raw  # concurrent writers are compared with raw C's S1
         for n, cell in enumerate(cells):
@@ -374,6 +391,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
                 lines.append(f"{title:<46}{cell.system:<17}{cell.note:>13}")
                 continue
             ratio = f"{cell.rate / raw:.2f}" if raw and scenario.kind != "sessionstore" else "-"
+            to_floor = f"{cell.rate / floor:.2f}" if floor else "-"
             per_event = (
                 f"{cell.db_bytes / cell.count:.0f}"
                 if scenario.kind in ("append", "threads", "async", "sessionstore") and cell.count
@@ -381,7 +399,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
             )
             rate = f"{cell.rate:,.0f}"
             note = cell.note
-            if scenario.kind == "replay" and cell.system != "raw-c":
+            if scenario.kind == "replay" and cell.system not in FLOORS:
                 note = f"RSS +{cell.rss_growth_kb / 1024:.0f} MB while replaying {note}"
             if cell.list_seconds:
                 note = f"list() of all: {statistics.median(cell.list_seconds) * 1000:.2f} ms {note}"
@@ -392,7 +410,7 @@ def table(results: list[tuple[Scenario, list[Cell]]], s1_raw: float | None) -> s
                     f" load after snapshot {med['load_after_snapshot']:,.0f}/s {note}"
                 )
             lines.append(
-                f"{title:<46}{cell.system:<17}{rate:>13}{ratio:>10}{per_event:>9}"
+                f"{title:<46}{cell.system:<17}{rate:>13}{ratio:>10}{to_floor:>8}{per_event:>9}"
                 f"{cell.peak_rss_kb / 1024:>9.0f}  {note}".rstrip()
             )
         lines.append("")

@@ -89,19 +89,19 @@ def agentlog_async(
 
 
 def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[float, int]:
+    """S3: every event of ``s0`` into a list the caller keeps, the cyclic
+    collector on (as users run it); ``decode`` also reads every payload."""
+    import gc
+
     from agentlog import SqliteCheckpointer
 
+    gc.enable()
     with SqliteCheckpointer(path, engine=engine) as cp:
         start = time.perf_counter()
-        seen = 0
-        if decode:
-            for event in cp.read("s0"):
-                seen += len(event.event)
-        else:
-            for event in cp.read("s0"):
-                seen += event.seq
+        kept = list(cp.read("s0"))
+        seen = sum(len(event.event) for event in kept) if decode else len(kept)
         elapsed = time.perf_counter() - start
-    assert seen > 0
+    assert seen > 0 and len(kept) == count
     return elapsed, count
 
 
@@ -213,6 +213,113 @@ def _raw_c_writing(path: str, events: list[dict[str, Any]], *args: str) -> tuple
     payloads = Path(path + ".payloads")
     write_payloads(payloads, events)
     return raw_c(path, str(payloads), *args)
+
+
+def raw_c_min_append(
+    path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    """The second floor: the same appends on the minimal schema (one WITHOUT
+    ROWID events table, nothing else), which the baseline creates itself."""
+    payloads = Path(path + ".payloads")
+    write_payloads(payloads, events)
+    return raw_c(path, str(payloads), "min-append", str(sessions), str(batch), sync.upper())
+
+
+def populate_minimal(path: str, count: int) -> None:
+    """A minimal-schema database holding session ``s0``'s ``count`` workload
+    events (what the hand-written replays read), written by the baseline."""
+    from benchmarks.workload import events
+
+    raw_c_min_append(path, events(count), 1, 1000, "NORMAL")
+
+
+# -- hand-written scripts on the minimal schema: what a user could write -----------------
+
+#: The hand-written scripts, each with the module it needs (None: the stdlib's).
+SCRIPTS = {"apsw-orjson": "apsw", "sqlite3-msgspec": "msgspec", "sqlite3-bytes": None}
+
+#: The scripts' schema and statements: the minimal schema of benchmarks/baseline.c.
+MIN_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS events (session TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " ts REAL NOT NULL, type TEXT NOT NULL, data BLOB NOT NULL,"
+    " PRIMARY KEY (session, seq)) WITHOUT ROWID"
+)
+MIN_INSERT = "INSERT INTO events (session, seq, ts, type, data) VALUES (?, ?, ?, ?, ?)"
+MIN_SCAN = "SELECT seq, ts, type, data FROM events WHERE session = ? ORDER BY seq"
+
+
+def _script_codec(system: str) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    if system == "apsw-orjson":
+        import orjson
+
+        return orjson.dumps, orjson.loads
+    import msgspec
+
+    return msgspec.json.encode, msgspec.json.decode
+
+
+def _script_connection(system: str, path: str, sync: str) -> Any:
+    if system == "apsw-orjson":
+        import apsw
+
+        conn: Any = apsw.Connection(path)
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {sync.upper()}")
+    return conn
+
+
+def script_append(
+    system: str, path: str, events: list[dict[str, Any]], sessions: int, batch: int, sync: str
+) -> tuple[float, int]:
+    """S1/S2 as a short script would: encode each event, insert the call's
+    events into the minimal schema in one ``BEGIN IMMEDIATE`` transaction."""
+    dumps, _ = _script_codec(system)
+    conn = _script_connection(system, path, sync)
+    conn.execute(MIN_SCHEMA)
+    heads = [0] * sessions
+    names = [f"s{n}" for n in range(sessions)]
+    start = time.perf_counter()
+    for call, i in enumerate(range(0, len(events), batch)):
+        slot = call % sessions
+        ts = time.time()
+        rows = []
+        for event in events[i : i + batch]:
+            heads[slot] += 1
+            rows.append((names[slot], heads[slot], ts, event["type"], dumps(event)))
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(MIN_INSERT, rows)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed, len(events)
+
+
+def script_replay(system: str, path: str, count: int, decode: bool) -> tuple[float, int]:
+    """S3 as a short script would: one query, each row a tuple
+    ``(seq, ts, type, event)`` with the event decoded (``sqlite3-bytes``:
+    the payload left as bytes, no JSON at all), kept in a list, collector on."""
+    import gc
+
+    gc.enable()
+    loads = None if system == "sqlite3-bytes" else _script_codec(system)[1]
+    conn = _script_connection("sqlite3" if loads is None else system, path, "normal")
+    start = time.perf_counter()
+    if loads is None:
+        kept = conn.execute(MIN_SCAN, ("s0",)).fetchall()
+        seen = sum(len(row[3]) for row in kept) if decode else len(kept)
+    else:
+        kept = [
+            (seq, ts, kind, loads(data)) for seq, ts, kind, data in conn.execute(MIN_SCAN, ("s0",))
+        ]
+        seen = sum(len(row[3]) for row in kept) if decode else len(kept)
+    elapsed = time.perf_counter() - start
+    conn.close()
+    assert seen > 0 and len(kept) == count
+    return elapsed, count
 
 
 # -- peers, when installed ---------------------------------------------------------------

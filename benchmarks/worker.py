@@ -81,6 +81,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         args = (path, data, spec["sessions"], spec["batch"], spec["sync"])
         run = {
             "raw-c": lambda: systems.raw_c_append(*args),
+            "raw-c-min": lambda: systems.raw_c_min_append(*args),
+            "apsw-orjson": lambda: systems.script_append("apsw-orjson", *args),
+            "sqlite3-msgspec": lambda: systems.script_append("sqlite3-msgspec", *args),
             "agentlog-c": lambda: systems.agentlog_append("c", *args),
             "agentlog-python": lambda: systems.agentlog_append("python", *args),
             "openai-agents": lambda: systems.openai_append(*args),
@@ -103,6 +106,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     elif kind == "replay":
         if system == "raw-c":
             run = lambda: systems.raw_c(path, "-", "scan")  # noqa: E731
+        elif system == "raw-c-min":
+            run = lambda: systems.raw_c(path, "-", "min-scan")  # noqa: E731
+        elif system in systems.SCRIPTS:
+            run = lambda: systems.script_replay(system, path, spec["count"], spec["decode"])  # noqa: E731
         elif system == "openai-agents":
             run = lambda: systems.openai_replay(path, spec["count"], spec["decode"])  # noqa: E731
         elif spec["heap"]:
@@ -136,14 +143,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         seconds, count, list_seconds = heads()
     else:
         seconds, count = run()
-    who = resource.RUSAGE_CHILDREN if system == "raw-c" else resource.RUSAGE_SELF
+    child = system.startswith("raw-c")
+    who = resource.RUSAGE_CHILDREN if child else resource.RUSAGE_SELF
     peak = peak_rss_kb(who)
     return {
         "seconds": seconds,
         "count": count,
         "db_bytes": db_bytes(path),
         "peak_rss_kb": peak,
-        "rss_growth_kb": max(0, peak - before) if system != "raw-c" else 0,
+        "rss_growth_kb": max(0, peak - before) if not child else 0,
         "list_seconds": list_seconds,
     }
 

@@ -20,7 +20,7 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
     only = "S1 2k,S3 2k,S4,S5 4t"
     run = run_benchmark(tmp_path, "-m", "benchmarks", "--quick", "--only", only, "--json", str(out))
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "vs raw C" in run.stdout
+    assert "vs raw C" in run.stdout and "vs min" in run.stdout
     results = json.loads(out.read_text())["results"]
     assert [r["scenario"]["key"] for r in results] == ["S1 2k", "S3 2k", "S4 head()", "S5 4t 10k"]
     for result in results:
@@ -28,6 +28,12 @@ def test_quick_benchmark_prints_a_table_and_json(tmp_path: Path) -> None:
         for system in ("raw-c", "agentlog-python", *(["agentlog-c"] if "c" in AVAILABLE else [])):
             assert cells[system]["rate"] > 0, (result["scenario"]["key"], system, cells[system])
             assert cells[system]["peak_rss_kb"] > 0
+    by_key = {r["scenario"]["key"]: {c["system"]: c for c in r["cells"]} for r in results}
+    # The second floor, on the minimal schema, beside appends and replays; the
+    # replay's bar of payloads fetched as bytes with no JSON at all.
+    for key in ("S1 2k", "S3 2k"):
+        assert by_key[key]["raw-c-min"]["rate"] > 0, by_key[key]["raw-c-min"]
+    assert by_key["S3 2k"]["sqlite3-bytes"]["rate"] > 0, by_key["S3 2k"]["sqlite3-bytes"]
 
 
 def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
