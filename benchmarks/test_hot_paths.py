@@ -16,6 +16,7 @@ The test command runs them once with ``--benchmark-disable``, as plain tests.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,35 @@ def _async_rounds(benchmark: Any, path: Path, engine: str, *, follow: bool) -> N
 
 async def _open(path: Path, engine: str) -> AsyncSqliteCheckpointer:
     return AsyncSqliteCheckpointer(path, engine=engine)
+
+
+def test_growth_runs_at_tiny_sizes(tmp_path: Path) -> None:
+    """benchmarks/growth.py end to end at tiny sizes: a row per size, a
+    sessions row, every figure a positive number, and the plot drawn."""
+    pytest.importorskip("matplotlib")
+    from benchmarks import growth
+
+    out, png = tmp_path / "growth.json", tmp_path / "growth.png"
+    growth.main(
+        [
+            "--sizes",
+            "300,1200",
+            "--sessions",
+            "50",
+            "--probes",
+            "3",
+            "--dir",
+            str(tmp_path),
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
+    result = json.loads(out.read_text())
+    assert [row["events"] for row in result["events"]] == [300, 1200]
+    assert [row["sessions"] for row in result["events"]] == [1, 2]
+    assert result["sessions"]["sessions"] == 50
+    for row in [*result["events"], result["sessions"]]:
+        assert all(row[name] > 0 for name in (*growth.FIGURES, "bytes_per_event"))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -18,6 +18,7 @@ try:
         empty_checkpoint,
     )
     from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
@@ -38,6 +39,7 @@ __all__ = [
     "DeltaChannel",
     "HumanMessage",
     "InMemorySaver",
+    "JsonPlusSerializer",
     "RunnableConfig",
     "SqliteSaver",
     "empty_checkpoint",

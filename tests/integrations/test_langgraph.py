@@ -25,6 +25,7 @@ from .langgraph_api import (
     Checkpoint,
     CheckpointTuple,
     DeltaChannel,
+    JsonPlusSerializer,
     RunnableConfig,
     empty_checkpoint,
 )
@@ -419,3 +420,95 @@ def test_get_next_version_increases(tmp_path: Path) -> None:
         assert saver.get_next_version("00000000000000000000000000000007.0.5", None) == (
             "00000000000000000000000000000008.0"
         )
+
+
+# -- the state a saver just wrote: kept, never stale ------------------------------
+
+
+class CountingSerde(JsonPlusSerializer):
+    """LangGraph's serializer, keeping what each decode returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoded: list[Any] = []
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        value = super().loads_typed(data)
+        self.decoded.append(value)
+        return value
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_get_after_put_decodes_no_list(tmp_path: Path, engine: str, kind: str) -> None:
+    """The latest checkpoint this saver put comes back from memory: its growing
+    list (the messages of a chat) is not decoded again, on either saver."""
+    serde = CountingSerde()
+    path = tmp_path / "tip.db"
+    loop = asyncio.new_event_loop()
+    saver: AgentlogSaver | AsyncAgentlogSaver
+    if kind == "sync":
+        saver = AgentlogSaver(path, engine=engine, serde=serde)
+    else:
+        saver = AsyncAgentlogSaver(path, engine=engine, serde=serde)
+    try:
+        face = Face(saver, None if kind == "sync" else loop)
+        stored = chain(face, "t", 5)
+        serde.decoded.clear()
+        got = face.get(config("t"))
+        assert got is not None and got.config == stored[-1]
+        assert got.checkpoint["channel_values"] == {
+            "items": [f"item {i}" for i in range(5)],
+            "step": 4,
+        }
+        assert not [v for v in serde.decoded if isinstance(v, list)]
+        # An older checkpoint is rebuilt from the log, as before.
+        old = face.get(stored[1])
+        assert old is not None and old.checkpoint["channel_values"]["items"] == ["item 0", "item 1"]
+        assert [v for v in serde.decoded if isinstance(v, list)]
+    finally:
+        if isinstance(saver, AsyncAgentlogSaver):
+            loop.run_until_complete(saver.aclose())
+        else:
+            saver.close()
+        loop.close()
+
+
+def test_kept_state_is_handed_out_as_a_copy(tmp_path: Path, engine: str) -> None:
+    with AgentlogSaver(tmp_path / "copy.db", engine=engine) as saver:
+        face = Face(saver, None)
+        chain(face, "t", 3)
+        first = face.get(config("t"))
+        assert first is not None
+        first.checkpoint["channel_values"]["items"].append("changed by the caller")
+        first.checkpoint["channel_values"]["step"] = -1
+        again = face.get(config("t"))
+        assert again is not None
+        assert again.checkpoint["channel_values"] == {
+            "items": ["item 0", "item 1", "item 2"],
+            "step": 2,
+        }
+
+
+def test_kept_state_yields_to_another_savers_rewrite(tmp_path: Path, engine: str) -> None:
+    """Another saver deletes the thread and writes it anew to the same head:
+    the first saver's kept state is of another incarnation and is not used."""
+    path = tmp_path / "rewrite.db"
+    with AgentlogSaver(path, engine=engine) as a, AgentlogSaver(path, engine=engine) as b:
+        fa, fb = Face(a, None), Face(b, None)
+        chain(fa, "t", 3)
+        fb.delete_thread("t")
+        parent = config("t")
+        for step in range(3):
+            cp = checkpoint({"items": ["b"] * (step + 1), "step": 10 + step}, {"items": step + 1})
+            cp["channel_versions"]["step"] = step + 1
+            parent = fb.put(parent, cp, {"by": "b"}, {"items": step + 1, "step": step + 1})
+        assert a.log.head(lg.session_id_for("t", "")) == b.log.head(lg.session_id_for("t", ""))
+        got = fa.get(config("t"))
+        assert got is not None
+        assert got.checkpoint["channel_values"] == {"items": ["b", "b", "b"], "step": 12}
+        # A step by a third writer (a new child of b's latest) is seen by a too.
+        cp = checkpoint({"items": ["b", "b", "b", "c"], "step": 13}, {"items": 4, "step": 4})
+        child = fb.put(parent, cp, {"by": "b"}, {"items": 4, "step": 4})
+        got = fa.get(config("t"))
+        assert got is not None and got.config == child
+        assert got.checkpoint["channel_values"]["items"] == ["b", "b", "b", "c"]

@@ -56,6 +56,13 @@ RETRIES = 64
 _INDEX_CACHE = 64
 
 
+def _raw_of(
+    raw: dict[str, tuple[str, str]], lists: dict[str, builtins.list[Any]]
+) -> dict[str, tuple[str, str]]:
+    """The stored form of the values that are not lists (a list is kept as its elements)."""
+    return {k: v for k, v in raw.items() if k not in lists}
+
+
 class Core:
     """Planning, indexing and rebuilding; the savers only append and await."""
 
@@ -217,12 +224,14 @@ class Core:
             chain.reverse()
         values: dict[str, Any] = {}
         sizes: dict[str, int] = {}
+        raw: dict[str, tuple[str, str]] = {}
         for ev in chain:
             for channel, blob in ev["v"].items():
                 tag = blob[0]
                 if tag == "e":
                     values.pop(channel, None)
                     sizes.pop(channel, None)
+                    raw.pop(channel, None)
                     continue
                 data = as_bytes(blob[2])
                 value = self.serde.loads_typed((blob[1], data))
@@ -235,8 +244,9 @@ class Core:
                 else:
                     values[channel] = value
                     sizes[channel] = len(data)
+                    raw[channel] = (blob[1], blob[2])
         lists = {k: list(v) for k, v in values.items() if type(v) is list}
-        return ChannelState(seq, values, sizes, root, lists)
+        return ChannelState(seq, values, sizes, root, lists, raw=_raw_of(raw, lists))
 
     def tuple_at(
         self,
@@ -251,8 +261,10 @@ class Core:
         copy a crash kept from getting its thread event)."""
         thread = thread_id if thread_id is not None else sess.thread_id
         info = sess.info[seq]
-        values = self.state(sess, seq, cache).values
         ev = cache[seq] if cache is not None and seq in cache else self._event(sess.sid, seq)
+        values = self._tip_values(sess, seq, ev)
+        if values is None:
+            values = self.state(sess, seq, cache).values
         body = cast(dict[str, Any], self.loads(*ev["ck"]))
         versions = body.get("channel_versions") or {}
         body["channel_values"] = {k: values[k] for k in versions if k in values}
@@ -264,6 +276,35 @@ class Core:
             parent_config=tuple_config(thread, sess.ns, parent) if parent else None,
             pending_writes=self.pending_writes(sess, info.id),
         )
+
+    def _tip_values(
+        self, sess: SessionIndex, seq: int, ev: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The values of the checkpoint at ``seq`` from the state this saver
+        last wrote, when that is it (else None: rebuild from the log).
+
+        The caller has checked the session's head against the log; ``ev``,
+        the event at ``seq`` as the log holds it now, must also be the one
+        indexed (same incarnation, same end offset), so a session another
+        writer deleted and rewrote is never answered from memory. Lists are
+        handed out as fresh lists of the elements put (LangGraph's reducers
+        make new messages, never change one in place), other values decoded
+        afresh from their stored bytes (small: the lists are the state)."""
+        tip = sess.tip
+        info = sess.info[seq]
+        if tip is None or tip.seq != seq or ev.get("e") != sess.epoch or ev.get("o") != info.end:
+            return None
+        values: dict[str, Any] = {}
+        for k in tip.values:
+            items = tip.lists.get(k)
+            if items is not None:
+                values[k] = list(items)
+                continue
+            stored = tip.raw.get(k)
+            if stored is None:
+                return None
+            values[k] = self.loads(*stored)
+        return values
 
     def metadata(self, info: CheckpointInfo) -> CheckpointMetadata:
         if info.metadata_typed is not None:
@@ -458,12 +499,15 @@ class Core:
             )
             event["v"] = blobs
             event["o"] = off + event_size(event)
-            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions))
+            raw = _raw_of({k: (b[1], b[2]) for k, b in blobs.items()}, lists)
+            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions), raw)
         values = dict(parent.values)
         sizes = dict(parent.sizes)
         lists = dict(parent.lists)
+        raw = dict(parent.raw)
         blobs = {}
         for k in self._changed(sess, parent, versions, new_versions):
+            raw.pop(k, None)
             if k not in incoming:
                 blobs[k] = ["e"]
                 values.pop(k, None)
@@ -482,10 +526,12 @@ class Core:
                 lists[k] = list(value)
             else:
                 lists.pop(k, None)
+                raw[k] = (blobs[k][1], blobs[k][2])
         for k in [k for k in values if k not in versions]:
             del values[k]
             sizes.pop(k, None)
             lists.pop(k, None)
+            raw.pop(k, None)
         event = self._ckpt_event(
             sess, seq, ck_kind, ck_data, checkpoint, parent_id, parent.seq, parent.root, stored_meta
         )
@@ -502,9 +548,10 @@ class Core:
             event["v"] = full
             size = event_size(event)
             event["o"] = off + size
-            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions))
+            raw = _raw_of({k: (b[1], b[2]) for k, b in full.items()}, lists)
+            return event, ChannelState(seq, values, sizes, seq, lists, dict(versions), raw)
         event["o"] = off + size
-        return event, ChannelState(seq, values, sizes, parent.root, lists, dict(versions))
+        return event, ChannelState(seq, values, sizes, parent.root, lists, dict(versions), raw)
 
     def _changed(
         self,

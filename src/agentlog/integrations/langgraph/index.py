@@ -37,6 +37,9 @@ class ChannelState:
     lists: dict[str, list[Any]] = field(default_factory=dict)
     # The checkpoint's channel versions, when known without a read.
     versions: dict[str, Any] | None = None
+    # For the other values: their stored ``(kind, text)``, to hand out a
+    # fresh copy without reading the log (see ``Core.tuple_at``).
+    raw: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass
