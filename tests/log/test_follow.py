@@ -6,12 +6,14 @@ stepped by hand."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from agentlog import (
     CheckpointerClosedError,
     FileCheckpointer,
     MemoryCheckpointer,
+    RawEvent,
     SessionTruncatedError,
     SqliteCheckpointer,
     StoredEvent,
@@ -28,10 +31,13 @@ from agentlog.log import CommitSignal
 from agentlog.log.follow import (
     TOKEN,
     Deliver,
+    Expected,
     Look,
     Wait,
     anchor_of,
     anchored_page,
+    anchored_read,
+    budget_step,
     follow_steps,
     has_new_events,
 )
@@ -325,6 +331,145 @@ def test_every_look_checks_the_event_at_the_cursor_against_its_anchor() -> None:
     assert "appended to again" in str(raised.value)
     assert anchored_page("s", 5, None, [handed, after], 6) == [handed, after]
     assert anchored_page("s", 5, anchor_of(handed), [after], 6) == [after]  # 5 was pruned
+
+
+def raw(seq: int, size: int, ts: float = 1.0) -> RawEvent:
+    return RawEvent(seq, seq - 1 or None, ts, "user", b"x" * size)
+
+
+def test_a_byte_budget_sizes_each_look_by_the_largest_event_delivered() -> None:
+    """With ``max_bytes`` the first look asks for one event, each later one for
+    as many as the budget holds at the largest event delivered so far."""
+    steps = follow_steps(0, lambda: 0, lambda: None, max_bytes=1000)
+    assert next(steps) == Look(0, None, 1)
+    first = [raw(1, 300)]
+    assert steps.send(("t", first)) == Deliver(first)
+    assert steps.send(None) == Look(1, anchor_of(first[0]), 3)  # 1000 // 300
+    second = [raw(2, 100), raw(3, 600), raw(4, 100)]
+    assert steps.send(("t", second)) == Deliver(second)
+    assert steps.send(None) == Look(4, anchor_of(second[-1]), 1)  # 1000 // 600
+    big = [raw(5, 5000)]  # larger than the budget: still one at a time
+    assert steps.send(("t", big)) == Deliver(big)
+    assert steps.send(None) == Look(5, anchor_of(big[0]), 1)
+    unbudgeted = follow_steps(0, lambda: 0, lambda: None)
+    assert next(unbudgeted) == Look(0, None, None)  # the port's own page size
+
+
+def test_the_budget_arithmetic_and_the_read_it_sizes() -> None:
+    assert budget_step(1000, 0) == 1  # nothing seen yet: one event
+    assert budget_step(1000, 300) == 3
+    assert budget_step(1000, 300, cap=2) == 2
+    assert budget_step(10, 300) == budget_step(-5, 300) == 1  # always one at least
+    assert anchored_read(5, 1000) == (4, 1001)  # the cursor's event, then a page
+    assert anchored_read(5, 1000, 3) == (4, 4)
+    assert anchored_read(0, 1000, 3) == (0, 3)
+    assert anchored_read(5, 2, 50) == (4, 3)  # the port's page size caps a limit
+
+
+def test_an_expected_check_stands_for_a_resumed_followers_anchor() -> None:
+    """A follower resuming at a seq it saw checks the event there with its own
+    ``expect`` on the first look (and on each until it delivers), not with an
+    anchor taken from the session as it is now."""
+    seen = raw(3, 10, ts=1.0)
+    again = raw(3, 10, ts=2.0)  # the same bytes, appended again after a truncate
+
+    def same(event: RawEvent) -> bool:
+        return event.ts == seen.ts
+
+    steps = follow_steps(3, lambda: 0, lambda: None, expect=same)
+    look = next(steps)
+    assert look == Look(3, Expected(same), None)
+    assert look.anchor is not None
+    assert steps.send(("t", [])) == Wait(0)  # nothing new: the check stays
+    assert steps.send(True) == look
+    after = [raw(4, 10)]
+    assert anchored_page("s", 3, look.anchor, [seen, *after], 4) == after
+    with pytest.raises(SessionTruncatedError) as raised:
+        anchored_page("s", 3, look.anchor, [again, *after], 4)
+    assert raised.value.rewritten and raised.value.seq == 3
+    assert anchored_page("s", 3, look.anchor, after, 4) == after  # 3 was pruned
+    assert steps.send(("t", after)) == Deliver(after)
+    assert steps.send(None) == Look(4, anchor_of(after[0]), None)  # then anchors again
+    # From 0 there is nothing to check.
+    assert next(follow_steps(0, lambda: 0, lambda: None, expect=same)) == Look(0)
+
+
+def open_async(kind: str, log: BaseCheckpointer, location: Path) -> Any:
+    """The async twin of ``log``'s backend, and a record of how many events
+    each of its follower's reads asked for."""
+    if kind == "postgres":
+        from agentlog.aio import AsyncPostgresCheckpointer
+
+        log.close()
+        found: Any = AsyncPostgresCheckpointer(
+            postgres_conninfo(), schema=postgres_schema(location)
+        )
+        scan = found._checked_scan
+
+        async def counted(page_of: Any, session_id: str, start: int, count: int) -> Any:
+            found.asked.append(count)
+            return await scan(page_of, session_id, start, count)
+
+        found._checked_scan = counted
+    else:
+        from agentlog.aio import AsyncBaseCheckpointer
+
+        found = AsyncBaseCheckpointer(log)
+        page = found._port.follow_json_page
+
+        def counted_page(
+            session_id: str, after: int, anchor: Any, limit: int | None = None
+        ) -> list[RawEvent]:
+            found.asked.append(1000 if limit is None else limit)
+            return page(session_id, after, anchor, limit)
+
+        found._port.follow_json_page = counted_page
+    found.asked = []
+    return found
+
+
+def test_follow_json_reads_within_its_byte_budget_and_checks_a_resumed_event(
+    kind: str, tmp_path: Path
+) -> None:
+    """Every async twin: ``follow_json(max_bytes=)`` reads one event, then as
+    many as the budget holds at the largest seen (never a page of a
+    thousand); ``expect`` ends a resumed follower whose event at its seq is
+    another one now (truncated, appended again) with a rewritten
+    :class:`SessionTruncatedError`, and passes one whose event is the same."""
+    events = [{"type": "user", "content": f"{n:03}" + "x" * 80} for n in range(9)]
+
+    async def main(log: Any) -> None:
+        await log.append("s", events)
+        budget = 250  # two of these events (about 110 bytes of JSON each)
+        got = []
+        async for event in log.follow_json("s", max_bytes=budget, poll_interval=0.05):
+            got.append(event)
+            if len(got) == len(events):
+                break
+        assert [e.seq for e in got] == list(range(1, 10))
+        # One event, then two at a time (a PostgreSQL read counts the
+        # cursor's event too); a follower without a budget asks for 1000.
+        assert log.asked[0] == 1 and max(log.asked) <= 3, log.asked
+        at_5 = got[4]
+
+        def same(event: RawEvent) -> bool:
+            return (event.ts, event.json) == (at_5.ts, at_5.json)
+
+        resumed = log.follow_json("s", 5, expect=same, poll_interval=0.05)
+        assert (await resumed.__anext__()).seq == 6
+        await resumed.aclose()
+        await log.truncate("s", 4)
+        await log.append("s", events[4:])  # the same payload at seq 5, appended again
+        rewritten = log.follow_json("s", 5, expect=same, poll_interval=0.05)
+        with pytest.raises(SessionTruncatedError) as raised:
+            await rewritten.__anext__()
+        assert raised.value.rewritten and raised.value.seq == 5
+        with pytest.raises(ValueError, match="max_bytes"):
+            log.follow_json("s", max_bytes=0)
+        await log.aclose()
+
+    with open_log(kind, tmp_path) as base:
+        asyncio.run(main(open_async(kind, base, tmp_path)))
 
 
 def test_every_look_checks_the_cursor_against_the_head() -> None:

@@ -52,7 +52,7 @@ from ..log import (
     WriterPort,
     follow_pages_async,
 )
-from ..log.follow import Anchor, wake, woken_or_timed_out
+from ..log.follow import Anchor, Expected, wake, woken_or_timed_out
 from .face import AsyncLogFace
 from .handle import AsyncSession
 from .writer import Closing, Job, LoopChannel, Writer, off_loop, outcome, settle
@@ -89,12 +89,13 @@ def _take(events: Iterator[_E], count: int) -> tuple[builtins.list[_E], Exceptio
 
 def _follow_step(
     port: WriterPort,
-    page: Callable[[str, int, Anchor | None], builtins.list[_E]],
+    page: Callable[[str, int, Anchor | Expected | None, int | None], builtins.list[_E]],
     session_id: str,
     last: int,
-    anchor: Anchor | None,
+    anchor: Anchor | Expected | None,
+    limit: int | None,
 ) -> tuple[Any, builtins.list[_E]]:
-    return port.change_token(session_id), page(session_id, last, anchor)
+    return port.change_token(session_id), page(session_id, last, anchor, limit)
 
 
 class _LoopWaker:
@@ -423,16 +424,25 @@ class AsyncBaseCheckpointer(AsyncLogFace):
         return self._follow(session_id, since_seq, poll_interval, self._port.follow_page)
 
     def _face_follow_json(
-        self, session_id: str, since_seq: int, poll_interval: float
+        self,
+        session_id: str,
+        since_seq: int,
+        poll_interval: float,
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncIterator[RawEvent]:
-        return self._follow(session_id, since_seq, poll_interval, self._port.follow_json_page)
+        return self._follow(
+            session_id, since_seq, poll_interval, self._port.follow_json_page, max_bytes, expect
+        )
 
     async def _follow(
         self,
         session_id: str,
         since_seq: int,
         poll_interval: float,
-        read_page: Callable[[str, int, Anchor | None], builtins.list[_E]],
+        read_page: Callable[[str, int, Anchor | Expected | None, int | None], builtins.list[_E]],
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncGenerator[_E, None]:
         self._check_open()
         backend = self._backend
@@ -445,15 +455,18 @@ class AsyncBaseCheckpointer(AsyncLogFace):
         port = AsyncFollowPort(
             check_open=self._check_open,
             mark=lambda: signal.count,
-            look=lambda after, anchor: self._read(
-                functools.partial(_follow_step, self._port, read_page, session_id, after, anchor)
+            look=lambda after, anchor, limit: self._read(
+                functools.partial(
+                    _follow_step, self._port, read_page, session_id, after, anchor, limit
+                )
             ),
             token=lambda: self._read(functools.partial(self._port.change_token, session_id)),
             wait=lambda mark: waker.wait(mark, poll_interval),
         )
         try:
             # Closed when this generator is: no finalizer task is left to close it.
-            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+            follower = follow_pages_async(port, last, max_bytes=max_bytes, expect=expect)
+            async with contextlib.aclosing(follower) as pages:
                 async for page in pages:
                     for event in page:
                         yield event

@@ -10,7 +10,7 @@ how it appends, lists and follows.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Literal, overload
 
 from ..errors import CheckpointerClosedError
@@ -100,11 +100,30 @@ class AsyncLogFace(AsyncClosable):
         since_seq: int = 0,
         *,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncIterator[RawEvent]:
         """:meth:`follow`, each event's JSON as stored, not decoded (see
         :meth:`agentlog.BaseCheckpointer.read_json`): what a server passing
-        a live session on (a Server-Sent Events tail) writes out as it is."""
-        return self._face_follow_json(session_id, since_seq, poll_interval)
+        a live session on (a Server-Sent Events tail) writes out as it is.
+
+        ``max_bytes`` bounds what one read holds: the first read takes one
+        event, each later one as many as ``max_bytes`` of stored JSON hold at
+        the largest event seen so far (one at least), so a follower of
+        events of tens of megabytes holds one at a time. ``expect``, for a
+        reader resuming after ``since_seq``, checks the event at
+        ``since_seq`` (called on a worker thread): when it returns False
+        (that event is not the one the reader saw: the session was
+        truncated and appended to again) the follower raises
+        :class:`SessionTruncatedError` with ``rewritten`` set, as it does
+        for a rewrite under it."""
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+        ):
+            raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes!r}")
+        if expect is not None and not callable(expect):
+            raise TypeError(f"expect must be callable or None, got {type(expect).__name__}")
+        return self._face_follow_json(session_id, since_seq, poll_interval, max_bytes, expect)
 
     def _face_follow(
         self, session_id: str, since_seq: int, poll_interval: float
@@ -113,7 +132,12 @@ class AsyncLogFace(AsyncClosable):
         raise NotImplementedError
 
     def _face_follow_json(
-        self, session_id: str, since_seq: int, poll_interval: float
+        self,
+        session_id: str,
+        since_seq: int,
+        poll_interval: float,
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncIterator[RawEvent]:
         """The follower :meth:`follow_json` returns (its arguments unchecked)."""
         raise NotImplementedError

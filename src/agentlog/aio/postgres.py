@@ -81,7 +81,7 @@ from ..log import (
     has_new_events,
     listings,
 )
-from ..log.follow import Anchor, anchored_page, anchored_read, wake, woken_or_timed_out
+from ..log.follow import Anchor, Expected, anchored_page, anchored_read, wake, woken_or_timed_out
 from ..log.postgres import PostgresCheckpointer
 from ..storage.postgres import PostgresStorage
 from .face import AsyncLogFace
@@ -547,12 +547,25 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         return self._follow(operations.checked_page, session_id, since_seq, poll_interval)
 
     def _face_follow_json(
-        self, session_id: str, since_seq: int, poll_interval: float
+        self,
+        session_id: str,
+        since_seq: int,
+        poll_interval: float,
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncIterator[RawEvent]:
-        return self._follow(operations.checked_json_page, session_id, since_seq, poll_interval)
+        return self._follow(
+            operations.checked_json_page, session_id, since_seq, poll_interval, max_bytes, expect
+        )
 
     async def _follow(
-        self, page_of: _PageOf[_E], session_id: str, since_seq: int, poll_interval: float
+        self,
+        page_of: _PageOf[_E],
+        session_id: str,
+        since_seq: int,
+        poll_interval: float,
+        max_bytes: int | None = None,
+        expect: Callable[[RawEvent], bool] | None = None,
     ) -> AsyncIterator[_E]:
         """The events ``page_of`` reads as they are committed (the arguments
         checked on the first look, as a generator's are)."""
@@ -562,16 +575,19 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         poll_interval = check_poll_interval(poll_interval)
         key = notify_key(self._tenant, session_id)
 
-        async def look(after: int, anchor: Anchor | None) -> tuple[Hashable, builtins.list[_E]]:
+        async def look(
+            after: int, anchor: Anchor | Expected | None, limit: int | None
+        ) -> tuple[Hashable, builtins.list[_E]]:
             token = await self._change_token(session_id, key)
             head = await self.head(session_id)
             if not has_new_events(session_id, after, head) and after == 0:
                 return token, []
-            start, limit = anchored_read(after, _PAGE)
+            start, count = anchored_read(after, _PAGE, limit)
             try:  # from the event at the cursor, to check it (follow.anchored_page)
-                read = await self._checked_scan(page_of, session_id, start, limit)
+                read = await self._checked_scan(page_of, session_id, start, count)
             except EventsPrunedError:  # it was pruned, so never appended again
-                return token, await self._checked_scan(page_of, session_id, after, _PAGE)
+                page_size = count - (after - start)
+                return token, await self._checked_scan(page_of, session_id, after, page_size)
             return token, anchored_page(session_id, after, anchor, read, head)
 
         async def wait(mark: int) -> bool:
@@ -587,7 +603,8 @@ class AsyncPostgresCheckpointer(AsyncLogFace):
         )
         self._watch(key)
         try:
-            async with contextlib.aclosing(follow_pages_async(port, last)) as pages:
+            follower = follow_pages_async(port, last, max_bytes=max_bytes, expect=expect)
+            async with contextlib.aclosing(follower) as pages:
                 async for page in pages:
                     for event in page:
                         yield event

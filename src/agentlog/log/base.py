@@ -56,6 +56,7 @@ from ..events import (
 from ..lifecycle import Closable
 from .follow import (
     Anchor,
+    Expected,
     FollowPort,
     anchored_page,
     anchored_read,
@@ -361,9 +362,7 @@ class BaseCheckpointer(Closable, ABC):
             try_read=self._try_read,
             change_token=self._checked_change_token,
             follow_page=self._follow_page,
-            follow_json_page=lambda session_id, after, anchor: self._follow_page(
-                session_id, after, anchor, self._scan_json
-            ),
+            follow_json_page=self._follow_json_page,
         )
 
     def _append_completions(self) -> AppendCompletions | None:
@@ -656,29 +655,36 @@ class BaseCheckpointer(Closable, ABC):
         self._check_open()
         return self._change_token(check_session_id(session_id))
 
-    @overload
-    def _follow_page(
-        self, session_id: str, after_seq: int, anchor: Anchor | None = None
-    ) -> builtins.list[StoredEvent]: ...
-
-    @overload
     def _follow_page(
         self,
         session_id: str,
         after_seq: int,
-        anchor: Anchor | None,
+        anchor: Anchor | Expected | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[StoredEvent]:
+        """A follower's step, its events decoded (see :meth:`_follow_scan`)."""
+        return self._follow_scan(session_id, after_seq, anchor, limit, self._scan)
+
+    def _follow_json_page(
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | Expected | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[RawEvent]:
+        """A follower's step, its events' JSON as stored (see :meth:`_follow_scan`)."""
+        return self._follow_scan(session_id, after_seq, anchor, limit, self._scan_json)
+
+    def _follow_scan(
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | Expected | None,
+        limit: int | None,
         scan: Callable[[str, int, int], builtins.list[_E]],
-    ) -> builtins.list[_E]: ...
-
-    def _follow_page(
-        self,
-        session_id: str,
-        after_seq: int,
-        anchor: Anchor | None = None,
-        scan: Callable[[str, int, int], builtins.list[Any]] | None = None,
-    ) -> builtins.list[Any]:
+    ) -> builtins.list[_E]:
         """One step of a follower: up to a page of events after ``after_seq``
-        (read with ``scan``, :meth:`_scan` by default), the event at
+        (``limit`` at most, when set; read with ``scan``), the event at
         ``after_seq`` read too: checked against ``anchor`` and left out, or
         without an anchor first in the page
         (:func:`~agentlog.log.follow.anchored_page`).
@@ -695,10 +701,10 @@ class BaseCheckpointer(Closable, ABC):
         head = self._head(session_id)
         if not has_new_events(session_id, after_seq, head) and after_seq == 0:
             return []
-        start, limit = anchored_read(after_seq, self._page_size)
+        start, count = anchored_read(after_seq, self._page_size, limit)
         # Up to a damaged event; the next step starts at it and raises (it is
         # the first new one when the events before it are the cursor's).
-        read, damage = self._scan_to_damage(session_id, start, limit, scan or self._scan)
+        read, damage = self._scan_to_damage(session_id, start, count, scan)
         if damage is not None and (not read or read[-1].seq <= after_seq):
             raise damage
         page = anchored_page(session_id, after_seq, anchor, read, head)
@@ -773,9 +779,9 @@ class BaseCheckpointer(Closable, ABC):
         port = FollowPort(
             check_open=self._check_open,
             mark=lambda: signal.count,
-            look=lambda after, anchor: (
+            look=lambda after, anchor, limit: (
                 self._checked_change_token(session_id),
-                self._follow_page(session_id, after, anchor),
+                self._follow_page(session_id, after, anchor, limit),
             ),
             token=lambda: self._checked_change_token(session_id),
             wait=lambda mark: signal.wait(mark, poll_interval),

@@ -18,7 +18,10 @@ drives it on a :class:`FollowPort` of blocking calls (``BaseCheckpointer.follow`
 waits; :func:`has_new_events` is the check of the cursor against the head
 that every look makes, and :func:`anchored_page` the check that the event at
 the cursor is still the one handed on (its *anchor*: seq, time and payload,
-which an event appended again at that seq after a truncate never shares);
+which an event appended again at that seq after a truncate never shares; or,
+for a reader resuming from a seq it saw before, its own :class:`Expected`
+check of that event); :func:`budget_step` sizes a follower's pages (and any
+budgeted read) by the largest event seen, for a follower given a byte budget;
 :func:`woken_or_timed_out` is how both async checkpointers' followers wait:
 until a commit calls :func:`wake`, or the poll interval ends.
 """
@@ -39,6 +42,7 @@ __all__ = [
     "Anchor",
     "AsyncFollowPort",
     "Deliver",
+    "Expected",
     "FollowPort",
     "FollowStep",
     "Look",
@@ -47,6 +51,7 @@ __all__ = [
     "anchor_of",
     "anchored_page",
     "anchored_read",
+    "budget_step",
     "follow_pages",
     "follow_pages_async",
     "follow_steps",
@@ -74,19 +79,49 @@ def anchor_of(event: StoredEvent | RawEvent) -> Anchor:
     return event[0], event[2], event[4]
 
 
-def anchored_read(after_seq: int, page_size: int) -> tuple[int, int]:
+class Expected(NamedTuple):
+    """A resuming reader's own check of the event at its cursor, in place of
+    an :data:`Anchor`: ``check(event)`` is False when the event there is not
+    the one the reader saw (the session was truncated and appended to again
+    while it was away). It is called on whatever thread the look runs on."""
+
+    check: Callable[[Any], bool]
+
+
+def budget_step(budget: int, largest: int, cap: int | None = None) -> int:
+    """How many events the next budgeted read takes: one while no event's
+    size is known (``largest`` 0), then as many as ``budget`` bytes hold at
+    the ``largest`` size seen so far, at least one and at most ``cap``. A
+    reader that sizes each read so holds about its budget however large the
+    events are, and reads small events in pages as large as ``cap``."""
+    if largest <= 0:
+        return 1
+    step = max(1, budget // largest)
+    return step if cap is None else max(1, min(cap, step))
+
+
+def anchored_read(after_seq: int, page_size: int, limit: int | None = None) -> tuple[int, int]:
     """Where a look at ``after_seq`` reads from, and how many events: from the
-    event at the cursor, for :func:`anchored_page` to check, then a page."""
+    event at the cursor, for :func:`anchored_page` to check, then a page (of
+    ``page_size`` events, or ``limit`` when that is smaller: a follower's
+    byte budget, see :class:`Look`)."""
+    if limit is not None:
+        page_size = max(1, min(page_size, limit))
     start = max(after_seq - 1, 0)
     return start, page_size + after_seq - start
 
 
 def anchored_page(
-    session_id: str, after_seq: int, anchor: Anchor | None, page: builtins.list[_E], head: int
+    session_id: str,
+    after_seq: int,
+    anchor: Anchor | Expected | None,
+    page: builtins.list[_E],
+    head: int,
 ) -> builtins.list[_E]:
     """A follower's page read from ``after_seq - 1``, so that it starts with the
     event at ``after_seq``: without that event once it is checked against
-    ``anchor``, or :class:`SessionTruncatedError` when it is another event
+    ``anchor`` (the same :data:`Anchor`, or passing an :class:`Expected`
+    check), or :class:`SessionTruncatedError` when it is another event
     (the session was truncated below ``after_seq`` and appended to again).
 
     Without an anchor (a follower's first look, from a caller's
@@ -97,7 +132,8 @@ def anchored_page(
     """
     if anchor is None or not page or page[0].seq != after_seq:
         return page
-    if anchor_of(page[0]) != anchor:
+    same = anchor.check(page[0]) if isinstance(anchor, Expected) else anchor_of(page[0]) == anchor
+    if not same:
         raise SessionTruncatedError(session_id, after_seq, head, rewritten=True)
     return page[1:]
 
@@ -115,14 +151,17 @@ class Look(NamedTuple):
     """Step: read the change token, then the page of events after ``after_seq``
     (checked with :func:`has_new_events`, and with :func:`anchored_page`
     against ``anchor``, the event at ``after_seq`` as handed on); send back
-    ``(token, page)``."""
+    ``(token, page)``. ``limit``, when set, caps the page's events (the port's
+    own page size caps it too): a follower with a byte budget asks for one
+    event first, then for as many as its budget holds (:func:`budget_step`)."""
 
     after_seq: int
-    anchor: Anchor | None = None
+    anchor: Anchor | Expected | None = None
+    limit: int | None = None
 
     def call(self, port: FollowPort[Any] | AsyncFollowPort[Any]) -> Any:
         """The port's call that performs the step (awaitable on an async port)."""
-        return port.look(self.after_seq, self.anchor)
+        return port.look(self.after_seq, self.anchor, self.limit)
 
 
 class Wait(NamedTuple):
@@ -164,7 +203,12 @@ FollowStep = Look | Wait | Token | Deliver
 
 
 def follow_steps(
-    since_seq: int, mark: Callable[[], int], check_open: Callable[[], None]
+    since_seq: int,
+    mark: Callable[[], int],
+    check_open: Callable[[], None],
+    *,
+    max_bytes: int | None = None,
+    expect: Callable[[Any], bool] | None = None,
 ) -> Generator[FollowStep, Any, NoReturn]:
     """The follow loop from ``since_seq``, as the steps a driver performs.
 
@@ -175,13 +219,25 @@ def follow_steps(
     mark is taken before the look and a wait ends as soon as it moves, so a
     commit between the look and the wait is never missed; another process's commit is seen by
     the change token, compared after each wait the poll interval ended.
+
+    ``expect`` checks the event at ``since_seq`` on the first look (and on
+    each until an event is delivered), for a reader resuming from a seq it
+    saw: it fails when that event is another one (:class:`Expected`).
+    ``max_bytes`` (for pages of :class:`~agentlog.events.RawEvent`, sized by
+    their stored JSON) caps each page's events by :func:`budget_step` at the
+    largest event delivered so far: a page holds about ``max_bytes`` (one
+    event at least), the first look one event.
     """
     last = since_seq
-    anchor: Anchor | None = None
+    anchor: Anchor | Expected | None = None
+    if expect is not None and since_seq:
+        anchor = Expected(expect)
+    largest = 0
     while True:
         check_open()
         seen = mark()
-        token, page = yield Look(last, anchor)
+        limit = None if max_bytes is None else budget_step(max_bytes, largest)
+        token, page = yield Look(last, anchor, limit)
         if anchor is None and last and page and page[0].seq == last:
             # The first look from a caller's since_seq: the event there, as
             # it is now, is what later looks check the session against.
@@ -190,6 +246,8 @@ def follow_steps(
         if page:
             last = page[-1].seq
             anchor = anchor_of(page[-1])
+            if max_bytes is not None:
+                largest = max(largest, *(len(event.json) for event in page))
             yield Deliver(page)
             # The next look holds no page already handed on: the reader keeps
             # one page, and the collector walks no event the caller dropped.
@@ -226,9 +284,9 @@ class FollowPort(Generic[_E]):
     check_open: Callable[[], None]
     #: The commit count of this process's writes.
     mark: Callable[[], int]
-    #: ``look(after_seq, anchor)``: ``(change token, page after after_seq)``
+    #: ``look(after_seq, anchor, limit)``: ``(change token, page after after_seq)``
     #: (see :class:`Look`).
-    look: Callable[[int, Anchor | None], Looked[_E]]
+    look: Callable[[int, Anchor | Expected | None, int | None], Looked[_E]]
     #: The change token now.
     token: Callable[[], Hashable]
     #: ``wait(mark)``: block until the count moves past ``mark`` (True) or the poll interval ends.
@@ -243,9 +301,9 @@ class AsyncFollowPort(Generic[_E]):
     check_open: Callable[[], None]
     #: The commit count of this process's writes.
     mark: Callable[[], int]
-    #: ``await look(after_seq, anchor)``: ``(change token, page after after_seq)``
+    #: ``await look(after_seq, anchor, limit)``: ``(change token, page after after_seq)``
     #: (see :class:`Look`).
-    look: Callable[[int, Anchor | None], Awaitable[Looked[_E]]]
+    look: Callable[[int, Anchor | Expected | None, int | None], Awaitable[Looked[_E]]]
     #: ``await token()``: the change token now.
     token: Callable[[], Awaitable[Hashable]]
     #: ``await wait(mark)``: until the count moves past ``mark`` (True) or the poll interval ends.
@@ -266,10 +324,15 @@ def follow_pages(port: FollowPort[_E], since_seq: int) -> Generator[builtins.lis
 
 
 async def follow_pages_async(
-    port: AsyncFollowPort[_E], since_seq: int
+    port: AsyncFollowPort[_E],
+    since_seq: int,
+    *,
+    max_bytes: int | None = None,
+    expect: Callable[[Any], bool] | None = None,
 ) -> AsyncGenerator[builtins.list[_E], None]:
-    """:func:`follow_pages`, awaited: other tasks run between two pages."""
-    steps = follow_steps(since_seq, port.mark, port.check_open)
+    """:func:`follow_pages`, awaited: other tasks run between two pages
+    (``max_bytes`` and ``expect``: see :func:`follow_steps`)."""
+    steps = follow_steps(since_seq, port.mark, port.check_open, max_bytes=max_bytes, expect=expect)
     step = next(steps)
     while True:
         if isinstance(step, Deliver):

@@ -17,7 +17,7 @@ from ..events import EncodedBatch, RawEvent, SessionEvent, StoredEvent
 
 if TYPE_CHECKING:
     from ..engine import AppendCompletions
-    from .follow import Anchor
+    from .follow import Anchor, Expected
 
 __all__ = ["WOULD_WAIT", "BoundWriterPort", "PreparedAppend", "WouldWait", "WriterPort"]
 
@@ -31,6 +31,7 @@ class PreparedAppend(NamedTuple):
 
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 class WouldWait:
@@ -94,14 +95,23 @@ class WriterPort(Protocol):
         ...
 
     def follow_page(
-        self, session_id: str, after_seq: int, anchor: Anchor | None
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | Expected | None,
+        limit: int | None = None,
     ) -> builtins.list[StoredEvent]:
-        """One step of a follower: up to a page of events after ``after_seq``,
-        the event at it checked against ``anchor`` (see ``follow.Look``)."""
+        """One step of a follower: up to a page of events after ``after_seq``
+        (no more than ``limit`` when set), the event at it checked against
+        ``anchor`` (see ``follow.Look``)."""
         ...
 
     def follow_json_page(
-        self, session_id: str, after_seq: int, anchor: Anchor | None
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | Expected | None,
+        limit: int | None = None,
     ) -> builtins.list[RawEvent]:
         """:meth:`follow_page`, the events' JSON not decoded (``follow_json``'s step)."""
         ...
@@ -113,6 +123,18 @@ class _PrepareAppend(Protocol):
     def __call__(
         self, session_id: str, events: Iterable[SessionEvent], expected_head: int | None = None
     ) -> PreparedAppend: ...
+
+
+class _FollowPage(Protocol[_E]):
+    """The type of :meth:`WriterPort.follow_page` and ``follow_json_page``."""
+
+    def __call__(
+        self,
+        session_id: str,
+        after_seq: int,
+        anchor: Anchor | Expected | None,
+        limit: int | None = None,
+    ) -> builtins.list[_E]: ...
 
 
 class _TryRead(Protocol):
@@ -134,5 +156,5 @@ class BoundWriterPort:
     notify_commit: Callable[[], None]
     try_read: _TryRead
     change_token: Callable[[str], Hashable]
-    follow_page: Callable[[str, int, Anchor | None], builtins.list[StoredEvent]]
-    follow_json_page: Callable[[str, int, Anchor | None], builtins.list[RawEvent]]
+    follow_page: _FollowPage[StoredEvent]
+    follow_json_page: _FollowPage[RawEvent]
