@@ -359,22 +359,26 @@ def test_a_page_of_large_events_stays_within_its_byte_budget(tmp_path: Any) -> N
     assert result["peak_mb"] < 250, result
 
 
-def test_a_tail_queue_holds_its_byte_budget_and_one_item_always_fits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_tail_queue_holds_its_byte_budget_until_the_bytes_are_sent() -> None:
     from agentlog.serve import app
 
-    monkeypatch.setattr(app, "TAIL_BYTES", 100)
+    def framed(size: int) -> Any:
+        return app._Framed(b"", b"x" * size, b"")
 
     async def main() -> None:
-        queue = app._ByteQueue()
-        await queue.put("big", 500)  # larger than the budget, alone: it fits
-        blocked = asyncio.ensure_future(queue.put("next", 10))
-        await asyncio.sleep(0.05)
+        queue = app._ByteQueue(100)
+        await queue.put(framed(500))  # larger than the budget, alone: it fits
+        blocked = asyncio.ensure_future(queue.put(framed(10)))
+        for _ in range(20):  # every other task runs; the put still waits for room
+            await asyncio.sleep(0)
         assert not blocked.done() and queue.size == 500
-        assert await queue.get() == "big"
+        assert (await queue.get()).size == 500
+        for _ in range(20):  # taken is not sent: the bytes still count
+            await asyncio.sleep(0)
+        assert not blocked.done() and queue.size == 500
+        queue.sent(500)
         await asyncio.wait_for(blocked, 5)
-        assert queue.size == 10 and queue.get_nowait() == "next" and queue.empty()
+        assert queue.size == 10 and queue.get_nowait().size == 10 and queue.empty()
 
     asyncio.run(main())
 
@@ -397,3 +401,73 @@ def test_a_tail_catches_up_in_budgeted_reads_and_keeps_every_event(
         if len(seen) == 40:
             break
     assert seen == list(range(1, 41))
+
+
+class _Follower:
+    """A stand-in for the async checkpointer a tail follows: it hands out
+    ``events`` (then waits, as a live follower does) and records, each time
+    the tail asks it for one more event, how many bytes the client had
+    received by then."""
+
+    def __init__(self, events: list[Any], received: list[bytes]) -> None:
+        self.events = events
+        self.received = received
+        self.asked: list[tuple[int, int]] = []  # (event about to be read, bytes received)
+        self.budget: int | None = None
+
+    def follow_json(self, session_id: str, since_seq: int, **options: Any) -> Any:
+        self.budget = options["max_bytes"]
+
+        async def follow() -> Any:
+            for event in self.events:
+                self.asked.append((event.seq, sum(map(len, self.received))))
+                yield event
+            await asyncio.Event().wait()
+
+        return follow()
+
+    async def head(self, session_id: str) -> int:
+        return len(self.events)
+
+
+def test_a_tail_reads_no_event_while_the_last_large_one_is_unsent() -> None:
+    """The byte cap, seen from the follower: with events larger than the
+    queue's budget, the tail asks for event N+1 only once every byte of
+    event N's SSE frame has been handed to the server, however often the
+    pump gets to run while the client is slow; each write is at most a
+    slice of the event (a memoryview of its stored bytes), and the bytes
+    are those of one joined SSE frame per event."""
+    from agentlog.events import RawEvent
+    from agentlog.serve import app
+    from agentlog.serve.source import event_line
+
+    size = 3 * app._WRITE_BYTES + 5  # four writes an event
+    events = [
+        RawEvent(n, n - 1 or None, 1.0 + n, "user", b'{"c":"' + bytes([96 + n]) * size + b'"}')
+        for n in range(1, 5)
+    ]
+    frames = [app._sse("event", event_line("s", e), app._event_id(e)) for e in events]
+    received: list[bytes] = []
+    follower = _Follower(events, received)
+
+    async def main() -> None:
+        queue = app._ByteQueue(1000)  # far below one event
+        tail = app._tail(follower, "s", 0, None, app.Stopping(), queue)
+        try:
+            assert await tail.__anext__() == b"retry: 1000\n\n"
+            while sum(map(len, received)) < len(b"".join(frames)):
+                # A tail stuck for want of room would fail here, not hang.
+                write = await asyncio.wait_for(tail.__anext__(), 30)
+                assert len(write) <= app._WRITE_BYTES
+                received.append(bytes(write))
+                for _ in range(50):  # a slow client: the pump runs as far as it may
+                    await asyncio.sleep(0)
+        finally:
+            await tail.aclose()
+
+    asyncio.run(main())
+    assert follower.budget == 1000  # the follower reads within the queue's budget
+    assert b"".join(received) == b"".join(frames)
+    assert [seq for seq, _ in follower.asked] == [1, 2, 3, 4]
+    for seq, had in follower.asked[1:]:  # (the retry line is not counted)
+        assert had >= sum(map(len, frames[: seq - 1])), (seq, had)

@@ -1,19 +1,22 @@
 """The events API and the live tail pass each event's stored JSON on as it is:
 the bytes in the response are the stored bytes; bytes that hold a line break
 (never written by agentlog's encoder) still make one SSE ``data:`` line, and
-bytes that do not decode end the tail with an error, never garbage."""
+bytes that do not decode end the tail with an error, never garbage. An event
+larger than one write goes out in slices of its stored bytes, the stream
+byte for byte what one joined frame an event would be."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import urllib.request
 import zlib
 from collections.abc import Callable
 from typing import Any
 
 from ..waiting import wait_until
 from .conftest import Store, Viewer
-from .http import get, sse
+from .http import _authorized, get, sse
 
 EVENTS = [
     {"type": "user", "content": "a\nb \u2028 <script>alert(1)</script>"},
@@ -73,3 +76,23 @@ def test_the_tail_keeps_one_data_line_per_event_and_ends_at_damage(
     assert got[0][2]["event"] == EVENTS[0]
     assert got[1][2]["event"] == {"type": "assistant", "content": "two"}
     assert "event 3" in got[2][2]["error"] and "does not decode" in got[2][2]["error"]
+
+
+def test_the_tail_sends_a_large_event_in_slices_byte_for_byte(
+    sqlite_store: Store, serve: Callable[..., Viewer]
+) -> None:
+    from agentlog.serve import app
+    from agentlog.serve.source import event_line
+
+    big = {"type": "user", "content": "y" * (3 * app._WRITE_BYTES + 17)}
+    log = sqlite_store.writer()
+    log.append("s", [EVENTS[1], big, EVENTS[2]])
+    frames = b"".join(
+        app._sse("event", event_line("s", e), app._event_id(e)) for e in log.read_json("s")
+    )
+    viewer = serve(sqlite_store.source())
+    url = f"{viewer.url}/api/sessions/s/tail"
+    request = urllib.request.Request(url, headers=_authorized(url, None, True))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        got = response.read(len(b"retry: 1000\n\n") + len(frames))
+    assert got == b"retry: 1000\n\n" + frames

@@ -17,7 +17,7 @@ import re
 import secrets
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from ..events import MAX_POSITION, RawEvent
 from .lineage import lineage_tree
 from .openapi import openapi_document
 from .security import CSRF_HEADER, Guard, same_secret
-from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event_line
+from .source import MAX_PAGE, BadRequest, Source, UnknownTenant, check_id, event_frame
 
 _LOG = logging.getLogger("agentlog.serve")
 
@@ -226,9 +226,18 @@ class _ListPoll:
             self.waiters.discard(waiter)
 
 
-def _sse(event: str, data: bytes, event_id: bytes | None = None) -> bytes:
+def _sse_head(event: str, event_id: bytes | None) -> bytes:
+    """An SSE message up to its data (the data, then :data:`_SSE_END`, follow)."""
     head = b"" if event_id is None else b"id: " + event_id + b"\n"
-    return head + b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+    return head + b"event: " + event.encode() + b"\ndata: "
+
+
+#: What ends an SSE message.
+_SSE_END = b"\n\n"
+
+
+def _sse(event: str, data: bytes, event_id: bytes | None = None) -> bytes:
+    return _sse_head(event, event_id) + data + _SSE_END
 
 
 def _tag(event: RawEvent) -> str:
@@ -504,7 +513,7 @@ def create_app(
     return app
 
 
-def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+def _event_stream(body: AsyncIterator[bytes | memoryview]) -> StreamingResponse:
     return StreamingResponse(
         body,
         media_type="text/event-stream",
@@ -520,88 +529,142 @@ class _End:
     data: dict[str, Any]
 
 
-async def _rewritten(log: Any, session_id: str, after: int, tag: str | None) -> bool:
-    """Whether the event at ``after`` is no longer the one whose ``tag`` a
-    reconnecting client names (truncated, then appended to again)."""
-    if tag is None or after == 0:
-        return False
-    async for event in log.read_json(session_id, since_seq=after - 1, limit=1):
-        return event.seq == after and _tag(event) != tag
-    return False  # below the head now: the follower says so
+#: The most bytes of one event a tail hands the server in one write: the
+#: server waits for the connection to drain before it takes the next, so a
+#: slow client holds about this much in the transport, however large the
+#: events are.
+_WRITE_BYTES = 256 << 10
+
+
+@dataclass(frozen=True)
+class _Framed:
+    """One event of a tail, framed as SSE in parts (see ``event_frame``): its
+    stored bytes are ``body`` itself, never copied into a line."""
+
+    head: bytes
+    body: bytes
+    tail: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+def _framed(session_id: str, event: RawEvent) -> _Framed:
+    before, body, after = event_frame(session_id, event)
+    return _Framed(_sse_head("event", _event_id(event)) + before, body, after + _SSE_END)
+
+
+def _writes(items: list[_Framed]) -> Iterator[bytes | memoryview]:
+    """The writes of ``items``, each at most about :data:`_WRITE_BYTES`: small
+    events joined into one write, a large event's stored bytes sent in
+    slices of themselves (memoryviews: no copy)."""
+    pending: list[bytes] = []
+    held = 0
+    for item in items:
+        for part in (item.head, item.body, item.tail):
+            if len(part) <= _WRITE_BYTES - held:
+                pending.append(part)
+                held += len(part)
+                continue
+            if pending:
+                yield b"".join(pending)
+                pending, held = [], 0
+            if len(part) <= _WRITE_BYTES:
+                pending.append(part)
+                held = len(part)
+                continue
+            view = memoryview(part)
+            for at in range(0, len(part), _WRITE_BYTES):
+                yield view[at : at + _WRITE_BYTES]
+    if pending:
+        yield b"".join(pending)
 
 
 class _ByteQueue:
-    """A tail's queue of SSE items, bounded by their bytes: the pump waits
-    while :data:`TAIL_BYTES` are queued (one item always fits), so a slow
-    client holds a few megabytes however large the events are."""
+    """A tail's queue of events, bounded by their stored bytes: an event's
+    bytes count from the pump's ``put`` until the writer has handed the last
+    of them to the server (``sent``), and the pump waits while
+    :data:`TAIL_BYTES` are held (one event always fits). So a slow client
+    holds about the budget, or one event when an event is larger, and the
+    pump reads no further event until there is room for it."""
 
-    def __init__(self) -> None:
-        self.items: asyncio.Queue[tuple[Any, int]] = asyncio.Queue()
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = TAIL_BYTES if budget is None else budget
+        self.items: asyncio.Queue[_Framed | _End] = asyncio.Queue()
         self.size = 0
         self.room = asyncio.Event()
 
-    async def put(self, item: Any, size: int = 0) -> None:
-        while self.size and self.size + size > TAIL_BYTES:
+    async def wait_room(self, size: int) -> None:
+        """Until ``size`` more bytes fit (at once when nothing is held)."""
+        while self.size and self.size + size > self.budget:
             self.room.clear()
             await self.room.wait()
+
+    async def put(self, item: _Framed | _End) -> None:
+        size = item.size if isinstance(item, _Framed) else 0
+        await self.wait_room(size)
         self.size += size
-        self.items.put_nowait((item, size))
+        self.items.put_nowait(item)
 
-    def _taken(self, entry: tuple[Any, int]) -> Any:
-        self.size -= entry[1]
+    def sent(self, size: int) -> None:
+        """The writer has handed ``size`` bytes of taken events to the server."""
+        self.size -= size
         self.room.set()
-        return entry[0]
 
-    async def get(self) -> Any:
-        return self._taken(await self.items.get())
+    async def get(self) -> _Framed | _End:
+        return await self.items.get()
 
-    def get_nowait(self) -> Any:
-        return self._taken(self.items.get_nowait())
+    def get_nowait(self) -> _Framed | _End:
+        return self.items.get_nowait()
 
     def empty(self) -> bool:
         return self.items.empty()
 
 
 async def _tail(
-    log: Any, session_id: str, after: int, tag: str | None, stopping: Stopping
-) -> AsyncIterator[bytes]:
+    log: Any,
+    session_id: str,
+    after: int,
+    tag: str | None,
+    stopping: Stopping,
+    queue: _ByteQueue | None = None,
+) -> AsyncIterator[bytes | memoryview]:
     """A session's events after ``after`` as SSE, then each one as it is
     committed; a truncate under the viewer is a ``truncated`` event, last
     (``rewritten`` when the session was appended to again past the viewer's
-    seq: what it shows from some seq at or below that one is gone)."""
-    queue = _ByteQueue()
+    seq, or when the event at ``after`` is not the one ``tag`` names: what
+    it shows from some seq at or below that one is gone).
+
+    The follower reads within the queue's budget (``follow_json``'s
+    ``max_bytes``) and checks the resumed event itself (its ``expect``); the
+    pump reads the next event only once the queue has room for one as large
+    as the largest seen, and the queue frees an event's bytes only once they
+    are written: with events larger than the budget, one is held at a time."""
+    queue = _ByteQueue() if queue is None else queue
 
     async def truncated(seq: int, rewritten: bool) -> None:
         head = await log.head(session_id)
         await queue.put(_End("truncated", {"head": head, "seq": seq, "rewritten": rewritten}))
 
-    async def send(event: RawEvent) -> None:
-        line = event_line(session_id, event)
-        await queue.put((_event_id(event), line), len(line))
+    def same(event: RawEvent) -> bool:
+        return _tag(event) == tag
 
     async def pump() -> None:
-        nonlocal after, tag
+        largest = 0
         try:
-            # The backlog first, in reads sized by the largest event seen
-            # (the first is one event), each from the event last sent so
-            # that a truncate and new appends between two reads are seen.
-            largest, step = 1, 1
-            while True:
-                if await _rewritten(log, session_id, after, tag):
-                    await truncated(after, True)
-                    return
-                read = 0
-                async for event in log.read_json(session_id, since_seq=after, limit=step):
-                    read += 1
-                    largest = max(largest, len(event.json))
-                    after, tag = event.seq, _tag(event)
-                    await send(event)
-                if read < step:
-                    break
-                step = max(1, min(MAX_PAGE, TAIL_BYTES // largest))
-            # Then live: the stored JSON, not decoded, written out as it is.
-            async for event in log.follow_json(session_id, after):
-                await send(event)
+            follower = log.follow_json(
+                session_id, after, max_bytes=queue.budget, expect=None if tag is None else same
+            )
+            async with contextlib.aclosing(follower):
+                async for event in follower:
+                    item = _framed(session_id, event)
+                    del event
+                    largest = max(largest, item.size)
+                    await queue.put(item)
+                    del item
+                    # The next event may be the next read: only once it fits.
+                    await queue.wait_room(largest)
         except SessionTruncatedError as exc:
             await truncated(exc.seq, exc.rewritten)
         except AgentlogError as exc:
@@ -627,19 +690,23 @@ async def _tail(
                 yield b": keep-alive\n\n"
                 continue
             item = get.result()
-            # What else is queued goes out in the same write (a backlog, a
-            # catch-up after a reconnect): one chunk, not one per event.
-            chunk = []
-            while not isinstance(item, _End):
-                chunk.append(_sse("event", item[1], item[0]))
+            # What else is queued goes out with it (a backlog, a catch-up
+            # after a reconnect): small events joined into few writes.
+            batch: list[_Framed] = []
+            while isinstance(item, _Framed):
+                batch.append(item)
                 if queue.empty():
                     break
                 item = queue.get_nowait()
-            if chunk:
-                yield b"".join(chunk)
+            if batch:
+                for write in _writes(batch):
+                    yield write
+                queue.sent(sum(framed.size for framed in batch))
+                del batch
             if isinstance(item, _End):
                 yield _sse(item.kind, orjson.dumps(item.data))
                 return
+            del item
     finally:
         for pending in (task, stop, get):
             if pending is not None:

@@ -22,6 +22,7 @@ from ..aio import AsyncBaseCheckpointer
 from ..errors import damaged_event
 from ..events import RawEvent, SessionListing, check_session_id
 from ..log import BaseCheckpointer
+from ..log.follow import budget_step
 from ..stores import DEFAULT_TENANT
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "BadRequest",
     "Source",
     "UnknownTenant",
+    "event_frame",
     "event_json",
     "event_line",
     "listing_json",
@@ -66,19 +68,30 @@ def event_json(event: RawEvent) -> dict[str, Any]:
     }
 
 
-def event_line(session_id: str, event: RawEvent) -> bytes:
-    """:func:`event_json` encoded for a Server-Sent Events ``data:`` line.
+def event_frame(session_id: str, event: RawEvent) -> tuple[bytes, bytes, bytes]:
+    """:func:`event_json` encoded for a Server-Sent Events ``data:`` line, in
+    three parts: what comes before the event's stored bytes, those bytes (the
+    very object the store gave, not copied), and the closing brace. Joined,
+    they are :func:`event_line`; a writer sends them one after the other, so
+    an event of tens of megabytes is never copied into a line.
 
     The stored JSON is compact and holds no line break (a string's are
     escaped), so it fits the line as it is; bytes that hold one were not
     written by agentlog's encoder: they are decoded and encoded again, or
     refused as damaged when they do not decode."""
-    if b"\n" in event.json or b"\r" in event.json:
+    data = event.json
+    if b"\n" in data or b"\r" in data:
         try:
-            event = event._replace(json=orjson.dumps(orjson.loads(event.json)))
+            data = orjson.dumps(orjson.loads(data))
         except orjson.JSONDecodeError:
             raise damaged_event(session_id, event.seq, "payload does not decode") from None
-    return orjson.dumps(event_json(event))
+    head = {"seq": event.seq, "parent_seq": event.parent_seq, "ts": event.ts, "type": event.type}
+    return orjson.dumps(head)[:-1] + b',"event":', data, b"}"
+
+
+def event_line(session_id: str, event: RawEvent) -> bytes:
+    """:func:`event_frame`, joined: the whole ``data:`` line of an event."""
+    return b"".join(event_frame(session_id, event))
 
 
 def _metadata_text(metadata: Any) -> tuple[str | None, list[str]]:
@@ -285,8 +298,7 @@ class Source:
         page: list[dict[str, Any]] = []
         size, largest, cut = 0, 0, None
         while limit > 0 and cut is None:
-            # One event first, then as many as the budget left holds at the largest seen.
-            step = 1 if not largest else max(1, min(limit, 256, (PAGE_BYTES - size) // largest))
+            step = budget_step(PAGE_BYTES - size, largest, min(limit, 256))
             chunk = list(log.read_json(session_id, since_seq=after, limit=step))
             for event in chunk:
                 if page and size + len(event.json) > PAGE_BYTES:
