@@ -407,7 +407,8 @@ class _Follower:
     """A stand-in for the async checkpointer a tail follows: it hands out
     ``events`` (then waits, as a live follower does) and records, each time
     the tail asks it for one more event, how many bytes the client had
-    received by then."""
+    received by then. It has no ``read_json``: the tail reads through
+    ``follow_json`` alone (a backlog read of its own would fail here)."""
 
     def __init__(self, events: list[Any], received: list[bytes]) -> None:
         self.events = events
