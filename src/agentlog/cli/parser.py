@@ -298,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="offer fork and truncate in the viewer (opens the store for writing)",
     )
     serve.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="with --allow-writes: upgrade a store of an older schema (else refused)",
+    )
+    serve.add_argument(
         "--metrics",
         action="store_true",
         help="serve agentlog's metrics at /metrics for Prometheus (needs agentlog[prometheus])",

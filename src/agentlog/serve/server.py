@@ -12,7 +12,10 @@
   An idle keep-alive connection closes after :data:`KEEP_ALIVE_SECONDS`;
   headers past :data:`MAX_HEADER_BYTES` are a 400 (h11's own limit).
 - Out of file descriptors, asyncio's accept would log a traceback at each
-  retry: :func:`quiet_accept_errors` says so once a minute, in one line.
+  retry: :func:`quiet_accept_errors` says so once a minute, in one line
+  (and keeps quiet about the retry asyncio leaves behind when it stops).
+  uvicorn logs a line for every request it answers 503 beyond the
+  connection limit: :class:`OncePerMinute` lets one through a minute.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -32,6 +36,7 @@ __all__ = [
     "KEEP_ALIVE_SECONDS",
     "MAX_CONNECTIONS",
     "MAX_HEADER_BYTES",
+    "OncePerMinute",
     "QuietServer",
     "connection_limit",
     "header_timeout_protocol",
@@ -127,14 +132,25 @@ def header_timeout_protocol(seconds: float) -> type[asyncio.Protocol]:
     return Protocol
 
 
-def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
+def quiet_accept_errors(
+    loop: asyncio.AbstractEventLoop, stopping: Callable[[], bool] = lambda: False
+) -> None:
     """Make ``loop`` report running out of file descriptors in one line a
-    minute, not a traceback at each retry; anything else as before."""
+    minute, not a traceback at each retry; anything else as before.
+
+    asyncio retries ``accept()`` a second later on a timer that closing the
+    listening socket does not cancel: once ``stopping()``, that retry's
+    failure on the closed socket is dropped, not logged as a traceback."""
     last = [float("-inf")]
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if "out of system resource" not in str(context.get("message", "")):
-            loop.default_exception_handler(context)
+            if not (
+                stopping()
+                and isinstance(context.get("exception"), ValueError)
+                and "_start_serving" in repr(context.get("handle"))
+            ):
+                loop.default_exception_handler(context)
             return
         now = time.monotonic()
         if now - last[0] >= _ACCEPT_NOTICE_SECONDS:
@@ -147,12 +163,42 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(handler)
 
 
+class OncePerMinute(logging.Filter):
+    """Let one log record whose message is ``message`` through a minute
+    (a line per refused request would let any client fill the log)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+        self.last = float("-inf")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != self.message:
+            return True
+        now = time.monotonic()
+        if now - self.last < _ACCEPT_NOTICE_SECONDS:
+            return False
+        self.last = now
+        return True
+
+
+#: What uvicorn logs for each request it answers 503 beyond the connection limit.
+_OVER_LIMIT = "Exceeded concurrency limit."
+
+
 class QuietServer(uvicorn.Server):
-    """uvicorn's server, its loop set up by :func:`quiet_accept_errors`."""
+    """uvicorn's server, its loop set up by :func:`quiet_accept_errors`, its
+    503s beyond the connection limit logged once a minute."""
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        quiet_accept_errors(asyncio.get_running_loop())
-        await super().serve(sockets)
+        quiet_accept_errors(asyncio.get_running_loop(), lambda: self.should_exit)
+        quiet = OncePerMinute(_OVER_LIMIT)
+        logger = logging.getLogger("uvicorn.error")
+        logger.addFilter(quiet)
+        try:
+            await super().serve(sockets)
+        finally:
+            logger.removeFilter(quiet)
 
 
 def server_config(
