@@ -13,6 +13,7 @@ from opentelemetry import trace
 from agentlog import CheckpointConflictError, SqliteCheckpointer, telemetry
 from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.events import encode_events
+from agentlog.log import base, follow
 from agentlog.log.base import BaseCheckpointer
 
 from ..conftest import open_log, require_engine
@@ -117,6 +118,7 @@ def test_off_means_agentlogs_own_methods(tmp_path: Path) -> None:
     telemetry.uninstrument()
     assert not telemetry.instrumented()
     assert BaseCheckpointer.__dict__["append"] is own
+    assert base.anchored_page is follow.anchored_page  # a follower's looks are agentlog's own
     with SqliteCheckpointer(tmp_path / "a.db") as log:
         log.append("s1", [EVENT])
         assert len(list(log.read("s1"))) == 1

@@ -50,6 +50,7 @@ from ..errors import (
 )
 from ..events import AppendKey, EncodedBatch, SessionEvent
 from ..log import base as base_module
+from ..log import follow as follow_module
 from ..log.base import BaseCheckpointer
 from ..log.file import FileCheckpointer
 from ..log.sqlite import SqliteCheckpointer
@@ -105,6 +106,8 @@ _DURATION_BUCKETS = (
     10.0,
 )
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: Events: the buckets of a follower's lag behind its session's head.
+_LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
 
 class _Op:
@@ -192,6 +195,12 @@ class _Telemetry:
             unit="s",
             description="How long after its append a follower yielded each event.",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.follow_lag_events = meter.create_histogram(
+            "agentlog.follow.lag.events",
+            unit="{event}",
+            description="How many events a follower's session held past each event it yielded.",
+            explicit_bucket_boundaries_advisory=_LAG_BUCKETS,
         )
         self.group_size = meter.create_histogram(
             "agentlog.commit_group.size",
@@ -413,7 +422,8 @@ def instrument(
     for cls in (SqliteCheckpointer, FileCheckpointer, *_PG_SYNC):
         _patch(cls, "check_integrity", _checking(state, vars(cls)["check_integrity"]))
     _patch(BaseCheckpointer, "follow", _following(state, BaseCheckpointer.follow))
-    _patch(AsyncLogFace, "follow", _async_following(state, AsyncLogFace.follow))
+    for name in ("follow", "follow_json"):
+        _patch(AsyncLogFace, name, _async_following(state, vars(AsyncLogFace)[name]))
     _patch(AsyncLogFace, "append", _async_operation(state, "append"))
     for cls in _ASYNC_CLASSES:
         for name in ("fork", "truncate", "delete", "set_metadata"):
@@ -422,6 +432,7 @@ def instrument(
             _patch(cls, name, _async_read(state, name))
     for module in (base_module, *_POSTGRES[1:2]) if _POSTGRES else (base_module,):
         _patch(module, "encode_events", _counting_encode(events_module.encode_events))
+        _patch(module, "anchored_page", _noting_head(follow_module.anchored_page))
     _patch(AppendKey, "replay", _noting_replay(AppendKey.replay))
     _patch(Writer, "submit", _noting_submit(state, Writer.submit))
     _patch(Job, "__init__", _capturing_job(Job.__init__))
@@ -522,16 +533,62 @@ def _sync_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
     return operation
 
 
+class _Follower:
+    """One follower's view of its session: the head its last look saw."""
+
+    __slots__ = ("attributes", "head")
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.head = 0
+
+    def deliver(self, state: _Telemetry, event: Any) -> None:
+        """Record how far behind the head (events) and the clock (seconds) ``event`` came."""
+        state.follow_lag.record(max(0.0, time.time() - event.ts), self.attributes)
+        state.follow_lag_events.record(max(0, self.head - event.seq), self.attributes)
+
+
+#: The follower whose step runs in this context: its looks note the head there.
+_FOLLOWING: contextvars.ContextVar[_Follower | None] = contextvars.ContextVar(
+    "agentlog.telemetry.follower", default=None
+)
+
+
+def _noting_head(anchored: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """``anchored_page``, which every follower's look calls with the head it read."""
+
+    @functools.wraps(anchored)
+    def noted(
+        session_id: str, after_seq: int, anchor: Any, page: list[Any], head: int
+    ) -> list[Any]:
+        follower = _FOLLOWING.get()
+        if follower is not None:
+            # A look that read the head before a commit and the page after
+            # it: the page's last event is the head it knows.
+            follower.head = max(follower.head, head, page[-1].seq if page else 0)
+        return anchored(session_id, after_seq, anchor, page, head)
+
+    return noted
+
+
 def _following(state: _Telemetry, follow: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
     @functools.wraps(follow)
     def followed(self: BaseCheckpointer, *args: Any, **kwargs: Any) -> Iterator[Any]:
         events = follow(self, *args, **kwargs)  # its arguments checked now, as follow's are
-        attributes = {"db.system.name": _system(self)}
+        follower = _Follower({"db.system.name": _system(self)})
+        state.note(self)
 
         def lagging() -> Iterator[Any]:
             try:
-                for event in events:
-                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                while True:
+                    token = _FOLLOWING.set(follower)
+                    try:
+                        event = next(events)
+                    except StopIteration:
+                        return
+                    finally:
+                        _FOLLOWING.reset(token)
+                    follower.deliver(state, event)
                     yield event
             finally:
                 close = getattr(events, "close", None)
@@ -547,12 +604,20 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
     @functools.wraps(follow)
     def followed(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         events = follow(self, *args, **kwargs)
-        attributes = {"db.system.name": _system(self)}
+        follower = _Follower({"db.system.name": _system(self)})
+        state.note(self)
 
         async def lagging() -> AsyncIterator[Any]:
             try:
-                async for event in events:
-                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                while True:
+                    token = _FOLLOWING.set(follower)
+                    try:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        _FOLLOWING.reset(token)
+                    follower.deliver(state, event)
                     yield event
             finally:
                 close = getattr(events, "aclose", None)
