@@ -57,6 +57,7 @@ from ..log.sqlite import SqliteCheckpointer
 from ..stores.artifacts import ArtifactStore
 from ..stores.checkpoints import CheckpointStore
 from ..stores.memories import MemoryStore
+from ..stores.sessions import SessionStore
 
 if TYPE_CHECKING:
     from ..log.postgres import PostgresCheckpointer
@@ -416,9 +417,9 @@ def instrument(
         _patch(BaseCheckpointer, name, _sync_operation(state, name))
     for name in ("read", "read_json"):
         _patch(BaseCheckpointer, name, _sync_read(state, name))
-    for store, collection, names in _STORE_WRITES:
-        for name in names:
-            _patch(store, name, _store_write(state, store, collection, name))
+    for store, collection, writes, reads in _STORE_OPERATIONS:
+        for name in (*writes, *reads):
+            _patch(store, name, _store_operation(state, store, collection, name))
     for cls in (SqliteCheckpointer, FileCheckpointer, *_PG_SYNC):
         _patch(cls, "check_integrity", _checking(state, vars(cls)["check_integrity"]))
     _patch(BaseCheckpointer, "follow", _following(state, BaseCheckpointer.follow))
@@ -629,12 +630,18 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
     return followed
 
 
-#: The stores' writes (each store's base class: every implementation's), and
-#: the collection each names in ``db.collection.name``.
-_STORE_WRITES = (
-    (CheckpointStore, "checkpoints", ("save", "delete")),
-    (MemoryStore, "memory", ("put", "delete")),
-    (ArtifactStore, "artifacts", ("put", "delete")),
+#: The stores' operations (each store's base class: every implementation's),
+#: the collection each names in ``db.collection.name``, its writes, its reads.
+_STORE_OPERATIONS = (
+    (
+        SessionStore,
+        "sessions",
+        ("create", "append", "compact", "delete", "prune", "prune_all"),
+        ("get", "load", "list"),
+    ),
+    (CheckpointStore, "checkpoints", ("save", "delete"), ("load", "list")),
+    (MemoryStore, "memory", ("put", "delete"), ("get", "list")),
+    (ArtifactStore, "artifacts", ("put", "delete"), ("info", "get", "list")),
 )
 
 
@@ -647,11 +654,14 @@ def _store_system(store: object) -> str:
     return "agentlog." + ("memory" if name.startswith("InMemory") else name.lower())
 
 
-def _store_write(state: _Telemetry, store: type, collection: str, name: str) -> Callable[..., Any]:
+def _store_operation(
+    state: _Telemetry, store: type, collection: str, name: str
+) -> Callable[..., Any]:
     original = vars(store)[name]
+    loads = store is SessionStore and name == "load"  # it reads items: counted
 
     @functools.wraps(original)
-    def write(self: Any, tenant_id: str, *args: Any, **kwargs: Any) -> Any:
+    def operation(self: Any, tenant_id: str, *args: Any, **kwargs: Any) -> Any:
         if _CURRENT.get() is not None:
             return original(self, tenant_id, *args, **kwargs)
         attributes = {
@@ -678,10 +688,10 @@ def _store_write(state: _Telemetry, store: type, collection: str, name: str) -> 
             raise
         finally:
             _CURRENT.reset(token)
-        state.finish(span, attributes, started, op, None)
+        state.finish(span, attributes, started, op, None, len(result.items) if loads else 0)
         return result
 
-    return write
+    return operation
 
 
 def _checking(state: _Telemetry, check: Callable[..., tuple[bool, str]]) -> Callable[..., Any]:
