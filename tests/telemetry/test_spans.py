@@ -423,3 +423,61 @@ def test_an_async_stores_write_is_a_child_of_its_caller(
     for span in otel.spans():
         if span is not turn:
             assert span.parent is not None and span.parent.span_id == turn.context.span_id
+
+
+def _assert_c_groups(otel: Telemetry, appends: int) -> None:
+    """Each append the C engine's writer thread wrote has one ``commit group``
+    child within its span; each group is counted once, at its size."""
+    spans = {span.context.span_id: span for span in otel.spans("append")}
+    assert len(spans) == appends
+    children = otel.spans("commit group")
+    assert sorted(c.parent.span_id for c in children if c.parent) == sorted(spans)
+    groups = set()
+    for child in children:
+        assert child.parent is not None
+        parent = spans[child.parent.span_id]
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
+        groups.add((child.start_time, child.end_time, child.attributes["agentlog.group.size"]))
+    assert sum(size for _, _, size in groups) == appends
+    (point,) = otel.points("agentlog.commit_group.size")
+    assert (point.count, point.sum) == (len(groups), appends)
+
+
+def test_the_c_writer_threads_groups_of_threads_appends(otel: Telemetry, tmp_path: Path) -> None:
+    """Threads whose appends queue (the write lock is held) are written by the C
+    engine's writer thread: its groups are measured and traced from the
+    times that thread took."""
+    require_engine("c")
+    import threading
+
+    from ..engine.test_group_commit import blocked
+    from ..waiting import wait_until
+
+    with SqliteCheckpointer(tmp_path / "a.db", engine="c") as log:
+        lock = log._engine._write_lock  # type: ignore[attr-defined]
+        threads = [threading.Thread(target=log.append, args=(f"s{i}", [EVENT])) for i in range(3)]
+        with lock:  # as if a long write were under way: every append queues
+            for thread in threads:
+                thread.start()
+            assert wait_until(lambda: blocked(threads))  # each queued, waiting
+        for thread in threads:
+            thread.join(30)
+        assert [log.head(f"s{i}") for i in range(3)] == [1, 1, 1]
+    _assert_c_groups(otel, 3)
+
+
+def test_the_c_writer_threads_groups_of_an_event_loops_appends(
+    otel: Telemetry, tmp_path: Path
+) -> None:
+    """With synchronous="full" an event loop's appends queue to the C engine's
+    writer thread through the loop's channel: the same groups, the same spans."""
+    require_engine("c")
+
+    async def main() -> None:
+        async with AsyncSqliteCheckpointer(
+            tmp_path / "a.db", engine="c", synchronous="full"
+        ) as log:
+            await asyncio.gather(*(log.append(f"s{i}", [EVENT]) for i in range(8)))
+
+    asyncio.run(main())
+    _assert_c_groups(otel, 8)

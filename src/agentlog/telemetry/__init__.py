@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 import logging
 import time
 import weakref
@@ -38,10 +39,11 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from .. import engine as engine_module
 from .. import events as events_module
 from ..aio.checkpointer import AsyncBaseCheckpointer
 from ..aio.face import AsyncLogFace
-from ..aio.writer import Job, Writer
+from ..aio.writer import Job, LoopChannel, Writer
 from ..errors import (
     CheckpointConflictError,
     IdempotencyKeyError,
@@ -74,6 +76,16 @@ def _postgres_modules() -> tuple[ModuleType, ModuleType] | None:
 
 
 _POSTGRES = _postgres_modules()
+
+
+def _c_engine() -> ModuleType | None:
+    """The C engine's module, where it is built."""
+    if "c" not in engine_module.AVAILABLE_ENGINES:
+        return None
+    return importlib.import_module("agentlog.engine.cengine")
+
+
+_CENGINE = _c_engine()
 #: The classes instrumented, PostgreSQL's where its extra is installed.
 _PG_SYNC: tuple[type, ...] = () if _POSTGRES is None else (_POSTGRES[0].PostgresCheckpointer,)
 _PG_ASYNC: tuple[type, ...] = () if _POSTGRES is None else (_POSTGRES[1].AsyncPostgresCheckpointer,)
@@ -114,12 +126,14 @@ _LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 655
 class _Op:
     """What one instrumented operation learns while it runs (from the seams)."""
 
-    __slots__ = ("appended_bytes", "appended_events", "repeat")
+    __slots__ = ("appended_bytes", "appended_events", "handles", "repeat")
 
     def __init__(self) -> None:
         self.appended_events = 0
         self.appended_bytes = 0
         self.repeat = False
+        #: The C engine's handles of the appends its writer thread wrote for it.
+        self.handles: list[Any] = []
 
 
 #: The instrumented operation under way in this context, if any: an inner one
@@ -344,6 +358,8 @@ class _Telemetry:
         if read:
             self.events_read.add(read, attributes)
             span.set_attribute("agentlog.events", read)
+        for handle in op.handles:
+            self.c_group(span, handle.commit_group)
         self.duration.record(elapsed, labels)
         span.end()
         if self.slow_threshold is not None and elapsed > self.slow_threshold:
@@ -355,6 +371,25 @@ class _Telemetry:
                 self.slow_threshold * 1000,
                 outcome,
             )
+
+    def c_group(self, span: Span, group: tuple[int, int, int, int] | None) -> None:
+        """The C engine writer thread's group of one append (None: it wrote none):
+        counted once, by its first append; a ``commit group`` child of the
+        append's span, its times the thread's."""
+        if group is None:
+            return
+        size, index, started, ended = group
+        if index == 0:
+            self.group_size.record(size)
+        if span.is_recording():
+            child = self.tracer.start_span(
+                "commit group",
+                context=trace.set_span_in_context(span),
+                kind=SpanKind.INTERNAL,
+                attributes={"agentlog.group.size": size},
+                start_time=started,
+            )
+            child.end(end_time=ended)
 
     @contextlib.contextmanager
     def group(self, jobs: list[Job]) -> Iterator[None]:
@@ -438,6 +473,9 @@ def instrument(
     _patch(Writer, "submit", _noting_submit(state, Writer.submit))
     _patch(Job, "__init__", _capturing_job(Job.__init__))
     _patch(Writer, "observer", state.group)
+    _patch(LoopChannel, "queue", _noting_queued(LoopChannel.queue))
+    if _CENGINE is not None:
+        _CENGINE.observe_commit_groups(_note_handle)
     _state = state
 
 
@@ -447,6 +485,8 @@ def uninstrument() -> None:
     while _patches:
         owner, name, original = _patches.pop()
         setattr(owner, name, original)
+    if _CENGINE is not None:
+        _CENGINE.observe_commit_groups(None)
     _state = None
 
 
@@ -482,6 +522,23 @@ def _noting_replay(replay: Callable[..., int]) -> Callable[..., int]:
         if op is not None:
             op.repeat = True
         return replay(self, session_id, digest, head)
+
+    return noted
+
+
+def _note_handle(handle: object) -> None:
+    """The C engine's observer: its writer thread wrote ``handle`` (a thread's append)."""
+    op = _CURRENT.get()
+    if op is not None:
+        op.handles.append(handle)
+
+
+def _noting_queued(queue: Callable[..., object]) -> Callable[..., object]:
+    @functools.wraps(queue)
+    def noted(self: LoopChannel, *args: Any) -> object:
+        handle = queue(self, *args)  # an event loop's append, for the C writer thread
+        _note_handle(handle)
+        return handle
 
     return noted
 
