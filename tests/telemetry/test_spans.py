@@ -13,6 +13,7 @@ from opentelemetry import trace
 from agentlog import CheckpointConflictError, SqliteCheckpointer, telemetry
 from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.events import encode_events
+from agentlog.log import base, follow
 from agentlog.log.base import BaseCheckpointer
 
 from ..conftest import open_log, require_engine
@@ -117,6 +118,7 @@ def test_off_means_agentlogs_own_methods(tmp_path: Path) -> None:
     telemetry.uninstrument()
     assert not telemetry.instrumented()
     assert BaseCheckpointer.__dict__["append"] is own
+    assert base.anchored_page is follow.anchored_page  # a follower's looks are agentlog's own
     with SqliteCheckpointer(tmp_path / "a.db") as log:
         log.append("s1", [EVENT])
         assert len(list(log.read("s1"))) == 1
@@ -323,3 +325,159 @@ def test_the_stores_writes_are_spans(otel: Telemetry, tmp_path: Path) -> None:
         assert span.attributes["db.collection.name"] == "memory"
         assert span.attributes["agentlog.tenant"] == "t1"
     assert otel.total("agentlog.conflicts", **{"db.collection.name": "memory"}) == 1
+
+
+def _open_storage(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    if backend == "postgres":
+        request.getfixturevalue("postgres_server")
+        from agentlog.storage.postgres import PostgresStorage
+
+        from ..conftest import postgres_conninfo, postgres_schema
+
+        return PostgresStorage.open(postgres_conninfo(), schema=postgres_schema(tmp_path))
+    from agentlog.storage.sqlite import SqliteStorage
+
+    engine = backend.removeprefix("sqlite-")
+    require_engine(engine)
+    return SqliteStorage.open(tmp_path / "m.db", engine=engine)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_session_stores_operations_are_spans(
+    backend: str, otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """SessionStore's writes and reads, and the other stores' reads: a span each,
+    a conflict counted, the items a load read counted; prune_all is one span."""
+    from agentlog.errors import StorageConflictError
+
+    storage = _open_storage(backend, tmp_path, request)
+    sessions = storage.sessions
+    try:
+        sessions.create("t1", "s1", {"title": "x"})
+        record = sessions.append("t1", "s1", 0, [{"id": "a", **EVENT}])
+        sessions.append("t1", "s1", record.revision, [{"id": "b", **EVENT}])
+        with pytest.raises(StorageConflictError):
+            sessions.append("t1", "s1", 0, [{"id": "c", **EVENT}])
+        assert sessions.get("t1", "s1").head == 2
+        sessions.compact("t1", "s1", 2, 2, {"n": 2})
+        assert len(sessions.load("t1", "s1", use_snapshot=False).items) == 2
+        assert [r.session_id for r in sessions.list("t1")] == ["s1"]
+        assert sessions.prune_all("t1") == {"s1": 2}
+        sessions.delete("t1", "s1", 3)
+        storage.memory.put("t1", "ns", "k", {"v": 1}, None)
+        assert storage.memory.get("t1", "ns", "k").value == {"v": 1}
+        assert storage.checkpoints.list("t1") == []
+    finally:
+        storage.close()
+    found = [(s.name, s.attributes["agentlog.outcome"]) for s in otel.spans()]
+    assert found == [
+        ("create sessions", "ok"),
+        ("append sessions", "ok"),
+        ("append sessions", "ok"),
+        ("append sessions", "conflict"),
+        ("get sessions", "ok"),
+        ("compact sessions", "ok"),
+        ("load sessions", "ok"),
+        ("list sessions", "ok"),
+        ("prune_all sessions", "ok"),
+        ("delete sessions", "ok"),
+        ("put memory", "ok"),
+        ("get memory", "ok"),
+        ("list checkpoints", "ok"),
+    ]
+    for span in otel.spans():
+        assert span.kind is trace.SpanKind.CLIENT
+        assert span.attributes["db.system.name"] == SYSTEM[backend]
+        assert span.attributes["agentlog.tenant"] == "t1"
+    (load,) = otel.spans("load sessions")
+    assert load.attributes["agentlog.events"] == 2
+    assert otel.total("agentlog.conflicts", **{"db.collection.name": "sessions"}) == 1
+    assert otel.total("agentlog.events.read", **{"db.collection.name": "sessions"}) == 2
+    duration = "db.client.operation.duration"
+    assert otel.total(duration, **{"db.collection.name": "sessions"}) == 10
+
+
+def test_an_async_stores_write_is_a_child_of_its_caller(
+    otel: Telemetry, tmp_path: Path, engine: str
+) -> None:
+    """An async store's write runs on the storage's writer thread, in its caller's
+    context: its span is a child of the caller's, as a read's (run on the loop) is."""
+    from agentlog.aio.stores import AsyncSqliteStorage
+
+    tracer = otel.tracer_provider.get_tracer("test")
+
+    async def main() -> None:
+        storage = await AsyncSqliteStorage.open(tmp_path / "m.db", engine=engine)
+        try:
+            with tracer.start_as_current_span("turn"):
+                await storage.sessions.create("t1", "s1")
+                await storage.sessions.append("t1", "s1", 0, [{"id": "a", **EVENT}])
+                assert (await storage.sessions.get("t1", "s1")).head == 1
+        finally:
+            await storage.aclose()
+
+    asyncio.run(main())
+    (turn,) = otel.spans("turn")
+    names = [span.name for span in otel.spans() if span is not turn]
+    assert names == ["create sessions", "append sessions", "get sessions"]
+    for span in otel.spans():
+        if span is not turn:
+            assert span.parent is not None and span.parent.span_id == turn.context.span_id
+
+
+def _assert_c_groups(otel: Telemetry, appends: int) -> None:
+    """Each append the C engine's writer thread wrote has one ``commit group``
+    child within its span; each group is counted once, at its size."""
+    spans = {span.context.span_id: span for span in otel.spans("append")}
+    assert len(spans) == appends
+    children = otel.spans("commit group")
+    assert sorted(c.parent.span_id for c in children if c.parent) == sorted(spans)
+    groups = set()
+    for child in children:
+        assert child.parent is not None
+        parent = spans[child.parent.span_id]
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
+        groups.add((child.start_time, child.end_time, child.attributes["agentlog.group.size"]))
+    assert sum(size for _, _, size in groups) == appends
+    (point,) = otel.points("agentlog.commit_group.size")
+    assert (point.count, point.sum) == (len(groups), appends)
+
+
+def test_the_c_writer_threads_groups_of_threads_appends(otel: Telemetry, tmp_path: Path) -> None:
+    """Threads whose appends queue (the write lock is held) are written by the C
+    engine's writer thread: its groups are measured and traced from the
+    times that thread took."""
+    require_engine("c")
+    import threading
+
+    from ..engine.test_group_commit import blocked
+    from ..waiting import wait_until
+
+    with SqliteCheckpointer(tmp_path / "a.db", engine="c") as log:
+        lock = log._engine._write_lock  # type: ignore[attr-defined]
+        threads = [threading.Thread(target=log.append, args=(f"s{i}", [EVENT])) for i in range(3)]
+        with lock:  # as if a long write were under way: every append queues
+            for thread in threads:
+                thread.start()
+            assert wait_until(lambda: blocked(threads))  # each queued, waiting
+        for thread in threads:
+            thread.join(30)
+        assert [log.head(f"s{i}") for i in range(3)] == [1, 1, 1]
+    _assert_c_groups(otel, 3)
+
+
+def test_the_c_writer_threads_groups_of_an_event_loops_appends(
+    otel: Telemetry, tmp_path: Path
+) -> None:
+    """With synchronous="full" an event loop's appends queue to the C engine's
+    writer thread through the loop's channel: the same groups, the same spans."""
+    require_engine("c")
+
+    async def main() -> None:
+        async with AsyncSqliteCheckpointer(
+            tmp_path / "a.db", engine="c", synchronous="full"
+        ) as log:
+            await asyncio.gather(*(log.append(f"s{i}", [EVENT]) for i in range(8)))
+
+    asyncio.run(main())
+    _assert_c_groups(otel, 8)

@@ -28,7 +28,7 @@ from cpython.mem cimport PyMem_RawFree
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memchr, memcmp, memcpy, memset, strlen, strncpy
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 from posix.unistd cimport close, getpid, read, usleep
 
 from agentlog.engine.includes.python cimport (
@@ -84,7 +84,19 @@ from agentlog.events import (
 )
 from agentlog.integrity import first_damaged
 
-__all__ = ["CEngine"]
+__all__ = ["CEngine", "observe_commit_groups"]
+
+#: Called with each thread's append (its ``commit_group``) once the writer
+#: thread has written it; None: nothing is (see observe_commit_groups).
+cdef object _group_observer = None
+
+
+def observe_commit_groups(observer):
+    """Call ``observer(handle)`` (None: stop) in each thread whose append the
+    writer thread wrote, once it has, ``handle.commit_group`` telling the
+    group (agentlog.telemetry's; an event loop's appends are its channel's)."""
+    global _group_observer
+    _group_observer = observer
 
 assert S.SEQ_BITS == 32, "the C engine packs event keys with 32 seq bits"
 
@@ -326,6 +338,8 @@ class CEngine(EngineBase):
                     with nogil:
                         PyThread_acquire_lock(r.wake, WAIT_LOCK)
                 raise
+        if _group_observer is not None:
+            _group_observer(mine)
         self._count_writer_commits(True)
 
     def _count_writer_commits(self, bint wait):

@@ -34,10 +34,11 @@ from ..errors import (
 from ..files import DEFAULT_FILE_MODE, create_private_file, remove_created
 from . import schema as S
 from . import sql as Q
-from .errors import CLOSED, opening_error, read_only_refusal
+from .errors import CLOSED, opening_error, read_only_refusal, refused
 from .forks import abandon_in_fork_children
 
-#: Operators' news of the engine: schema steps, WAL bounds hit; never a line per event.
+#: Operators' news of the engine: schema steps, WAL bounds hit, refused files;
+#: never a line per event.
 _log = logging.getLogger("agentlog.engine")
 
 __all__ = [
@@ -101,11 +102,11 @@ def _refuse_special_file(path: str) -> None:
     except OSError:
         return  # refused by the open itself, in its words
     if stat.S_ISDIR(mode):
-        raise StorageUnavailableError(
-            f"cannot open {path!r}: it is a directory, not a database file"
+        raise refused(
+            StorageUnavailableError(f"cannot open {path!r}: it is a directory, not a database file")
         )
     if not stat.S_ISREG(mode):
-        raise StorageUnavailableError(f"cannot open {path!r}: it is not a regular file")
+        raise refused(StorageUnavailableError(f"cannot open {path!r}: it is not a regular file"))
 
 
 # The files open in this process: (st_dev, st_ino) -> (engine name, claims);
@@ -480,16 +481,22 @@ class EngineCore(Generic[ConnectionT]):
         app_id = self._value(Q.APPLICATION_ID)
         version = int(self._value(Q.USER_VERSION))
         if app_id not in (0, S.APPLICATION_ID):
-            raise SchemaVersionError(
-                f"{self.path!r} is not an agentlog database (application_id {app_id:#x})"
+            raise refused(
+                SchemaVersionError(
+                    f"{self.path!r} is not an agentlog database (application_id {app_id:#x})"
+                )
             )
         if version > S.SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{self.path!r} has schema version {version}, newer than this agentlog "
-                f"supports ({S.SCHEMA_VERSION}); upgrade agentlog to open it"
+            raise refused(
+                SchemaVersionError(
+                    f"{self.path!r} has schema version {version}, newer than this agentlog "
+                    f"supports ({S.SCHEMA_VERSION}); upgrade agentlog to open it"
+                )
             )
         if app_id == 0 and version == 0 and self._value(Q.ANY_TABLE):
-            raise SchemaVersionError(f"{self.path!r} is a SQLite database of another application")
+            raise refused(
+                SchemaVersionError(f"{self.path!r} is a SQLite database of another application")
+            )
         return version
 
     def _migrate(self, conn: ConnectionT) -> None:

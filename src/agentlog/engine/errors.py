@@ -9,6 +9,9 @@ twin's writer thread reports them as status codes, see ``cengine._outcome``).
 
 from __future__ import annotations
 
+import logging
+from typing import TypeVar
+
 from ..errors import CorruptDatabaseError, StorageDataError, StorageUnavailableError
 from . import schema as S
 
@@ -20,6 +23,7 @@ __all__ = [
     "driver_error",
     "opening_error",
     "read_only_refusal",
+    "refused",
     "too_long",
     "too_many_sessions",
 ]
@@ -34,6 +38,17 @@ _ERRORS: dict[int, type[Exception]] = {
     SQLITE_TOOBIG: StorageDataError,  # no retry makes it fit
     SQLITE_NOTADB: CorruptDatabaseError,
 }
+
+
+_E = TypeVar("_E", bound=Exception)
+
+
+def refused(error: _E, logger: str = "agentlog.engine") -> _E:
+    """``error``, a file or store refused (of another application, a newer
+    version, not a regular file), told first as a WARNING of ``logger``:
+    an operator hears of it though the caller may swallow it."""
+    logging.getLogger(logger).warning("refused: %s", error)
+    return error
 
 
 #: The attribute a driver error carries its ``(code, message)`` in.

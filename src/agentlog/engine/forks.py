@@ -5,6 +5,7 @@ is still open, before it runs anything else."""
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from typing import Protocol
@@ -35,11 +36,23 @@ def abandon_in_fork_children(owner: Abandonable) -> None:
     _LIVE.add(owner)
 
 
+_log = logging.getLogger("agentlog.engine")
+
+
 def _after_fork_in_child() -> None:
+    abandoned = 0
     for owner in list(_LIVE):
         if not owner.closed:
             owner.abandon_after_fork()
+            abandoned += 1
     _LIVE.clear()
+    if abandoned:
+        _log.info(
+            "in a child of os.fork() (pid %d): %d open store(s) of the parent abandoned;"
+            " their use here is refused: open them again in this process",
+            os.getpid(),
+            abandoned,
+        )
 
 
 if hasattr(os, "register_at_fork"):

@@ -51,6 +51,11 @@ cdef struct Request:
     int wake_fd  # without a wake lock: the completion pipe poked once it is finished
     int finished  # set (atomically) once written or refused, for an event loop's append
     char error[256]  # the message of the SQLite error that failed its group
+    # Set by the writer thread for the group it wrote this in (telemetry's):
+    Py_ssize_t group_size  # 0 until then
+    Py_ssize_t group_index
+    int64_t commit_start  # ns since the epoch, around _commit_group
+    int64_t commit_end
 
 
 cdef class _Append:
@@ -72,6 +77,16 @@ cdef class _Append:
         self.request.wake_fd = -1
         self.request.finished = 0
         self.request.error[0] = 0
+        self.request.group_size = 0
+
+    @property
+    def commit_group(self):
+        """``(size, index in it, commit start, commit end)`` (ns since the epoch)
+        of the group the writer thread wrote this append in; None otherwise."""
+        cdef Request *r = &self.request
+        if r.group_size == 0:
+            return None
+        return r.group_size, r.group_index, r.commit_start, r.commit_end
 
     cdef int prepare(self, str tenant, str name, int64_t expected, double ts, list batch) except -1:
         cdef Py_ssize_t count = len(batch), i, size
@@ -296,6 +311,12 @@ cdef inline bint _in_fork_child(WriterState *w) noexcept:
     return w.started and w.owner != getpid()
 
 
+cdef inline int64_t _epoch_ns() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_REALTIME, &now)
+    return <int64_t>now.tv_sec * 1000000000 + now.tv_nsec
+
+
 cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
     """On the writer thread: write the requests from ``taken`` on in one
     transaction, then wake each caller (who may free its request at once)."""
@@ -305,6 +326,7 @@ cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
     cdef Py_ssize_t size = 0, i, pokes = 0
     cdef int rc, fd
     cdef int poked[16]
+    cdef int64_t started, ended
     while r != NULL:
         size += 1
         r = r.next
@@ -325,9 +347,14 @@ cdef void _write_group(WriterState *w, Request *taken) noexcept nogil:
             r = r.next
         w.errbuf[0] = 0
         PyThread_acquire_lock(w.write_lock, WAIT_LOCK)
+        started = _epoch_ns()
         rc = _commit_group(w.db, w.statements, w.group, size, w.errbuf, True, w.busy)
+        ended = _epoch_ns()
         w.commits += 1
         PyThread_release_lock(w.write_lock)
+        for i in range(size):
+            w.group[i].group_size, w.group[i].group_index = size, i
+            w.group[i].commit_start, w.group[i].commit_end = started, ended
         if rc != SQLITE_OK:
             for i in range(size):
                 if w.group[i].status > 0:

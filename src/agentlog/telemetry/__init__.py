@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 import logging
 import time
 import weakref
@@ -38,10 +39,11 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
 
+from .. import engine as engine_module
 from .. import events as events_module
 from ..aio.checkpointer import AsyncBaseCheckpointer
 from ..aio.face import AsyncLogFace
-from ..aio.writer import Job, Writer
+from ..aio.writer import Job, LoopChannel, Writer
 from ..errors import (
     CheckpointConflictError,
     IdempotencyKeyError,
@@ -50,12 +52,14 @@ from ..errors import (
 )
 from ..events import AppendKey, EncodedBatch, SessionEvent
 from ..log import base as base_module
+from ..log import follow as follow_module
 from ..log.base import BaseCheckpointer
 from ..log.file import FileCheckpointer
 from ..log.sqlite import SqliteCheckpointer
 from ..stores.artifacts import ArtifactStore
 from ..stores.checkpoints import CheckpointStore
 from ..stores.memories import MemoryStore
+from ..stores.sessions import SessionStore
 
 if TYPE_CHECKING:
     from ..log.postgres import PostgresCheckpointer
@@ -72,6 +76,16 @@ def _postgres_modules() -> tuple[ModuleType, ModuleType] | None:
 
 
 _POSTGRES = _postgres_modules()
+
+
+def _c_engine() -> ModuleType | None:
+    """The C engine's module, where it is built."""
+    if "c" not in engine_module.AVAILABLE_ENGINES:
+        return None
+    return importlib.import_module("agentlog.engine.cengine")
+
+
+_CENGINE = _c_engine()
 #: The classes instrumented, PostgreSQL's where its extra is installed.
 _PG_SYNC: tuple[type, ...] = () if _POSTGRES is None else (_POSTGRES[0].PostgresCheckpointer,)
 _PG_ASYNC: tuple[type, ...] = () if _POSTGRES is None else (_POSTGRES[1].AsyncPostgresCheckpointer,)
@@ -105,17 +119,21 @@ _DURATION_BUCKETS = (
     10.0,
 )
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+#: Events: the buckets of a follower's lag behind its session's head.
+_LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
 
 class _Op:
     """What one instrumented operation learns while it runs (from the seams)."""
 
-    __slots__ = ("appended_bytes", "appended_events", "repeat")
+    __slots__ = ("appended_bytes", "appended_events", "handles", "repeat")
 
     def __init__(self) -> None:
         self.appended_events = 0
         self.appended_bytes = 0
         self.repeat = False
+        #: The C engine's handles of the appends its writer thread wrote for it.
+        self.handles: list[Any] = []
 
 
 #: The instrumented operation under way in this context, if any: an inner one
@@ -192,6 +210,12 @@ class _Telemetry:
             unit="s",
             description="How long after its append a follower yielded each event.",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.follow_lag_events = meter.create_histogram(
+            "agentlog.follow.lag.events",
+            unit="{event}",
+            description="How many events a follower's session held past each event it yielded.",
+            explicit_bucket_boundaries_advisory=_LAG_BUCKETS,
         )
         self.group_size = meter.create_histogram(
             "agentlog.commit_group.size",
@@ -334,6 +358,8 @@ class _Telemetry:
         if read:
             self.events_read.add(read, attributes)
             span.set_attribute("agentlog.events", read)
+        for handle in op.handles:
+            self.c_group(span, handle.commit_group)
         self.duration.record(elapsed, labels)
         span.end()
         if self.slow_threshold is not None and elapsed > self.slow_threshold:
@@ -345,6 +371,25 @@ class _Telemetry:
                 self.slow_threshold * 1000,
                 outcome,
             )
+
+    def c_group(self, span: Span, group: tuple[int, int, int, int] | None) -> None:
+        """The C engine writer thread's group of one append (None: it wrote none):
+        counted once, by its first append; a ``commit group`` child of the
+        append's span, its times the thread's."""
+        if group is None:
+            return
+        size, index, started, ended = group
+        if index == 0:
+            self.group_size.record(size)
+        if span.is_recording():
+            child = self.tracer.start_span(
+                "commit group",
+                context=trace.set_span_in_context(span),
+                kind=SpanKind.INTERNAL,
+                attributes={"agentlog.group.size": size},
+                start_time=started,
+            )
+            child.end(end_time=ended)
 
     @contextlib.contextmanager
     def group(self, jobs: list[Job]) -> Iterator[None]:
@@ -407,13 +452,14 @@ def instrument(
         _patch(BaseCheckpointer, name, _sync_operation(state, name))
     for name in ("read", "read_json"):
         _patch(BaseCheckpointer, name, _sync_read(state, name))
-    for store, collection, names in _STORE_WRITES:
-        for name in names:
-            _patch(store, name, _store_write(state, store, collection, name))
+    for store, collection, writes, reads in _STORE_OPERATIONS:
+        for name in (*writes, *reads):
+            _patch(store, name, _store_operation(state, store, collection, name))
     for cls in (SqliteCheckpointer, FileCheckpointer, *_PG_SYNC):
         _patch(cls, "check_integrity", _checking(state, vars(cls)["check_integrity"]))
     _patch(BaseCheckpointer, "follow", _following(state, BaseCheckpointer.follow))
-    _patch(AsyncLogFace, "follow", _async_following(state, AsyncLogFace.follow))
+    for name in ("follow", "follow_json"):
+        _patch(AsyncLogFace, name, _async_following(state, vars(AsyncLogFace)[name]))
     _patch(AsyncLogFace, "append", _async_operation(state, "append"))
     for cls in _ASYNC_CLASSES:
         for name in ("fork", "truncate", "delete", "set_metadata"):
@@ -422,10 +468,14 @@ def instrument(
             _patch(cls, name, _async_read(state, name))
     for module in (base_module, *_POSTGRES[1:2]) if _POSTGRES else (base_module,):
         _patch(module, "encode_events", _counting_encode(events_module.encode_events))
+        _patch(module, "anchored_page", _noting_head(follow_module.anchored_page))
     _patch(AppendKey, "replay", _noting_replay(AppendKey.replay))
     _patch(Writer, "submit", _noting_submit(state, Writer.submit))
     _patch(Job, "__init__", _capturing_job(Job.__init__))
     _patch(Writer, "observer", state.group)
+    _patch(LoopChannel, "queue", _noting_queued(LoopChannel.queue))
+    if _CENGINE is not None:
+        _CENGINE.observe_commit_groups(_note_handle)
     _state = state
 
 
@@ -435,6 +485,8 @@ def uninstrument() -> None:
     while _patches:
         owner, name, original = _patches.pop()
         setattr(owner, name, original)
+    if _CENGINE is not None:
+        _CENGINE.observe_commit_groups(None)
     _state = None
 
 
@@ -470,6 +522,23 @@ def _noting_replay(replay: Callable[..., int]) -> Callable[..., int]:
         if op is not None:
             op.repeat = True
         return replay(self, session_id, digest, head)
+
+    return noted
+
+
+def _note_handle(handle: object) -> None:
+    """The C engine's observer: its writer thread wrote ``handle`` (a thread's append)."""
+    op = _CURRENT.get()
+    if op is not None:
+        op.handles.append(handle)
+
+
+def _noting_queued(queue: Callable[..., object]) -> Callable[..., object]:
+    @functools.wraps(queue)
+    def noted(self: LoopChannel, *args: Any) -> object:
+        handle = queue(self, *args)  # an event loop's append, for the C writer thread
+        _note_handle(handle)
+        return handle
 
     return noted
 
@@ -522,16 +591,62 @@ def _sync_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
     return operation
 
 
+class _Follower:
+    """One follower's view of its session: the head its last look saw."""
+
+    __slots__ = ("attributes", "head")
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.head = 0
+
+    def deliver(self, state: _Telemetry, event: Any) -> None:
+        """Record how far behind the head (events) and the clock (seconds) ``event`` came."""
+        state.follow_lag.record(max(0.0, time.time() - event.ts), self.attributes)
+        state.follow_lag_events.record(max(0, self.head - event.seq), self.attributes)
+
+
+#: The follower whose step runs in this context: its looks note the head there.
+_FOLLOWING: contextvars.ContextVar[_Follower | None] = contextvars.ContextVar(
+    "agentlog.telemetry.follower", default=None
+)
+
+
+def _noting_head(anchored: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    """``anchored_page``, which every follower's look calls with the head it read."""
+
+    @functools.wraps(anchored)
+    def noted(
+        session_id: str, after_seq: int, anchor: Any, page: list[Any], head: int
+    ) -> list[Any]:
+        follower = _FOLLOWING.get()
+        if follower is not None:
+            # A look that read the head before a commit and the page after
+            # it: the page's last event is the head it knows.
+            follower.head = max(follower.head, head, page[-1].seq if page else 0)
+        return anchored(session_id, after_seq, anchor, page, head)
+
+    return noted
+
+
 def _following(state: _Telemetry, follow: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
     @functools.wraps(follow)
     def followed(self: BaseCheckpointer, *args: Any, **kwargs: Any) -> Iterator[Any]:
         events = follow(self, *args, **kwargs)  # its arguments checked now, as follow's are
-        attributes = {"db.system.name": _system(self)}
+        follower = _Follower({"db.system.name": _system(self)})
+        state.note(self)
 
         def lagging() -> Iterator[Any]:
             try:
-                for event in events:
-                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                while True:
+                    token = _FOLLOWING.set(follower)
+                    try:
+                        event = next(events)
+                    except StopIteration:
+                        return
+                    finally:
+                        _FOLLOWING.reset(token)
+                    follower.deliver(state, event)
                     yield event
             finally:
                 close = getattr(events, "close", None)
@@ -547,12 +662,20 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
     @functools.wraps(follow)
     def followed(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         events = follow(self, *args, **kwargs)
-        attributes = {"db.system.name": _system(self)}
+        follower = _Follower({"db.system.name": _system(self)})
+        state.note(self)
 
         async def lagging() -> AsyncIterator[Any]:
             try:
-                async for event in events:
-                    state.follow_lag.record(max(0.0, time.time() - event.ts), attributes)
+                while True:
+                    token = _FOLLOWING.set(follower)
+                    try:
+                        event = await events.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        _FOLLOWING.reset(token)
+                    follower.deliver(state, event)
                     yield event
             finally:
                 close = getattr(events, "aclose", None)
@@ -564,12 +687,18 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
     return followed
 
 
-#: The stores' writes (each store's base class: every implementation's), and
-#: the collection each names in ``db.collection.name``.
-_STORE_WRITES = (
-    (CheckpointStore, "checkpoints", ("save", "delete")),
-    (MemoryStore, "memory", ("put", "delete")),
-    (ArtifactStore, "artifacts", ("put", "delete")),
+#: The stores' operations (each store's base class: every implementation's),
+#: the collection each names in ``db.collection.name``, its writes, its reads.
+_STORE_OPERATIONS = (
+    (
+        SessionStore,
+        "sessions",
+        ("create", "append", "compact", "delete", "prune", "prune_all"),
+        ("get", "load", "list"),
+    ),
+    (CheckpointStore, "checkpoints", ("save", "delete"), ("load", "list")),
+    (MemoryStore, "memory", ("put", "delete"), ("get", "list")),
+    (ArtifactStore, "artifacts", ("put", "delete"), ("info", "get", "list")),
 )
 
 
@@ -582,11 +711,14 @@ def _store_system(store: object) -> str:
     return "agentlog." + ("memory" if name.startswith("InMemory") else name.lower())
 
 
-def _store_write(state: _Telemetry, store: type, collection: str, name: str) -> Callable[..., Any]:
+def _store_operation(
+    state: _Telemetry, store: type, collection: str, name: str
+) -> Callable[..., Any]:
     original = vars(store)[name]
+    loads = store is SessionStore and name == "load"  # it reads items: counted
 
     @functools.wraps(original)
-    def write(self: Any, tenant_id: str, *args: Any, **kwargs: Any) -> Any:
+    def operation(self: Any, tenant_id: str, *args: Any, **kwargs: Any) -> Any:
         if _CURRENT.get() is not None:
             return original(self, tenant_id, *args, **kwargs)
         attributes = {
@@ -613,10 +745,10 @@ def _store_write(state: _Telemetry, store: type, collection: str, name: str) -> 
             raise
         finally:
             _CURRENT.reset(token)
-        state.finish(span, attributes, started, op, None)
+        state.finish(span, attributes, started, op, None, len(result.items) if loads else 0)
         return result
 
-    return write
+    return operation
 
 
 def _checking(state: _Telemetry, check: Callable[..., tuple[bool, str]]) -> Callable[..., Any]:

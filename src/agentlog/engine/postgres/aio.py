@@ -20,7 +20,8 @@ from .connect import (
     PostgresOptions,
     connect_options,
     pool_arguments,
-    read_again,
+    recovered,
+    retried,
     session_settings,
     translate_errors,
     translated,
@@ -188,10 +189,13 @@ class AsyncDatabase:
                 try:
                     async with self._pool.connection() as conn:
                         with self.deadlines.watch(conn):
-                            return await work(conn)
+                            result = await work(conn)
                 except psycopg.Error as exc:
-                    if not read_again(exc, attempt, attempts):
+                    if not retried(what, exc, attempt, attempts):
                         raise
+                    continue
+            recovered(what, attempt)
+            return result
 
     async def query(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -25,11 +26,16 @@ __all__ = [
     "pool_arguments",
     "pool_sizes",
     "read_again",
+    "recovered",
+    "retried",
     "session_settings",
     "statement_timeout_sql",
     "translate_errors",
     "translated",
 ]
+
+#: Operators' news of PostgreSQL: retries and their outcomes, schema steps, refusals.
+_log = logging.getLogger("agentlog.postgres")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +76,23 @@ def read_again(error: psycopg.Error, attempt: int, attempts: int) -> bool:
     return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)) and (
         attempt < attempts
     )
+
+
+def retried(what: str, error: psycopg.Error, attempt: int, attempts: int) -> bool:
+    """:func:`read_again`, told to the operator: a retry (INFO), a read that
+    failed after retries (WARNING)."""
+    again = read_again(error, attempt, attempts)
+    if again:
+        _log.info("%s lost its connection (%s): trying again", what, error)
+    elif attempt > 1:
+        _log.warning("%s failed after %d tries: %s", what, attempt, error)
+    return again
+
+
+def recovered(what: str, attempt: int) -> None:
+    """A read that succeeded on try ``attempt``: told (INFO) after a retry."""
+    if attempt > 1:
+        _log.info("%s succeeded on try %d, after a lost connection", what, attempt)
 
 
 def connection_lost(error: BaseException) -> bool:

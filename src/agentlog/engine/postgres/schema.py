@@ -28,12 +28,16 @@ drivers run them on a connection.
 
 from __future__ import annotations
 
+import logging
 import re
 
 from psycopg import sql
 
 from ...errors import SchemaVersionError, StorageNotFoundError
+from ..errors import refused
 from .protocol import Operation, execute, fetch_all, fetch_one
+
+_log = logging.getLogger("agentlog.postgres")
 
 __all__ = [
     "CHECKSUM_VERSION",
@@ -217,9 +221,12 @@ def quoted(schema: str) -> str:
 
 
 def _newer(schema: str, version: int) -> SchemaVersionError:
-    return SchemaVersionError(
-        f"schema {schema!r} was written by a newer agentlog (version {version};"
-        f" this one knows {SCHEMA_VERSION})"
+    return refused(
+        SchemaVersionError(
+            f"schema {schema!r} was written by a newer agentlog (version {version};"
+            f" this one knows {SCHEMA_VERSION})"
+        ),
+        "agentlog.postgres",
     )
 
 
@@ -279,6 +286,8 @@ def migrate(schema: str) -> Operation[None]:
         for statement in MIGRATIONS[step]:
             yield from execute(statement.format(s=s))
     yield from execute(f"UPDATE {s}.agentlog_version SET version = %s", (SCHEMA_VERSION,))
+    if version:  # 0: a new store, created rather than upgraded
+        _log.info("schema %r: steps %d to %d, in one transaction", schema, version, SCHEMA_VERSION)
 
 
 def open_store(schema: str, *, create: bool, read_only: bool) -> Operation[int]:

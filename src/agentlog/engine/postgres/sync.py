@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -19,7 +18,8 @@ from .connect import (
     PostgresOptions,
     connect_options,
     pool_arguments,
-    read_again,
+    recovered,
+    retried,
     session_settings,
     translate_errors,
     translated,
@@ -34,9 +34,6 @@ __all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
-#: Operators' news of the PostgreSQL driver: retries and their outcomes.
-_log = logging.getLogger("agentlog.postgres")
 
 
 def _fetch(cur: psycopg.Cursor[Any], step: Execute) -> Any:
@@ -253,14 +250,14 @@ class PostgresDatabase:
             with translate_errors(what):
                 try:
                     with self._pool.connection() as conn, self.deadlines.watch(conn):
-                        return work(conn)
+                        result = work(conn)
                 except psycopg.Error as exc:
-                    if not read_again(exc, attempt, attempts):
-                        if attempt > 1:
-                            _log.warning("%s failed after %d tries: %s", what, attempt, exc)
+                    if not retried(what, exc, attempt, attempts):
                         raise
                     self.retries += 1
-                    _log.info("%s lost its connection (%s): trying again", what, exc)
+                    continue
+            recovered(what, attempt)
+            return result
         raise AssertionError("unreachable")
 
     def query(

@@ -64,6 +64,7 @@ from .ownership import (
     have_file_locks,
     is_regular,
     lock_directory,
+    log,
     not_regular,
     open_regular,
     read_regular,
@@ -209,6 +210,12 @@ class FileCheckpointer(BaseCheckpointer):
                     os.close(fd)
             except OSError as exc:
                 raise StorageUnavailableError(f"cannot repair {path}: {exc}") from exc
+            log.info(
+                "%s: cut a torn tail of %d bytes from a session file (a crash interrupted"
+                " an append: none of it was ever acknowledged)",
+                self.directory,
+                len(data) - offsets[-1],
+            )
         session = SessionState(session_id, path, offsets, st.st_mtime, file_stamp(st))
         session.header = data[: offsets[0]]
         return session

@@ -10,6 +10,7 @@ Session files are opened by their own name only (:func:`open_regular`).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "is_file_store",
     "is_regular",
     "lock_directory",
+    "log",
     "not_regular",
     "open_regular",
     "read_regular",
@@ -48,6 +50,10 @@ __all__ = [
 LOCK_NAME = ".agentlog.lock"
 # Session files are opened by their own name only: never through a symbolic
 # link, never a FIFO or device planted under a session's name.
+#: Operators' news of the file store: refused files, repaired tails (never a
+#: session's file name: it is the session's id).
+log = logging.getLogger("agentlog.file")
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -60,7 +66,12 @@ def file_stamp(st: os.stat_result) -> tuple[int, int, int]:
 
 
 def not_regular(path: Path | str) -> CorruptDatabaseError:
-    """The error for a symbolic link or special file found under a store's name."""
+    """The error for a symbolic link or special file found under a store's name
+    (told to the operator, the directory named, not the file)."""
+    log.warning(
+        "refused a file in %s: not a regular file (a symbolic link or a special file)",
+        Path(path).parent,
+    )
     return CorruptDatabaseError(
         f"{path} is not a regular file (a symbolic link or a special file): "
         "agentlog neither follows nor writes through one"
