@@ -128,12 +128,19 @@ def points(total: int) -> list[int]:
 EVENT = {"type": "user", "content": "x"}
 
 
+#: The append key the keyed cases use: each session's row under it is part of its state.
+KEY = "k"
+
+
 def log_state(cp: SqliteCheckpointer) -> dict[str, Any]:
-    """Every session's head and events (seq, parent, event): all the log holds."""
+    """Every session's head and events (seq, parent, event), and what it stores
+    under :data:`KEY`: all the log holds."""
     state: dict[str, Any] = {}
+    engine = cp._engine
     for info in cp.list():
         events = [(e.seq, e.parent_seq, e.event) for e in cp.read(info.id)]
-        state[info.id] = (cp.head(info.id), events)
+        key = engine.find_append_key(cp._tenant, info.id, KEY)
+        state[info.id] = (cp.head(info.id), events) + ((key,) if key is not None else ())
     return state
 
 
@@ -158,6 +165,17 @@ LOG_CASES = [
     LogCase("append-1", lambda cp: cp.append("a", [dict(EVENT, n="new")], expected_head=10)),
     LogCase("append-1-new", lambda cp: cp.append("c", [dict(EVENT, n="new")])),
     LogCase("append-100", lambda cp: cp.append("a", [dict(EVENT, n=i) for i in range(100)])),
+    # The key's look-up, its row and the events are one transaction: a fault
+    # anywhere leaves all of them or none (log_state holds the key's row).
+    LogCase(
+        "append-keyed-1",
+        lambda cp: cp.append("a", [dict(EVENT, n="new")], expected_head=10, key=KEY),
+    ),
+    LogCase("append-keyed-1-new", lambda cp: cp.append("c", [dict(EVENT, n="new")], key=KEY)),
+    LogCase(
+        "append-keyed-100",
+        lambda cp: cp.append("a", [dict(EVENT, n=i) for i in range(100)], key=KEY),
+    ),
     LogCase("truncate", lambda cp: cp.truncate("a", 4)),
     LogCase("fork", lambda cp: cp.fork("a", 6, "f")),
     LogCase("delete", lambda cp: cp.delete("a")),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentlog import CheckpointConflictError, CheckpointerClosedError, SqliteCheckpointer
+from agentlog.errors import IdempotencyKeyError
 from agentlog.testing.races import run_in_threads
 
 from ..conftest import require_engine
@@ -333,3 +334,73 @@ def test_the_write_lock_refuses_a_release_it_does_not_hold(tmp_path: Path) -> No
         assert lock.acquire(False)
         assert not lock.acquire(False)  # still one holder at most
         lock.release()
+
+
+def test_keyed_appends_go_through_the_group_commit(tmp_path: Path) -> None:
+    """Keyed appends are requests of the C writer like unkeyed ones: their
+    transactions are the group commit's (counted in ``commits``), and each
+    caller gets its own exact result, a repeat its first head."""
+    require_engine("c")
+    threads, calls = 4, 40
+    results: dict[int, list[int]] = {}
+    with SqliteCheckpointer(tmp_path / "keyed.db", engine="c") as cp:
+        barrier = threading.Barrier(threads)
+
+        def writer(slot: int) -> None:
+            barrier.wait()
+            heads = []
+            for n in range(calls):
+                events = [dict(EVENT, n=n)]
+                head = cp.append(f"s{slot}", events, expected_head=n, key=f"k{n}")
+                assert cp.append(f"s{slot}", events, expected_head=0, key=f"k{n}") == head
+                heads.append(head)
+            results[slot] = heads
+
+        run_in_threads(writer, threads)
+        assert all(heads == list(range(1, calls + 1)) for heads in results.values())
+        for slot in range(threads):
+            assert [e.event["n"] for e in cp.read(f"s{slot}")] == list(range(calls))
+        commits = cp._engine.commits  # type: ignore[attr-defined]
+    assert 0 < commits <= threads * calls * 2
+
+
+def test_a_key_and_its_repeat_in_one_group(tmp_path: Path) -> None:
+    """Queued behind a held write lock, requests are written in one group:
+    of two appends under one key, the first writes and the second finds its
+    row in the same transaction and writes nothing; a third with other events
+    under that key is refused alone."""
+    require_engine("c")
+    with SqliteCheckpointer(tmp_path / "group.db", engine="c") as cp:
+        busy_appends(cp)  # the writer thread is running
+        writer = cp._engine._group_writer  # type: ignore[attr-defined]
+        first = [dict(EVENT, n=1)]
+        outcomes: dict[str, object] = {}
+
+        def call(name: str, session: str, events: list[dict[str, object]], key: str | None) -> None:
+            try:
+                outcomes[name] = cp.append(session, events, key=key)
+            except IdempotencyKeyError as exc:
+                outcomes[name] = exc
+
+        before = cp._engine.commits  # type: ignore[attr-defined]
+        callers: list[threading.Thread] = []
+        with cp._engine._write_lock:  # type: ignore[attr-defined]
+            for waiting, (name, session, events, key) in enumerate(
+                [
+                    ("plain", "p", first, None),  # taken at once: a group waiting for the lock
+                    ("first", "s", first, "k"),  # these three queue behind it: the next group
+                    ("repeat", "s", first, "k"),
+                    ("other", "s", [dict(EVENT, n=2)], "k"),
+                ]
+            ):
+                caller = threading.Thread(target=call, args=(name, session, events, key))
+                caller.start()
+                callers.append(caller)
+                assert wait_until(lambda n=waiting: blocked(callers) and writer.waiting == n)
+        for caller in callers:
+            caller.join(10)
+        assert cp._engine.commits == before + 2  # type: ignore[attr-defined]
+        assert outcomes["plain"] == outcomes["first"] == outcomes["repeat"] == 1
+        assert isinstance(outcomes["other"], IdempotencyKeyError)
+        assert [e.event for e in cp.read("s")] == first
+        assert cp._engine.find_append_key("default", "s", "k")[1] == 1  # type: ignore[attr-defined]

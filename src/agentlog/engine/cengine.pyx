@@ -73,6 +73,7 @@ from agentlog.errors import (
     CheckpointConflictError,
     CheckpointerClosedError,
     CorruptDatabaseError,
+    IdempotencyKeyError,
     StorageUnavailableError,
 )
 from agentlog.events import (
@@ -198,6 +199,15 @@ cdef object _outcome(_Append item):
         item.error = item.request.error.decode("utf-8", "replace")
     if status == SQLITE_OK:
         return item.request.head
+    if status == APPEND_REPLAYED or status == APPEND_KEY_MISMATCH:
+        # Its key was stored: the key's own replay (its head, or its error;
+        # the stored digest was compared in C, so a mismatch hands it none).
+        key = item.key
+        digest = key.digest if status == APPEND_REPLAYED else b""
+        try:
+            return key.replay(name, digest, item.request.head)
+        except IdempotencyKeyError as exc:
+            return exc
     if status == APPEND_CONFLICT:
         return CheckpointConflictError(name, item.request.expected, item.request.head)
     if status == APPEND_TOO_LONG:
@@ -207,6 +217,35 @@ cdef object _outcome(_Append item):
     if status == _CLOSED:
         return CheckpointerClosedError(CLOSED)
     return _error(status, item.error.encode(), "append")
+
+
+cdef object _submit(engine, str tenant, str name, expected_head, double ts, list batch, key):
+    """Write one append of the engine ``engine`` through the group commit (see
+    ``CEngine._append_batch``); ``key``: an ``AppendKey``, or None."""
+    cdef int64_t expected = -1 if expected_head is None else expected_head
+    cdef _Append mine = _Append()
+    cdef _GroupWriter writer = <_GroupWriter>engine._group_writer
+    mine.prepare(tenant, name, expected, ts, batch)
+    if key is not None:
+        mine.prepare_key(key)
+    writer.w.callers += 1
+    try:
+        if writer.w.callers == 1 and (<_WriteLock>engine._write_lock).acquire(False):
+            # Nobody else appending and nobody writing: written now, with
+            # no hand-off. (Between two groups the lock is free for a
+            # moment; a caller among others queues, for a larger group.)
+            try:
+                engine._commit_items([mine], True)
+            finally:
+                engine._write_lock.release()
+        else:
+            engine._queue_and_wait(writer, mine)
+    finally:
+        writer.w.callers -= 1
+    outcome = _outcome(mine)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
 
 
 class CEngine(EngineBase):
@@ -282,9 +321,6 @@ class CEngine(EngineBase):
         taken, it is written or refused as a whole, and the caller raises
         after that commit.
         """
-        cdef int64_t expected = -1 if expected_head is None else expected_head
-        cdef _Append mine = _Append()
-        cdef _GroupWriter writer = <_GroupWriter>self._group_writer
         if self.read_only:
             raise read_only_refusal("append", self.path)
         if self.hash_chain:
@@ -292,25 +328,21 @@ class CEngine(EngineBase):
             return self.write(
                 "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
             )
-        mine.prepare(tenant, name, expected, ts, batch)
-        writer.w.callers += 1
-        try:
-            if writer.w.callers == 1 and (<_WriteLock>self._write_lock).acquire(False):
-                # Nobody else appending and nobody writing: written now, with
-                # no hand-off. (Between two groups the lock is free for a
-                # moment; a caller among others queues, for a larger group.)
-                try:
-                    self._commit_items([mine], True)
-                finally:
-                    self._write_lock.release()
-            else:
-                self._queue_and_wait(writer, mine)
-        finally:
-            writer.w.callers -= 1
-        outcome = _outcome(mine)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        return _submit(self, tenant, name, expected_head, ts, batch, None)
+
+    def append_keyed(self, str tenant, str name, expected_head, double ts, list batch, key):
+        """Append a non-empty batch under ``key`` (an ``AppendKey``), or replay
+        the append the session holds under it (``LogOperations.append_keyed``).
+
+        The key's look-up, the events and the key's row are one request of the
+        group commit, like an unkeyed append's (it may share a group): one
+        transaction, in C. A hash-chained file takes the shared path."""
+        self._check_open()
+        if self.read_only:
+            raise read_only_refusal("append", self.path)
+        if self.hash_chain:
+            return super().append_keyed(tenant, name, expected_head, ts, batch, key)
+        return _submit(self, tenant, name, expected_head, ts, batch, key)
 
     def _queue_and_wait(self, _GroupWriter writer, _Append mine):
         """Queue ``mine`` for the writer thread and sleep until it is written."""

@@ -15,7 +15,9 @@ cdef enum:
     ST_UPDATE_SESSION
     ST_INSERT_EVENT
     ST_NEXT_SID
-    ST_SCAN
+    ST_SELECT_APPEND_KEY
+    ST_INSERT_APPEND_KEY
+    ST_SCAN  # the writer's statements are those before this one
     ST_HEAD
     N_STATEMENTS
 
@@ -36,6 +38,8 @@ def statement_numbers():
         "UPDATE_SESSION": ST_UPDATE_SESSION,
         "INSERT_EVENT": ST_INSERT_EVENT,
         "NEXT_SID": ST_NEXT_SID,
+        "SELECT_APPEND_KEY": ST_SELECT_APPEND_KEY,
+        "INSERT_APPEND_KEY": ST_INSERT_APPEND_KEY,
         "SCAN_EVENTS": ST_SCAN,
         "SELECT_HEAD": ST_HEAD,
     }

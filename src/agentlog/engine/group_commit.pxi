@@ -22,6 +22,8 @@ cdef enum:
     APPEND_TOO_MANY_SESSIONS = -3
     _CLOSED = -4
     GROUP_WOULD_WAIT = -5  # without waiting, the write lock was held: nothing begun
+    APPEND_REPLAYED = -6  # its key was stored with the same digest: nothing written, head = its head
+    APPEND_KEY_MISMATCH = -7  # its key was stored with another digest: nothing written
 
 cdef enum:
     S_SEQ_BITS = 32  # schema.SEQ_BITS, asserted at import in cengine.pyx
@@ -42,6 +44,10 @@ cdef struct Request:
     int *kind_sizes
     const char **payloads
     int *payload_sizes
+    const char *key  # the append key's name (NULL: an unkeyed append)
+    int key_size
+    const char *digest  # the key's digest of the batch (AppendKey.digest)
+    int digest_size
     int status  # SQLITE_OK, an APPEND_* outcome, or the SQLite error that failed the group
     int64_t head  # the new head, or the actual head on a conflict
     # Queued for the writer thread (under its lock):
@@ -62,7 +68,7 @@ cdef class _Append:
     """One caller's append: C views of its batch, kept alive by the references here."""
 
     cdef Request request
-    cdef object tenant, name, batch
+    cdef object tenant, name, batch, key
     cdef bint done  # written (or refused); its status says which
     cdef str error
 
@@ -71,6 +77,10 @@ cdef class _Append:
         self.request.kind_sizes = NULL
         self.request.payloads = NULL
         self.request.payload_sizes = NULL
+        self.request.key = NULL
+        self.request.key_size = 0
+        self.request.digest = NULL
+        self.request.digest_size = 0
         self.request.next = NULL
         self.request.taken = False
         self.request.wake = NULL
@@ -116,6 +126,17 @@ cdef class _Append:
             r.payload_sizes[i] = <int>size
         return 0
 
+    cdef int prepare_key(self, object key) except -1:
+        """Make it a keyed append under ``key`` (an ``AppendKey``: name, digest)."""
+        cdef Py_ssize_t size
+        cdef bytes digest = key.digest
+        self.key = key  # keeps the name and the digest alive while C points at them
+        self.request.key = PyUnicode_AsUTF8AndSize(key.name, &size)
+        self.request.key_size = <int>size
+        self.request.digest = PyBytes_AS_STRING(digest)
+        self.request.digest_size = <int>PyBytes_GET_SIZE(digest)
+        return 0
+
     def __dealloc__(self):
         if self.request.wake != NULL:
             PyThread_free_lock(self.request.wake)
@@ -144,6 +165,12 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
     sqlite3_reset(select)
     if rc != SQLITE_ROW and rc != SQLITE_DONE:
         return rc
+    if exists and r.key != NULL:
+        # A keyed append: its key stored before (by an earlier group, or one
+        # earlier in this one) is a repeat, whatever its expected head.
+        rc = _stored_key(db, st[ST_SELECT_APPEND_KEY], sid, r)
+        if rc != SQLITE_DONE:
+            return rc
     r.head = head
     if r.expected >= 0 and r.expected != head:
         return APPEND_CONFLICT
@@ -189,8 +216,41 @@ cdef int _apply(sqlite3 *db, sqlite3_stmt **st, Request *r) noexcept nogil:
         sqlite3_reset(insert)
         if rc != SQLITE_DONE:
             return rc
+    if r.key != NULL:
+        # The key's row, in the transaction of its events (log_ops.append_keyed's row).
+        sqlite3_bind_int64(st[ST_INSERT_APPEND_KEY], 1, sid)
+        sqlite3_bind_text(st[ST_INSERT_APPEND_KEY], 2, r.key, r.key_size, SQLITE_STATIC)
+        sqlite3_bind_blob(st[ST_INSERT_APPEND_KEY], 3, r.digest, r.digest_size, SQLITE_STATIC)
+        sqlite3_bind_int64(st[ST_INSERT_APPEND_KEY], 4, new_head)
+        rc = sqlite3_step(st[ST_INSERT_APPEND_KEY])
+        sqlite3_reset(st[ST_INSERT_APPEND_KEY])
+        if rc != SQLITE_DONE:
+            return rc
     r.head = new_head
     return SQLITE_OK
+
+
+cdef int _stored_key(sqlite3 *db, sqlite3_stmt *select, int64_t sid, Request *r) noexcept nogil:
+    """Look ``r``'s key up in session ``sid``: SQLITE_DONE when it is not
+    stored; else APPEND_REPLAYED (the same digest: ``r.head`` is the head
+    its append returned) or APPEND_KEY_MISMATCH; or SQLite's error."""
+    cdef int rc, size
+    cdef const void *stored
+    sqlite3_bind_int64(select, 1, sid)
+    sqlite3_bind_text(select, 2, r.key, r.key_size, SQLITE_STATIC)
+    rc = sqlite3_step(select)
+    if rc == SQLITE_ROW:
+        stored = sqlite3_column_blob(select, 0)
+        size = sqlite3_column_bytes(select, 0)
+        if stored == NULL and sqlite3_errcode(db) == SQLITE_NOMEM:
+            rc = SQLITE_NOMEM  # the digest could not be read into memory
+        elif size == r.digest_size and (size == 0 or memcmp(stored, r.digest, size) == 0):
+            r.head = sqlite3_column_int64(select, 1)
+            rc = APPEND_REPLAYED
+        else:
+            rc = APPEND_KEY_MISMATCH
+    sqlite3_reset(select)
+    return rc
 
 
 cdef int _commit_group(sqlite3 *db, sqlite3_stmt **st, Request **group, Py_ssize_t size,
@@ -462,6 +522,19 @@ cdef class _GroupWriter:
     def started(self):
         """Whether the thread was started (it may have ended since)."""
         return self.w.started
+
+    @property
+    def waiting(self):
+        """How many queued requests no group has taken yet (for tests)."""
+        cdef Py_ssize_t count = 0
+        cdef Request *r
+        pthread_mutex_lock(&self.w.lock)
+        r = self.w.first
+        while r != NULL:
+            count += 1
+            r = r.next
+        pthread_mutex_unlock(&self.w.lock)
+        return count
 
     cdef int start(self, CConnection conn, _WriteLock write_lock) except -1:
         """Start the thread on ``conn`` (the writer connection) if not started,

@@ -370,8 +370,10 @@ class Hot(enum.IntEnum):
     UPDATE_SESSION = 5
     INSERT_EVENT = 6
     NEXT_SID = 7
-    SCAN_EVENTS = 8
-    SELECT_HEAD = 9
+    SELECT_APPEND_KEY = 8
+    INSERT_APPEND_KEY = 9
+    SCAN_EVENTS = 10
+    SELECT_HEAD = 11
 
 
 #: Each hot statement's SQL, indexed by :class:`Hot` (each member names its statement here).

@@ -50,6 +50,7 @@ cdef extern from "sqlite_embed.h" nogil:
     int sqlite3_get_autocommit(sqlite3 *db)
     sqlite3_int64 sqlite3_last_insert_rowid(sqlite3 *db)
     const char *sqlite3_errmsg(sqlite3 *db)
+    int sqlite3_errcode(sqlite3 *db)
     const char *sqlite3_errstr(int rc)
 
     int sqlite3_prepare_v3(sqlite3 *db, const char *sql, int nbytes, unsigned int flags,
