@@ -33,6 +33,8 @@ from posix.unistd cimport close, getpid, read, usleep
 
 from agentlog.engine.includes.python cimport (
     PyBUF_READ,
+    PyGC_Disable,
+    PyGC_Enable,
     PyMemoryView_FromMemory,
     PyUnicode_DATA,
     PyUnicode_IS_ASCII,

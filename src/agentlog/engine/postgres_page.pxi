@@ -14,13 +14,15 @@ def postgres_page(str name, list rows):
     an int or None) as a list of ``StoredEvent``, each payload checked against
     its crc: the first damaged event raises :class:`CorruptDatabaseError` naming
     it (the pure twin's words, ``first_damaged``). None when a row is not such a
-    tuple or a payload is not bytes (then the pure twin decides)."""
+    tuple, a seq not an int or a payload not bytes (then the pure twin decides)."""
     cdef Py_ssize_t count = len(rows), i, size = 2, offset
     cdef tuple row
     cdef object item, payload, crc, seq, parent
     cdef char *buffer
     cdef list result = []
     cdef int64_t value, previous = 0
+    cdef int collecting
+    cdef object events = None
     if count == 0:
         return result
     for i in range(count):
@@ -29,8 +31,8 @@ def postgres_page(str name, list rows):
             return None
         row = <tuple>item
         payload = row[3]
-        if type(payload) is not bytes:
-            return None
+        if type(payload) is not bytes or type(row[0]) is not int:
+            return None  # (an exact int: its conversion in the collector's window runs no Python)
         crc = row[4]
         if crc is not None and <int64_t>agentlog_crc32(
             0, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload)
@@ -40,6 +42,7 @@ def postgres_page(str name, list rows):
     buffer = <char *>malloc(size)
     if buffer == NULL:
         raise MemoryError("read: out of memory")
+    collecting = PyGC_Disable()  # the collector's window (scan.pxi)
     try:
         buffer[0] = b"["
         offset = 1
@@ -51,27 +54,26 @@ def postgres_page(str name, list rows):
             memcpy(buffer + offset, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
             offset += PyBytes_GET_SIZE(payload)
         buffer[offset] = b"]"
-        # One decode call for the page, straight from the buffer, no copy.
-        view = PyMemoryView_FromMemory(buffer, offset + 1, PyBUF_READ)
-        try:
-            events = decode_json(view)
-        except ValueError:
-            events = None
-        finally:
-            view.release()
+        events = _decode_page(buffer, offset + 1, count)
+        free(buffer)
+        buffer = NULL
+        if events is not None:
+            stored_type = StoredEvent
+            parent = None
+            for i in range(count):
+                row = rows[i]
+                seq = row[0]
+                value = seq
+                # The row's own objects; the parent is the previous row's seq when they follow.
+                if parent is None or value != previous + 1:
+                    parent = PyLong_FromLongLong(value - 1)
+                result.append(agentlog_stored_event(stored_type, seq, parent, row[1], row[2],
+                                                    events[i]))
+                parent, previous = seq, value
     finally:
         free(buffer)
-    if type(events) is not list or len(events) != count:
+        if collecting:
+            PyGC_Enable()
+    if events is None:
         raise first_damaged(name, rows)
-    stored_type = StoredEvent
-    parent = None
-    for i in range(count):
-        row = rows[i]
-        seq = row[0]
-        value = seq
-        # The row's own objects; the parent is the previous row's seq when they follow.
-        if parent is None or value != previous + 1:
-            parent = PyLong_FromLongLong(value - 1)
-        result.append(agentlog_stored_event(stored_type, seq, parent, row[1], row[2], events[i]))
-        parent, previous = seq, value
     return result

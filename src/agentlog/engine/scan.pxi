@@ -5,6 +5,24 @@
 # Scanning: a page is stepped without the GIL into flat buffers (the payloads
 # joined into one JSON array, the seqs, stamps and kinds), decoded in one call,
 # then each StoredEvent is built in place. And a session's head.
+#
+# The collector's window. Every event leaves three objects the cyclic collector
+# tracks (its StoredEvent, its dict, the content list in it), so a 1000-event
+# page starts a young collection every 700 of them, and the older generations'
+# collections, which those lead to, walk everything kept so far: replaying 100k
+# events with the collector on ran at a third of the rate with it off. So a
+# page's objects are made with the collector off (PyGC_Disable) and it is
+# switched back on right after (only if it was on: the caller's state comes
+# back exactly, on every path out, by try/finally): its collections fall at the
+# page's end, as if the page were one allocation. Nothing else sees the switch:
+# the window holds the GIL throughout and runs no Python code. In it are the
+# decode call (orjson.loads, which takes no hooks, calls no Python and never
+# releases the GIL: its module imports no PyEval_SaveThread), C-API object
+# constructors, list appends, and the release of a memoryview over our own
+# buffer; the only objects freed in it are ints, floats and that view, whose
+# deallocators run no Python. Raising CorruptDatabaseError (which runs Python)
+# happens after the window. Objects stay tracked, so a cycle a caller makes of
+# them later is still collected.
 
 cdef tuple _KIND_OBJECTS = tuple(sorted(EVENT_TYPES))
 cdef tuple _KIND_BYTES = tuple(kind.encode() for kind in _KIND_OBJECTS)
@@ -106,14 +124,31 @@ cdef int _step_page(sqlite3_stmt *st, Page *page) noexcept nogil:
         page.count += 1
 
 
+cdef object _decode_page(char *payloads, Py_ssize_t size, Py_ssize_t count):
+    """The JSON array in ``payloads[:size]`` decoded in one call, straight from
+    the buffer, no copy: a list of ``count`` items, or None when it does not
+    decode to that (damaged). Called inside the collector's window (above)."""
+    view = PyMemoryView_FromMemory(payloads, size, PyBUF_READ)
+    try:
+        events = decode_json(view)
+    except ValueError:
+        return None
+    finally:
+        view.release()
+    if type(events) is not list or len(<list>events) != count:
+        return None
+    return events
+
+
 cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, int64_t limit):
     cdef sqlite3_stmt *st = conn.statement(ST_SCAN)
     cdef Py_ssize_t tenant_size, name_size, i
     cdef const char *tenant_text = PyUnicode_AsUTF8AndSize(tenant, &tenant_size)
     cdef const char *name_text = PyUnicode_AsUTF8AndSize(name, &name_size)
     cdef Page page
-    cdef int rc, k, other_size
+    cdef int rc, k, other_size, collecting
     cdef list result = []
+    cdef object events = None
     memset(&page, 0, sizeof(Page))
     page.damaged = -1
     page.size = 1  # room for the opening bracket
@@ -137,36 +172,36 @@ cdef list _scan_page(CConnection conn, str tenant, str name, int64_t since_seq, 
         page.payloads[0] = b"["
         page.payloads[page.size] = b"]"
         page.size += 1
-        # One decode call for the page, straight from the buffer, no copy.
-        view = PyMemoryView_FromMemory(page.payloads, page.size, PyBUF_READ)
+        collecting = PyGC_Disable()  # the collector's window (above)
         try:
-            events = decode_json(view)
-        except ValueError:
-            events = None
+            events = _decode_page(page.payloads, page.size, page.count)
+            if events is not None:
+                stored_type = StoredEvent
+                seqs, stamps = page.seqs, page.stamps
+                previous_seq = PyLong_FromLongLong(seqs[0] - 1)
+                previous_ts = None
+                for i in range(page.count):
+                    seq = PyLong_FromLongLong(seqs[i])
+                    if i and seqs[i - 1] != seqs[i] - 1:
+                        previous_seq = PyLong_FromLongLong(seqs[i] - 1)
+                    if previous_ts is None or stamps[i] != stamps[i - 1]:
+                        previous_ts = PyFloat_FromDouble(stamps[i])
+                    k = page.kinds[i]
+                    if k >= 0:
+                        kind = _KIND_OBJECTS[k]
+                    else:
+                        memcpy(&other_size, page.others + (-1 - k), sizeof(int))
+                        kind = PyUnicode_DecodeUTF8(page.others + (-1 - k) + sizeof(int),
+                                                    other_size, NULL)
+                    result.append(agentlog_stored_event(stored_type, seq, previous_seq,
+                                                        previous_ts, kind, events[i]))
+                    previous_seq = seq
         finally:
-            view.release()
-        if events is None or len(events) != page.count:
+            if collecting:
+                PyGC_Enable()
+        if events is None:
             # Written unchecked (before checksums) and damaged since: name it.
             raise first_damaged(name, conn.rows(Q.SCAN_EVENTS, (tenant, name, since_seq, limit)))
-        stored_type = StoredEvent
-        seqs, stamps = page.seqs, page.stamps
-        previous_seq = PyLong_FromLongLong(seqs[0] - 1)
-        previous_ts = None
-        for i in range(page.count):
-            seq = PyLong_FromLongLong(seqs[i])
-            if i and seqs[i - 1] != seqs[i] - 1:
-                previous_seq = PyLong_FromLongLong(seqs[i] - 1)
-            if previous_ts is None or stamps[i] != stamps[i - 1]:
-                previous_ts = PyFloat_FromDouble(stamps[i])
-            k = page.kinds[i]
-            if k >= 0:
-                kind = _KIND_OBJECTS[k]
-            else:
-                memcpy(&other_size, page.others + (-1 - k), sizeof(int))
-                kind = PyUnicode_DecodeUTF8(page.others + (-1 - k) + sizeof(int), other_size, NULL)
-            result.append(agentlog_stored_event(stored_type, seq, previous_seq, previous_ts,
-                                                kind, events[i]))
-            previous_seq = seq
         return result
     finally:
         free(page.payloads)

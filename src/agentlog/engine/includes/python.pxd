@@ -7,3 +7,6 @@ cdef extern from "Python.h":
     int PyBUF_READ
     bint PyUnicode_IS_ASCII(object text)
     const char *PyUnicode_DATA(object text)
+    # The cyclic collector's switch (3.10+): the previous state, 1 when it was on.
+    int PyGC_Disable()
+    int PyGC_Enable()
