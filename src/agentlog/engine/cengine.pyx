@@ -221,35 +221,6 @@ cdef object _outcome(_Append item):
     return _error(status, item.error.encode(), "append")
 
 
-cdef object _submit(engine, str tenant, str name, expected_head, double ts, list batch, key):
-    """Write one append of the engine ``engine`` through the group commit (see
-    ``CEngine._append_batch``); ``key``: an ``AppendKey``, or None."""
-    cdef int64_t expected = -1 if expected_head is None else expected_head
-    cdef _Append mine = _Append()
-    cdef _GroupWriter writer = <_GroupWriter>engine._group_writer
-    mine.prepare(tenant, name, expected, ts, batch)
-    if key is not None:
-        mine.prepare_key(key)
-    writer.w.callers += 1
-    try:
-        if writer.w.callers == 1 and (<_WriteLock>engine._write_lock).acquire(False):
-            # Nobody else appending and nobody writing: written now, with
-            # no hand-off. (Between two groups the lock is free for a
-            # moment; a caller among others queues, for a larger group.)
-            try:
-                engine._commit_items([mine], True)
-            finally:
-                engine._write_lock.release()
-        else:
-            engine._queue_and_wait(writer, mine)
-    finally:
-        writer.w.callers -= 1
-    outcome = _outcome(mine)
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
-
-
 class CEngine(EngineBase):
     """The engine interface on the SQLite C API (see the module docstring)."""
 
@@ -330,7 +301,7 @@ class CEngine(EngineBase):
             return self.write(
                 "append", lambda conn: self._append_in(conn, tenant, name, expected_head, ts, batch)
             )
-        return _submit(self, tenant, name, expected_head, ts, batch, None)
+        return self._submit(tenant, name, expected_head, ts, batch, None)
 
     def append_keyed(self, str tenant, str name, expected_head, double ts, list batch, key):
         """Append a non-empty batch under ``key`` (an ``AppendKey``), or replay
@@ -344,7 +315,35 @@ class CEngine(EngineBase):
             raise read_only_refusal("append", self.path)
         if self.hash_chain:
             return super().append_keyed(tenant, name, expected_head, ts, batch, key)
-        return _submit(self, tenant, name, expected_head, ts, batch, key)
+        return self._submit(tenant, name, expected_head, ts, batch, key)
+
+    def _submit(self, str tenant, str name, expected_head, double ts, list batch, key):
+        """Write one append through the group commit (see
+        ``_append_batch``); ``key``: an ``AppendKey``, or None."""
+        cdef int64_t expected = -1 if expected_head is None else expected_head
+        cdef _Append mine = _Append()
+        cdef _GroupWriter writer = <_GroupWriter>self._group_writer
+        mine.prepare(tenant, name, expected, ts, batch)
+        if key is not None:
+            mine.prepare_key(key)
+        writer.w.callers += 1
+        try:
+            if writer.w.callers == 1 and (<_WriteLock>self._write_lock).acquire(False):
+                # Nobody else appending and nobody writing: written now, with
+                # no hand-off. (Between two groups the lock is free for a
+                # moment; a caller among others queues, for a larger group.)
+                try:
+                    self._commit_items([mine], True)
+                finally:
+                    self._write_lock.release()
+            else:
+                self._queue_and_wait(writer, mine)
+        finally:
+            writer.w.callers -= 1
+        outcome = _outcome(mine)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _queue_and_wait(self, _GroupWriter writer, _Append mine):
         """Queue ``mine`` for the writer thread and sleep until it is written."""
