@@ -73,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     # psycopg's pool logs each failed connection attempt (several lines each)
     # while it retries; what the command makes of the failure is its one line.
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    # The same for the engine's operator logs (a refused file, a retry): they
+    # are for a host's logging; unconfigured, Python would print them beside
+    # the error line the command prints for the same event.
+    for name in ("agentlog.engine", "agentlog.file", "agentlog.postgres"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
     try:
         _run(arguments)
         sys.stdout.flush()
