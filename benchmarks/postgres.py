@@ -31,8 +31,9 @@ payloads encoded before the clock starts and no validation, pool or objects:
 what is left is agentlog's own cost. S3's baseline fetches the same keyset
 pages and decodes each payload (any reader needs the events as objects:
 agentlog's extra is its checksum check and the ``StoredEvent``s). Every
-figure is the median of ``--rounds`` rounds, each on a fresh schema; client
-and server share the machine's cores.
+figure is the median of ``--rounds`` rounds, each on a fresh schema (each
+round's rate printed beside it, in brackets, so that a ratio between two rows
+can be read round by round); client and server share the machine's cores.
 """
 
 from __future__ import annotations
@@ -497,7 +498,9 @@ def run(
                 continue
             results[label] = statistics.median(rates[label])
             note = f"  (the first {events_run:,} events)" if events_run < count else ""
-            print(f"  {label:<36} {results[label]:>12,.0f} events/s{note}", flush=True)
+            # Each round's rate too: a ratio between two rows is per round (same round, same mood).
+            each = ", ".join(f"{rate:,.0f}" for rate in rates[label])
+            print(f"  {label:<36} {results[label]:>12,.0f} events/s{note}  [{each}]", flush=True)
 
     if "S1" in only:
         print(f"S1 append 1/call, {s1:,}")

@@ -120,6 +120,11 @@ def test_postgres_benchmark_says_which_peers_are_not_installed(
         assert f"S2 {peer}" in run.stdout
     assert run.stdout.count("not installed") == 2
     assert isinstance(results["S2 agentlog"], float)
+    # Each round's rate beside the median (one round under --quick): a ratio
+    # between two rows is read per round.
+    line = next(line for line in run.stdout.splitlines() if "S2 agentlog" in line)
+    median = f"{results['S2 agentlog']:,.0f}"
+    assert line.endswith(f"events/s  [{median}]"), line
 
 
 def test_postgres_benchmark_reports_a_failing_peer_and_goes_on(
