@@ -178,6 +178,15 @@ def _proc_figures(pid: int) -> tuple[int, int]:
         return 0, 0
 
 
+def _size_or_zero(path: Path) -> int:
+    """``path``'s size, 0 when it is not there: the last connection to close
+    deletes the WAL, at any moment between a check and a stat."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def soak(seconds: float, directory: Path, options: dict[str, Any]) -> dict[str, Any]:
     from agentlog import SqliteCheckpointer, SqliteStorage
     from agentlog.engine import AVAILABLE_ENGINES
@@ -200,11 +209,10 @@ def soak(seconds: float, directory: Path, options: dict[str, Any]) -> dict[str, 
         started = time.time()
         while not pending.ready():
             figures = [_proc_figures(pid) for pid in children]
-            wal = Path(path + "-wal")
             samples.append(
                 {
                     "t": round(time.time() - started, 1),
-                    "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+                    "wal_bytes": _size_or_zero(Path(path + "-wal")),
                     "rss_kib": [rss for rss, _ in figures],
                     "fds": [fds for _, fds in figures],
                 }
