@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,13 +110,18 @@ def _stop(process: subprocess.Popen[bytes], output: Output, socks: list[socket.s
     try:
         process.wait(30)
     finally:
-        for sock in socks:
-            sock.close()
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        _close(process, socks)
         output.thread.join(30)
     return output.text()
+
+
+def _close(process: subprocess.Popen[Any], socks: list[socket.socket]) -> None:
+    """Close ``socks`` and make sure ``process`` has ended (killed if it has not)."""
+    for sock in socks:
+        sock.close()
+    if process.poll() is None:
+        process.kill()
+        process.wait(30)
 
 
 def _saturate(port: int, output: Output) -> list[socket.socket]:
@@ -233,11 +239,7 @@ def test_the_accept_retry_after_a_stop_is_quiet() -> None:
         process.stdin.flush()
         out, err = process.communicate(timeout=60)
     finally:
-        for sock in socks:
-            sock.close()
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
+        _close(process, socks)
     assert (process.returncode, out) == (0, "retried\n"), err[-3000:]
     _quiet(err)
     assert err.count("out of file descriptors") == 1, err
