@@ -99,6 +99,7 @@ ONCE = (
     "tests/log/test_postgres_ops.py",
     "tests/serve",
     "tests/stores/test_postgres_storage.py",
+    "tests/test_append_key.py",
     "tests/test_architecture.py",
     "tests/test_bench.py",
     "tests/test_build.py",

@@ -412,14 +412,19 @@ def encode_events(events: Iterable[SessionEvent]) -> EncodedBatch:
     return encoded
 
 
+# Each event type's part of the digest's header: ``len(kind):kind``.
+_KIND_HEADERS = {kind: b"%d:%s" % (len(kind), kind.encode()) for kind in EVENT_TYPES}
+
+
 class AppendKey(NamedTuple):
     """An append's idempotency key, checked, with the digest of its events.
 
     "The same events" means the same number of events, each of the same type
     with an equal JSON value: the digest is BLAKE2b (16 bytes) over each
-    event's type and its payload re-encoded with sorted keys, so the order
-    of a mapping's keys does not count, and nothing else about the events
-    (their values, their order) may differ. It is stored with the key.
+    event's ``len(type):type len(json):json``, where ``json`` is its payload
+    decoded and re-encoded with sorted keys, so the order of a mapping's keys
+    does not count, and nothing else about the events (their values, their
+    order) may differ. It is stored with the key.
     """
 
     name: str
@@ -434,8 +439,9 @@ class AppendKey(NamedTuple):
         digest = hashlib.blake2b(digest_size=16)
         for kind, data in batch:
             canonical = _dumps(decode_json(data), option=orjson.OPT_SORT_KEYS)
-            digest.update(b"%d:%s%d:" % (len(kind), kind.encode(), len(canonical)))
-            digest.update(canonical)
+            header = _KIND_HEADERS.get(kind) or b"%d:%s" % (len(kind), kind.encode())
+            # One update an event: the header and the JSON, in one buffer.
+            digest.update(b"%b%d:%b" % (header, len(canonical), canonical))
         return cls(name, digest.digest())
 
     def replay(self, session_id: str, digest: bytes, head: int) -> int:
