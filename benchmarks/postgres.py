@@ -81,8 +81,8 @@ S3_EVENTS = 10_000
 S5_PROCESS_EVENTS = 100_000
 BATCH = 100
 #: S3 times each side reading the session this many times over (a read of 10k
-#: events alone is ~0.1 s: too short to stand above the machine's noise).
-S3_PASSES = 5
+#: events alone is ~0.05 s: far too short to stand above the machine's noise).
+S3_PASSES = 20
 #: The repetitions of a round of S1, S2 and S3 (see the module's docstring).
 REPETITIONS = 5
 SECTIONS = ("S1", "S2", "S3", "S5", "S5P", "batch")
