@@ -30,16 +30,36 @@ backend issues (prepared by the server after its first uses), with the
 payloads encoded before the clock starts and no validation, pool or objects:
 what is left is agentlog's own cost. S3's baseline fetches the same keyset
 pages and decodes each payload (any reader needs the events as objects:
-agentlog's extra is its checksum check and the ``StoredEvent``s). Every
-figure is the median of ``--rounds`` rounds, each on a fresh schema (each
-round's rate printed beside it, in brackets, so that a ratio between two rows
-can be read round by round); client and server share the machine's cores.
+agentlog's extra is its checksum check and the ``StoredEvent``s).
+
+**A round** of S1, S2 and S3 compares agentlog with raw psycopg like with
+like: ``--repetitions`` (5 by default) repetitions, each timing raw psycopg
+and agentlog back to back, the order alternating (raw first in the 1st,
+3rd, … repetition, agentlog first in the others), so that neither side
+always runs on the machine as the other left it. Before each timed run of
+S1 and S2 that side gets a fresh schema of its own (the same events to
+append; ``autovacuum_enabled = off`` on its tables), then ``VACUUM
+(ANALYZE)`` of the schema and a ``CHECKPOINT`` (the server's dirty pages
+written before the clock starts, not during one side's run). S3 loads one
+session of events per round (agentlog's append), vacuums and checkpoints
+once, reads it untimed once by each side (the same warm cache for both),
+then times each side reading that same session ``S3_PASSES`` times over.
+The round's figure for each side is the median of its repetitions' rates,
+and the round's ratio (printed per round, ``agentlog / raw``) the median of
+its repetitions' ratios, each from the pair run back to back. Both sides'
+connections run with ``synchronous_commit`` as ``--synchronous-commit``
+says (``off`` by default, the throwaway server's setting too), set on the
+connection string of both. Every figure is the median of ``--rounds``
+rounds (each round's rate printed beside it, in brackets); client and
+server share the machine's cores. The peers and S5 run round by round
+too, each system in turn on a fresh schema.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -60,6 +80,11 @@ S2_EVENTS = 100_000
 S3_EVENTS = 10_000
 S5_PROCESS_EVENTS = 100_000
 BATCH = 100
+#: S3 times each side reading the session this many times over (a read of 10k
+#: events alone is ~0.05 s: far too short to stand above the machine's noise).
+S3_PASSES = 20
+#: The repetitions of a round of S1, S2 and S3 (see the module's docstring).
+REPETITIONS = 5
 SECTIONS = ("S1", "S2", "S3", "S5", "S5P", "batch")
 #: The peers: a label, the module that must be importable, and how it appends.
 PEER_MODULES = {
@@ -69,6 +94,8 @@ PEER_MODULES = {
 
 
 def _fresh(conninfo: str, schema: str) -> None:
+    """An empty store in ``schema``, its tables out of autovacuum's way (a
+    worker starting during one side's run would fall on that side alone)."""
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -76,6 +103,43 @@ def _fresh(conninfo: str, schema: str) -> None:
     from agentlog import PostgresCheckpointer
 
     PostgresCheckpointer(conninfo, schema=schema).close()  # the tables, empty
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for table in _tables(conn, schema):
+            conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = off)")
+
+
+def _tables(conn: Any, schema: str) -> list[str]:
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))
+    return [str(name) for (name,) in rows.fetchall()]
+
+
+def _drop(conninfo: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def settle(conninfo: str, schema: str) -> None:
+    """Before a timed run: ``VACUUM (ANALYZE)`` of ``schema``'s tables (hint
+    bits set, statistics fresh) and a ``CHECKPOINT`` (the dirty pages written
+    now, not during the run)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for table in _tables(conn, schema):
+            conn.execute(f"VACUUM (ANALYZE) {schema}.{table}")
+        conn.execute("CHECKPOINT")
+
+
+def pinned(conninfo: str, synchronous_commit: str) -> str:
+    """``conninfo`` with ``synchronous_commit`` set on its connections (both sides'
+    alike), after whatever ``options`` it carries."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    options = str(conninfo_to_dict(conninfo).get("options") or "")
+    setting = f"-c synchronous_commit={synchronous_commit}"
+    return make_conninfo(conninfo, options=f"{options} {setting}".strip())
 
 
 # -- agentlog ---------------------------------------------------------------------------
@@ -94,15 +158,16 @@ def agentlog_append(conninfo: str, schema: str, events: list[Any], batch: int) -
         return time.perf_counter() - start
 
 
-def agentlog_replay(conninfo: str, schema: str, count: int) -> float:
+def agentlog_replay(conninfo: str, schema: str, count: int, passes: int = 1) -> float:
+    """Read the ``count`` events of session ``s``, ``passes`` times over."""
     from agentlog import PostgresCheckpointer
 
     with PostgresCheckpointer(conninfo, schema=schema) as log:
         log.head("s")  # the pool's connection, made before the clock starts
         start = time.perf_counter()
-        seen = sum(1 for _ in log.read("s"))
+        seen = sum(1 for _ in range(passes) for _ in log.read("s"))
         elapsed = time.perf_counter() - start
-    assert seen == count, seen
+    assert seen == count * passes, seen
     return elapsed
 
 
@@ -292,7 +357,8 @@ def raw_append(conninfo: str, schema: str, events: list[Any], batch: int) -> flo
         return time.perf_counter() - start
 
 
-def raw_replay(conninfo: str, schema: str, count: int) -> float:
+def raw_replay(conninfo: str, schema: str, count: int, passes: int = 1) -> float:
+    """Read the ``count`` events of session ``s``, ``passes`` times over."""
     import psycopg
 
     query = (
@@ -301,16 +367,18 @@ def raw_replay(conninfo: str, schema: str, count: int) -> float:
     )
     with psycopg.connect(conninfo, autocommit=True) as conn, conn.cursor(binary=True) as cur:
         start = time.perf_counter()
-        seen, last = 0, 0
-        while True:
-            rows = cur.execute(query, ("default", "s", last, 1000)).fetchall()
-            # The events, as any reader needs them: decoded (orjson, as agentlog).
-            seen += len([orjson.loads(row[3]) for row in rows])
-            if len(rows) < 1000:
-                break
-            last = rows[-1][0]
+        seen = 0
+        for _ in range(passes):
+            last = 0
+            while True:
+                rows = cur.execute(query, ("default", "s", last, 1000)).fetchall()
+                # The events, as any reader needs them: decoded (orjson, as agentlog).
+                seen += len([orjson.loads(row[3]) for row in rows])
+                if len(rows) < 1000:
+                    break
+                last = rows[-1][0]
         elapsed = time.perf_counter() - start
-    assert seen == count, seen
+    assert seen == count * passes, seen
     return elapsed
 
 
@@ -459,8 +527,97 @@ def _peers(
     return works
 
 
+#: A timed run of one side in a round: given the repetition's index, its seconds.
+Timed = Callable[[int], float]
+
+
+def paired(
+    prefix: str,
+    labels: tuple[str, str],
+    count: int,
+    rounds: int,
+    repetitions: int,
+    round_works: Callable[[int], tuple[Timed, Timed]],
+    results: dict[str, Any],
+) -> None:
+    """S1, S2 or S3, round by round, as the module's docstring says: each round
+    ``round_works(round)`` makes raw psycopg's and agentlog's timed runs (each
+    preparing its own conditions before its clock starts), which run
+    ``repetitions`` times, back to back, in alternating order. ``count``: the
+    events of one timed run. Prints and keeps each side's median rate, each
+    round's rate, and the ratio agentlog / raw per round and over the rounds."""
+    raw_label, agentlog_label = labels
+    rates: dict[str, list[float]] = {raw_label: [], agentlog_label: []}
+    ratios: list[float] = []
+    for n in range(rounds):
+        raw, agentlog = round_works(n)
+        pair_rates: dict[str, list[float]] = {raw_label: [], agentlog_label: []}
+        pair_ratios = []
+        for k in range(repetitions):
+            order = [(raw_label, raw), (agentlog_label, agentlog)]
+            if k % 2:
+                order.reverse()
+            for label, work in order:
+                pair_rates[label].append(count / work(k))
+            pair_ratios.append(pair_rates[agentlog_label][-1] / pair_rates[raw_label][-1])
+        for label, values in pair_rates.items():
+            rates[label].append(statistics.median(values))
+        ratios.append(statistics.median(pair_ratios))
+    for label, values in rates.items():
+        results[label] = statistics.median(values)
+        # Each round's rate too: a ratio between two rows is per round (same round, same mood).
+        each = ", ".join(f"{rate:,.0f}" for rate in values)
+        print(f"  {label:<36} {results[label]:>12,.0f} events/s  [{each}]", flush=True)
+    results[f"{prefix} agentlog / raw"] = statistics.median(ratios)
+    results[f"{prefix} agentlog / raw, per round"] = ratios
+    each = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    label = f"{prefix} agentlog / raw"
+    print(f"  {label:<36} {statistics.median(ratios):>12.2f}           [{each}]", flush=True)
+
+
+_schemas = itertools.count()
+
+
+def _appending(conninfo: str, events: list[Any], batch: int) -> tuple[Timed, Timed]:
+    """S1 or S2's two timed runs: each on a fresh, settled schema of its own."""
+
+    def side(append: Callable[[str, str, list[Any], int], float]) -> Timed:
+        def work(_: int) -> float:
+            schema = f"bench_pair_{next(_schemas)}"
+            _fresh(conninfo, schema)
+            settle(conninfo, schema)
+            try:
+                return append(conninfo, schema, events, batch)
+            finally:
+                _drop(conninfo, schema)
+
+        return work
+
+    return side(raw_append), side(agentlog_append)
+
+
+def _replaying(conninfo: str, events: list[Any], passes: int) -> tuple[Timed, Timed]:
+    """S3's two timed runs in a round: one session, loaded and settled once,
+    read untimed once by each side, then timed reading it ``passes`` times."""
+    schema = f"bench_pair_{next(_schemas)}"
+    _fresh(conninfo, schema)
+    agentlog_append(conninfo, schema, events, 1000)
+    settle(conninfo, schema)
+    count = len(events)
+    raw_replay(conninfo, schema, count)  # the same warm cache for both
+    agentlog_replay(conninfo, schema, count)
+    return (
+        lambda _: raw_replay(conninfo, schema, count, passes),
+        lambda _: agentlog_replay(conninfo, schema, count, passes),
+    )
+
+
 def run(
-    conninfo: str, rounds: int, quick: bool, only: tuple[str, ...] = SECTIONS
+    conninfo: str,
+    rounds: int,
+    quick: bool,
+    only: tuple[str, ...] = SECTIONS,
+    repetitions: int = REPETITIONS,
 ) -> dict[str, Any]:
     s1 = S1_EVENTS // (10 if quick else 1)
     s2 = S2_EVENTS // (10 if quick else 1)
@@ -502,42 +659,33 @@ def run(
             each = ", ".join(f"{rate:,.0f}" for rate in rates[label])
             print(f"  {label:<36} {results[label]:>12,.0f} events/s{note}  [{each}]", flush=True)
 
-    if "S1" in only:
-        print(f"S1 append 1/call, {s1:,}")
-        interleaved(
-            s1,
-            {
-                "S1 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s1], 1),
-                "S1 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s1], 1),
-                **_peers(conninfo, events, s1, 1, "S1", results),
-            },
+    for prefix, count, batch in (("S1", s1, 1), ("S2", s2, BATCH)):
+        if prefix not in only:
+            continue
+        print(f"{prefix} append {batch}/call, {count:,} ({repetitions} repetitions a round)")
+        chunk = events[:count]
+        paired(
+            prefix,
+            (f"{prefix} raw psycopg", f"{prefix} agentlog"),
+            count,
+            rounds,
+            repetitions,
+            lambda _, c=chunk, b=batch: _appending(conninfo, c, b),
+            results,
         )
-    if "S2" in only:
-        print(f"S2 append {BATCH}/call, {s2:,}")
-        interleaved(
-            s2,
-            {
-                "S2 raw psycopg": lambda sc: raw_append(conninfo, sc, events[:s2], BATCH),
-                "S2 agentlog": lambda sc: agentlog_append(conninfo, sc, events[:s2], BATCH),
-                **_peers(conninfo, events, s2, BATCH, "S2", results),
-            },
-        )
-
-    def replay(reader: Callable[[str, str, int], float]) -> Callable[[str], float]:
-        def work(schema: str) -> float:
-            agentlog_append(conninfo, schema, events[:s3], 1000)
-            return reader(conninfo, schema, s3)
-
-        return work
-
+        peers = _peers(conninfo, events, count, batch, prefix, results)
+        if peers:
+            interleaved(count, peers)
     if "S3" in only:
-        print(f"S3 replay {s3:,}")
-        interleaved(
-            s3,
-            {
-                "S3 raw psycopg (decoded)": replay(raw_replay),
-                "S3 agentlog (to StoredEvent)": replay(agentlog_replay),
-            },
+        print(f"S3 replay {s3:,}, {S3_PASSES} times a run ({repetitions} repetitions a round)")
+        paired(
+            "S3",
+            ("S3 raw psycopg (decoded)", "S3 agentlog (to StoredEvent)"),
+            s3 * S3_PASSES,
+            rounds,
+            repetitions,
+            lambda _: _replaying(conninfo, events[:s3], S3_PASSES),
+            results,
         )
     if "S5" in only:
         print(f"S5 threads x 1 event/call, one session each, {s1:,} in all")
@@ -580,6 +728,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conninfo", help="the server to measure (default: start a throwaway one)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=REPETITIONS,
+        help=f"S1, S2 and S3: the back-to-back pairs of a round (default: {REPETITIONS})",
+    )
+    parser.add_argument(
+        "--synchronous-commit",
+        default="off",
+        choices=("on", "off", "local", "remote_write", "remote_apply"),
+        help="set on every connection of both sides (default: off)",
+    )
     parser.add_argument("--quick", action="store_true", help="a tenth of the events, one round")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument(
@@ -593,6 +753,9 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown section(s) {', '.join(unknown)}: choose from {', '.join(SECTIONS)}")
     rounds = 1 if args.quick else args.rounds
+    repetitions = 1 if args.quick else args.repetitions
+    if rounds < 1 or repetitions < 1:
+        parser.error("--rounds and --repetitions must be at least 1")
     server = None
     conninfo = args.conninfo
     if not conninfo:
@@ -601,13 +764,16 @@ def main(argv: list[str] | None = None) -> None:
 
         server = PostgresServer().start()
         conninfo = server.conninfo
-        print("a throwaway server on loopback (fsync=off, synchronous_commit=off)")
+        print("a throwaway server on loopback (fsync=off)")
     try:
         import psycopg
 
+        conninfo = pinned(conninfo, args.synchronous_commit)
         with psycopg.connect(conninfo) as conn:
-            print(f"PostgreSQL {conn.info.server_version}, psycopg {psycopg.__version__}")
-        results = run(conninfo, rounds, args.quick, only)
+            print(f"PostgreSQL {conn.info.server_version}, psycopg {psycopg.__version__}", end="")
+            setting = conn.execute("SHOW synchronous_commit").fetchone()
+            print(f", synchronous_commit={setting[0] if setting else '?'} on both sides")
+        results = run(conninfo, rounds, args.quick, only, repetitions)
     finally:
         if server is not None:
             server.stop()

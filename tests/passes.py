@@ -97,6 +97,7 @@ ONCE = (
     "tests/log/test_postgres_crash.py",
     "tests/log/test_postgres_faults.py",
     "tests/log/test_postgres_ops.py",
+    "tests/log/test_postgres_read_ahead.py",
     "tests/serve",
     "tests/stores/test_postgres_storage.py",
     "tests/test_append_key.py",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Hashable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 from psycopg_pool import ConnectionPool
 
@@ -19,6 +19,7 @@ from ..engine.postgres import (
     DEFAULT_SCHEMA,
     Listener,
     OutcomeUnknownIfLost,
+    PageReader,
     PostgresDatabase,
     PostgresOptions,
     WatchedKeys,
@@ -39,10 +40,18 @@ from ..events import (
     check_identifier,
     idle_cutoff,
 )
-from ..integrity import DamagedEvent, Progress, describe_damage, session_damage
+from ..integrity import (
+    DamagedEvent,
+    Progress,
+    checked_raw_page,
+    describe_damage,
+    session_damage,
+)
 from .contract import BaseCheckpointer, PreparedAppend, listings
 
 __all__ = ["PostgresCheckpointer"]
+
+_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 class PostgresCheckpointer(BaseCheckpointer):
@@ -299,6 +308,21 @@ class PostgresCheckpointer(BaseCheckpointer):
         group = operations.append_group(db.q, self._tenant, requests, ts, db.notify, plan)
         with OutcomeUnknownIfLost("appending a group"):
             return db.write("appending a group", group, pipelined=plan.pipelined)
+
+    def _read_with(
+        self,
+        scan: Callable[[str, int, int], builtins.list[_E]],
+        session_id: str,
+        since_seq: int,
+        limit: int | None,
+    ) -> Iterator[_E]:
+        # read and read_json: their pages through a reader of their own, which
+        # asks for each next page while it decodes this one (PageReader).
+        if scan == self._scan:
+            scan = cast(Any, PageReader(self._db, self._tenant, operations.stored_page))
+        elif scan == self._scan_json:
+            scan = cast(Any, PageReader(self._db, self._tenant, checked_raw_page))
+        return super()._read_with(scan, session_id, since_seq, limit)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._db.query(

@@ -52,7 +52,7 @@ from .schema import (
     schema_version,
 )
 from .statements import Statements
-from .sync import PostgresDatabase, Rows, drive, one_transaction
+from .sync import PageReader, PostgresDatabase, Rows, drive, one_transaction
 
 __all__ = [
     "CHECKSUM_VERSION",
@@ -64,6 +64,7 @@ __all__ = [
     "AppendRequest",
     "Listener",
     "OutcomeUnknownIfLost",
+    "PageReader",
     "PostgresDatabase",
     "PostgresOptions",
     "Rows",

@@ -33,7 +33,7 @@ from ...events import (
 from ...integrity import checked_payloads, checked_raw_page
 from .. import AVAILABLE_ENGINES
 from .journal import AppendRequest, append_step, notify_key
-from .protocol import Operation, execute, fetch_all, fetch_one, pipeline
+from .protocol import ALL, Execute, Operation, execute, fetch_all, fetch_one, pipeline
 from .schema import schema_version
 from .statements import Statements
 
@@ -67,6 +67,8 @@ __all__ = [
     "retained_start",
     "scan",
     "scan_json",
+    "scan_rows",
+    "scan_statement",
     "session_metadata",
     "set_metadata",
     "snapshot",
@@ -147,6 +149,23 @@ def stored_page(name: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
     return list(map(_stored, zip(seqs, parents, times, kinds, events, strict=True)))
 
 
+def scan_statement(q: Statements, tenant: str, name: str, since: int, limit: int) -> Execute:
+    """The statement of a keyset page: the ``(seq, ts, type, payload, crc)`` rows
+    of up to ``limit`` events after ``since``, in seq order (results in binary:
+    bytea then needs no hex decoding)."""
+    return Execute(q.scan, (tenant, name, since, limit), ALL, True)
+
+
+def scan_rows(
+    q: Statements, tenant: str, name: str, since: int, limit: int
+) -> Operation[list[tuple[Any, ...]]]:
+    """The rows of :func:`scan_statement`, none past the last possible seq."""
+    if since >= MAX_SEQ:
+        return []
+    rows: list[tuple[Any, ...]] = yield scan_statement(q, tenant, name, since, limit)
+    return rows
+
+
 def _page_reader(
     decode: Callable[[str, Sequence[Sequence[Any]]], list[_E]], checked: bool
 ) -> Callable[[Statements, str, str, int, int], Operation[list[_E]]]:
@@ -156,9 +175,7 @@ def _page_reader(
     ``since`` (the rule of ``BaseCheckpointer.read``)."""
 
     def read(q: Statements, tenant: str, name: str, since: int, limit: int) -> Operation[list[_E]]:
-        rows: Sequence[Sequence[Any]] = []
-        if since < MAX_SEQ:
-            rows = yield from fetch_all(q.scan, (tenant, name, since, limit), binary=True)
+        rows = yield from scan_rows(q, tenant, name, since, limit)
         page = decode(name, rows)
         if checked:
             yield from _check_page_start(q, tenant, name, since, page[0].seq if page else None)

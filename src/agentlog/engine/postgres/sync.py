@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -30,9 +30,13 @@ from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
 from .schema import LINEAGE_VERSION, open_store, schema_version
 from .statements import Statements
 
-__all__ = ["PostgresDatabase", "Rows", "drive", "one_transaction"]
+__all__ = ["PageReader", "PostgresDatabase", "Rows", "drive", "one_transaction"]
 
 _T = TypeVar("_T")
+#: What a page is made of: events decoded, or each one's JSON as stored.
+_E = TypeVar("_E")
+#: A page's rows, as the scan returns them.
+_Rows = list[tuple[Any, ...]]
 _P = ParamSpec("_P")
 
 
@@ -287,6 +291,30 @@ class PostgresDatabase:
 
         return self.read(what, work)
 
+    def decode_ahead(self, step: Execute, work: Callable[[], _T]) -> tuple[_T, _Rows | None]:
+        """``work()`` (a page's checking and decoding) while ``step``'s rows (the
+        next page's) are on their way, and those rows.
+
+        ``step`` is sent in pipeline mode on a pooled connection before
+        ``work`` runs, so that the server reads and sends them meanwhile; its
+        rows are fetched after, and the connection given back before this
+        returns. A read ahead that fails (a lost connection, a closed pool) is
+        ``None`` rows: the caller reads the next page the usual way, which
+        retries or raises. What ``work`` raises is raised."""
+        if self._closed:
+            raise CheckpointerClosedError("the PostgreSQL store is closed")
+        done: list[_T] = []
+        try:
+            with self._pool.connection() as conn, self.deadlines.watch(conn):
+                adapt(conn.adapters)
+                with conn.pipeline():
+                    cur = conn.execute(step.statement, step.params, binary=step.binary)
+                    done.append(work())
+                    rows: _Rows = cur.fetchall()
+        except psycopg.Error:
+            return (done[0] if done else work()), None
+        return done[0], rows
+
     def single(self, what: str, operation: Operation[_T]) -> _T:
         """A write of one statement (or a retry of it) in autocommit: never retried."""
         self.check_writable(what)
@@ -358,3 +386,52 @@ class PostgresDatabase:
         kwargs = dict(self.connect_kwargs)
         kwargs["autocommit"] = True
         return psycopg.connect(self.conninfo, **kwargs)
+
+
+class PageReader(Generic[_E]):
+    """The scan of one read (``(name, since, limit)``: a page, as
+    ``BaseCheckpointer`` reads them one after another), which asks for each
+    full page's successor before it decodes the page: the server reads and
+    sends the next page while this one is checked and decoded (see
+    :meth:`PostgresDatabase.decode_ahead`; no connection is held between
+    pages).
+
+    A page asked for that the rows read ahead cover (the same session and
+    start, no more events than they were read for) is cut from them, with no
+    statement of its own: the next page, or the events before a damaged one
+    (``BaseCheckpointer`` reads those again). Any other is read as usual.
+    ``decode`` makes a page of rows (``operations.stored_page`` or
+    ``checked_raw_page``). One per read: it is not shared between threads."""
+
+    def __init__(
+        self, db: PostgresDatabase, tenant: str, decode: Callable[[str, _Rows], list[_E]]
+    ) -> None:
+        self._db = db
+        self._tenant = tenant
+        self._decode = decode
+        self._ahead: tuple[str, int, int, _Rows] | None = None
+
+    def __call__(self, name: str, since: int, limit: int) -> list[_E]:
+        rows, cut = self._take(name, since, limit)
+        if rows is None:
+            rows = self._db.query("reading", ops.scan_rows, self._tenant, name, since, limit)
+        # Kept: where a damaged event stops the page, the events before it are cut from these.
+        self._ahead = (name, since, limit, rows)
+        # A page cut shorter than it was read is the read's last (its limit)
+        # or the events before a damaged one: nothing after it is read ahead.
+        if cut or len(rows) < limit or rows[-1][0] >= ops.MAX_SEQ:
+            return self._decode(name, rows)
+        after = int(rows[-1][0])
+        step = ops.scan_statement(self._db.q, self._tenant, name, after, limit)
+        page, ahead = self._db.decode_ahead(step, lambda: self._decode(name, rows))
+        if ahead is not None:
+            self._ahead = (name, after, limit, ahead)
+        return page
+
+    def _take(self, name: str, since: int, limit: int) -> tuple[_Rows | None, bool]:
+        """The rows read ahead for this page, if they cover it, and whether they were cut."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead[:2] != (name, since) or limit > ahead[2]:
+            return None, False
+        rows = ahead[3]
+        return (rows, False) if limit == ahead[2] else (rows[:limit], True)
