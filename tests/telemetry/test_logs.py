@@ -331,3 +331,23 @@ def test_a_damaged_line_of_a_file_store_is_logged_by_read_and_check(
         assert check == f"{store}: check found 1 problem(s)"
     assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "agentlog.file")
     assert session_file.read_bytes() == data.replace(b"message 3", b"massage 3")
+
+
+def test_a_postgres_retry_is_counted_by_the_metric(
+    tmp_path: Path, pg_admin: Any, otel: Any
+) -> None:
+    """The retries counter reads the store's own count: zero, then the read
+    that lost its connection and was tried again."""
+    from agentlog import PostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(
+        postgres_conninfo(), schema=schema, pool_min_size=2, pool_max_size=2
+    ) as log:
+        log.append("s1", [EVENT])  # noted by the telemetry: its gauges read it
+        assert otel.total("agentlog.postgres.retries", **{"db.namespace": schema}) == 0
+        _kill_idle(pg_admin)
+        assert log.head("s1") == 1
+        retried = otel.total("agentlog.postgres.retries", **{"db.namespace": schema})
+        assert retried >= 1
+        assert retried == log.database.retries
