@@ -264,3 +264,90 @@ def test_an_async_postgres_read_retried_is_logged_with_its_outcome(
 
     asyncio.run(main())
     _assert_retried(caplog)
+
+
+# -- recoveries and damage -------------------------------------------------------------
+
+
+def test_a_wal_left_by_a_crash_is_logged_as_recovered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, engine: str
+) -> None:
+    """A copy of a file and its WAL taken while the store was open is what a
+    process that died leaves: its open replays the WAL and says so (INFO);
+    a file closed cleanly, or opened again by this process, says nothing."""
+    import shutil
+
+    caplog.set_level(logging.INFO, logger="agentlog.engine")
+    with SqliteCheckpointer(tmp_path / "a.db", engine=engine) as log:
+        log.append("s1", [EVENT, EVENT])
+        wal = (tmp_path / "a.db-wal").stat().st_size
+        assert wal > 32  # the appends are in the WAL, not yet checkpointed
+        shutil.copy(tmp_path / "a.db", tmp_path / "crashed.db")
+        shutil.copy(tmp_path / "a.db-wal", tmp_path / "crashed.db-wal")
+        SqliteCheckpointer(tmp_path / "a.db", engine=engine).close()  # this process's own
+    assert _lines(caplog, "agentlog.engine") == []
+    SqliteCheckpointer(tmp_path / "a.db", engine=engine).close()  # closed cleanly: no WAL left
+    assert _lines(caplog, "agentlog.engine") == []
+
+    with SqliteCheckpointer(tmp_path / "crashed.db", engine=engine) as log:
+        assert [e.seq for e in log.read("s1")] == [1, 2]  # the WAL's commits, replayed
+    (line,) = _lines(caplog, "agentlog.engine")
+    assert line.startswith(f"{tmp_path / 'crashed.db'}: opened with a write-ahead log of {wal} ")
+    assert "SQLite recovers the commits it holds" in line
+
+
+def test_a_damaged_line_of_a_file_store_is_logged_by_read_and_check(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line damaged in the middle of a session file: a read that reaches it
+    and a check that finds it each log one WARNING naming the directory and
+    the event, never the session; nothing is logged for a sound store."""
+    from agentlog import CorruptDatabaseError, FileCheckpointer
+
+    caplog.set_level(logging.INFO, logger="agentlog.file")
+    store = tmp_path / "files"
+    with FileCheckpointer(store) as log:
+        for n in range(5):
+            log.append("personal-id", [{"type": "user", "content": f"message {n + 1}"}])
+        assert log.check_integrity(deep=True)[0]
+        assert [e.seq for e in log.read("personal-id")] == [1, 2, 3, 4, 5]
+    assert _lines(caplog, "agentlog.file") == []
+    (session_file,) = [p for p in store.iterdir() if "personal-id" in p.name]
+    data = session_file.read_bytes()
+    assert data.count(b"message 3") == 1
+    session_file.write_bytes(data.replace(b"message 3", b"massage 3"))  # behind its back
+
+    with FileCheckpointer(store) as log:
+        with pytest.raises(CorruptDatabaseError):
+            list(log.read("personal-id"))
+        (read,) = _lines(caplog, "agentlog.file")
+        assert read == (
+            f"{store}: a read found event 3 of a session file damaged (nothing was changed)"
+        )
+        caplog.clear()
+        ok, _ = log.check_integrity(deep=True)
+        assert not ok
+        (check,) = _lines(caplog, "agentlog.file")
+        assert check == f"{store}: check found 1 problem(s)"
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "agentlog.file")
+    assert session_file.read_bytes() == data.replace(b"message 3", b"massage 3")
+
+
+def test_a_postgres_retry_is_counted_by_the_metric(
+    tmp_path: Path, pg_admin: Any, otel: Any
+) -> None:
+    """The retries counter reads the store's own count: zero, then the read
+    that lost its connection and was tried again."""
+    from agentlog import PostgresCheckpointer
+
+    schema = postgres_schema(tmp_path)
+    with PostgresCheckpointer(
+        postgres_conninfo(), schema=schema, pool_min_size=2, pool_max_size=2
+    ) as log:
+        log.append("s1", [EVENT])  # noted by the telemetry: its gauges read it
+        assert otel.total("agentlog.postgres.retries", **{"db.namespace": schema}) == 0
+        _kill_idle(pg_admin)
+        assert log.head("s1") == 1
+        retried = otel.total("agentlog.postgres.retries", **{"db.namespace": schema})
+        assert retried >= 1
+        assert retried == log.database.retries

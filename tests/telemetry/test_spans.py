@@ -284,6 +284,32 @@ def test_a_followers_lag_is_measured(otel: Telemetry, tmp_path: Path, engine: st
     assert point.count == 3
     assert point.attributes == {"db.system.name": "sqlite"}
     assert point.min >= 0
+    # A span while it follows, ended when it is closed (no duration recorded).
+    (span,) = otel.spans("follow")
+    assert span.kind is trace.SpanKind.CLIENT
+    assert span.attributes["db.operation.name"] == "follow"
+    assert span.attributes["db.system.name"] == "sqlite"
+    assert span.attributes["agentlog.session.id"] == "s1"
+    assert span.attributes["agentlog.events"] == 3
+    assert span.attributes["agentlog.outcome"] == "ok"
+    assert span.status.status_code is trace.StatusCode.UNSET
+    assert otel.total("db.client.operation.duration", **{"db.operation.name": "follow"}) == 0
+
+
+def test_a_follower_that_fails_ends_its_span_with_the_error(
+    otel: Telemetry, tmp_path: Path
+) -> None:
+    from agentlog import SessionTruncatedError
+
+    with SqliteCheckpointer(tmp_path / "a.db") as log:
+        log.append("s1", [EVENT])
+        follower = log.follow("s1", since_seq=5)  # past the head: refused at its first look
+        with pytest.raises(SessionTruncatedError):
+            next(follower)
+    (span,) = otel.spans("follow")
+    assert span.attributes["agentlog.outcome"] == "error"
+    assert span.attributes["error.type"] == "SessionTruncatedError"
+    assert span.status.status_code is trace.StatusCode.ERROR
 
 
 def test_an_async_followers_lag_is_measured(otel: Telemetry, tmp_path: Path) -> None:
@@ -300,9 +326,20 @@ def test_an_async_followers_lag_is_measured(otel: Telemetry, tmp_path: Path) -> 
         finally:
             await log.aclose()
 
-    assert asyncio.run(main()) == [1, 2]
+    tracer = otel.tracer_provider.get_tracer("test")
+
+    async def traced() -> list[int]:
+        with tracer.start_as_current_span("turn"):
+            return await main()
+
+    assert asyncio.run(traced()) == [1, 2]
     (point,) = otel.points("agentlog.follow.lag")
     assert point.count == 2
+    (turn,) = otel.spans("turn")
+    (span,) = otel.spans("follow")  # ended by the break (the generator closed)
+    assert span.parent is not None and span.parent.span_id == turn.context.span_id
+    assert span.attributes["agentlog.events"] == 2
+    assert span.attributes["agentlog.outcome"] == "ok"
 
 
 def test_the_stores_writes_are_spans(otel: Telemetry, tmp_path: Path) -> None:
@@ -481,3 +518,69 @@ def test_the_c_writer_threads_groups_of_an_event_loops_appends(
 
     asyncio.run(main())
     _assert_c_groups(otel, 8)
+
+
+def test_an_append_whose_outcome_is_unknown_is_recorded_as_such(
+    otel: Telemetry, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """PostgreSQL: an unkeyed append whose connection is killed while the
+    server holds it ends ``outcome_unknown``, on its span and its duration."""
+    import threading
+
+    import psycopg
+
+    from agentlog import OutcomeUnknownError
+
+    from ..conftest import postgres_conninfo, postgres_schema
+    from ..waiting import wait_until
+
+    server = request.getfixturevalue("postgres_server")
+    log = open_log("postgres", tmp_path, request)
+    schema = postgres_schema(tmp_path)
+    failed: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            log.append("s", [EVENT])
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        log.append("s", [EVENT])
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute("BEGIN")  # holds the session's row: the append waits in the server
+            admin.execute(f"SELECT 1 FROM {schema}.sessions WHERE name = 's' FOR UPDATE")
+            holder = admin.info.backend_pid
+            worker = threading.Thread(target=append)
+            worker.start()
+            with psycopg.connect(postgres_conninfo(), autocommit=True) as look:
+                blocked: list[int] = []
+
+                def waiting() -> bool:
+                    blocked[:] = [
+                        row[0]
+                        for row in look.execute(
+                            "SELECT pid FROM pg_stat_activity"
+                            " WHERE %s = ANY(pg_blocking_pids(pid))",
+                            (holder,),
+                        ).fetchall()
+                    ]
+                    return bool(blocked)
+
+                assert wait_until(waiting)
+                look.execute("SELECT pg_terminate_backend(%s)", (blocked[0],))
+            admin.execute("ROLLBACK")
+            worker.join(timeout=60)
+            assert not worker.is_alive()
+    finally:
+        log.close()
+    (error,) = failed
+    assert isinstance(error, OutcomeUnknownError), error
+    first, lost = otel.spans("append")
+    assert first.attributes["agentlog.outcome"] == "ok"
+    assert lost.attributes["agentlog.outcome"] == "outcome_unknown"
+    assert lost.attributes["error.type"] == "OutcomeUnknownError"
+    assert lost.status.status_code is trace.StatusCode.ERROR
+    duration = "db.client.operation.duration"
+    assert otel.total(duration, **{"agentlog.outcome": "outcome_unknown"}) == 1
+    assert otel.total("agentlog.events.appended") == 1

@@ -66,6 +66,8 @@ _COMMITS_PER_WAL_LOOK = 16
 #: every process pause for it, once per ``wal_size_limit`` written) is what
 #: lets it finish.
 _CHECKPOINT_WAIT_MS = 100
+#: Bytes of a WAL file's header: a WAL longer than that holds frames.
+_WAL_HEADER_BYTES = 32
 
 _T = TypeVar("_T")
 
@@ -300,6 +302,10 @@ class EngineCore(Generic[ConnectionT]):
         created = (
             not self._memory and not self.read_only and create_private_file(path, options.file_mode)
         )
+        # A WAL holding frames (past its 32-byte header) before the first
+        # connection: what a process that ended without closing left, which
+        # SQLite replays now (or another process has the file open).
+        left = 0 if self._memory or self._immutable else self._wal_size()
         try:
             # Read-only opens need no query_only: the file itself is opened read-only.
             self._writer = self._connect(query_only=False)
@@ -308,7 +314,7 @@ class EngineCore(Generic[ConnectionT]):
                 remove_created(path)
             raise
         try:
-            self._claim_file()
+            first = self._claim_file()
             with self._translating(f"cannot open {path!r}"):
                 self._prepare(synchronous, options.integrity_check_on_open)
         except BaseException as exc:
@@ -320,6 +326,14 @@ class EngineCore(Generic[ConnectionT]):
             if restated is exc:
                 raise
             raise restated from exc
+        if left > _WAL_HEADER_BYTES and first:
+            _log.info(
+                "%s: opened with a write-ahead log of %d bytes that no close removed"
+                " (a process ended without closing the file, or another process has it"
+                " open): SQLite recovers the commits it holds",
+                path,
+                left,
+            )
         # An engine dropped without close() (a checkpointer never closed, then
         # collected) still closes its connections and gives up its claim on
         # the file. The callback holds the connections and the claim, never
@@ -357,9 +371,11 @@ class EngineCore(Generic[ConnectionT]):
     # one drops the other's. So one process opens a file with one engine at a
     # time; a second engine is refused instead of risking the file.
 
-    def _claim_file(self) -> None:
+    def _claim_file(self) -> bool:
+        """Claim the file for this engine; whether no other engine of this
+        process had it open."""
         if self._memory:
-            return
+            return False
         try:
             stat = os.stat(self.path)
         except OSError as exc:
@@ -375,6 +391,7 @@ class EngineCore(Generic[ConnectionT]):
                 )
             _OPEN_FILES[key] = (engine, count + 1)
         self._file_key = key
+        return count == 0
 
     def _release_file(self) -> None:
         key, self._file_key = self._file_key, None

@@ -24,6 +24,7 @@ first append's and which links every append of the group.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -35,6 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
@@ -223,6 +225,10 @@ class _Telemetry:
             description="Appends per group the async writer thread commits together.",
             explicit_bucket_boundaries_advisory=_GROUP_BUCKETS,
         )
+        # Each object an operation touched, by id: a weak reference, its system.
+        self._noted: dict[int, tuple[weakref.ref[Any], str]] = {}
+        # Attribute sets, each made once (see labels).
+        self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         # Live objects the gauges read (weakly: telemetry keeps nothing open).
         self.writers: weakref.WeakSet[Writer] = weakref.WeakSet()
         self.sqlite: weakref.WeakSet[SqliteCheckpointer] = weakref.WeakSet()
@@ -310,20 +316,41 @@ class _Telemetry:
 
     # -- operations ----------------------------------------------------------------
 
-    def note(self, target: Any) -> None:
-        """Remember ``target`` for the gauges."""
+    def note(self, target: Any) -> str:
+        """Remember ``target`` for the gauges (once); its ``db.system.name``."""
+        key = id(target)
+        known = self._noted.get(key)
+        if known is not None:
+            return known[1]
         if isinstance(target, SqliteCheckpointer):
             self.sqlite.add(target)
         elif isinstance(target, _PG_SYNC):
             self.postgres.add(target)  # type: ignore[arg-type]
         elif isinstance(target, _ASYNC_CLASSES):
             self.note(target.backend)  # type: ignore[attr-defined]
+        system = _system(target)
+        noted = self._noted
+
+        def forget(_: object) -> None:  # when the object goes, before its id is another's
+            noted.pop(key, None)
+
+        with contextlib.suppress(TypeError):  # not weakly referable: looked at each time
+            noted[key] = (weakref.ref(target, forget), system)
+        return system
+
+    def labels(self, *pairs: tuple[str, str]) -> dict[str, str]:
+        """The attributes ``pairs`` as one dict, made once (never to be changed)."""
+        found = self._labels.get(pairs)
+        if found is None:
+            found = self._labels[pairs] = dict(pairs)
+        return found
 
     def start(self, name: str, target: Any, session_id: object) -> tuple[Span, dict[str, str]]:
-        self.note(target)
-        attributes = {"db.system.name": _system(target), "db.operation.name": name}
-        span_attributes: dict[str, Any] = dict(attributes)
+        system = self.note(target)
+        attributes = self.labels(("db.system.name", system), ("db.operation.name", name))
+        span_attributes: dict[str, Any] = attributes
         if self.record_ids and session_id is not None:
+            span_attributes = dict(attributes)
             span_attributes["agentlog.session.id"] = str(session_id)
             owner = getattr(target, "backend", target)  # an async twin: its backend's tenant
             span_attributes["agentlog.tenant"] = str(getattr(owner, "tenant", ""))
@@ -341,23 +368,27 @@ class _Telemetry:
     ) -> None:
         elapsed = time.perf_counter() - started
         outcome = _outcome(exc, op)
-        labels = dict(attributes, **{"agentlog.outcome": outcome})
-        span.set_attribute("agentlog.outcome", outcome)
+        ended: dict[str, Any] = {"agentlog.outcome": outcome}
         if exc is not None:
             error_type = type(exc).__qualname__
-            labels["error.type"] = error_type
-            span.set_attribute("error.type", error_type)
+            labels = self.labels(
+                *attributes.items(), ("agentlog.outcome", outcome), ("error.type", error_type)
+            )
+            ended["error.type"] = error_type
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, str(exc)))
             if outcome == "conflict":
                 self.conflicts.add(1, attributes)
-        elif op.appended_events and not op.repeat:
-            self.events_appended.add(op.appended_events, attributes)
-            self.bytes_appended.add(op.appended_bytes, attributes)
-            span.set_attribute("agentlog.events", op.appended_events)
+        else:
+            labels = self.labels(*attributes.items(), ("agentlog.outcome", outcome))
+            if op.appended_events and not op.repeat:
+                self.events_appended.add(op.appended_events, attributes)
+                self.bytes_appended.add(op.appended_bytes, attributes)
+                ended["agentlog.events"] = op.appended_events
         if read:
             self.events_read.add(read, attributes)
-            span.set_attribute("agentlog.events", read)
+            ended["agentlog.events"] = read
+        span.set_attributes(ended)
         for handle in op.handles:
             self.c_group(span, handle.commit_group)
         self.duration.record(elapsed, labels)
@@ -576,10 +607,11 @@ def _sync_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
         span, attributes = state.start(name, self, session_id)
         started = time.perf_counter()
         try:
-            with trace.use_span(
-                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-            ):
+            current = otel_context.attach(trace.set_span_in_context(span))
+            try:
                 result = original(self, session_id, *args, **kwargs)
+            finally:
+                otel_context.detach(current)
         except BaseException as exc:
             state.finish(span, attributes, started, op, exc)
             raise
@@ -592,18 +624,46 @@ def _sync_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
 
 
 class _Follower:
-    """One follower's view of its session: the head its last look saw."""
+    """One follower: its span (open while it follows), the head its last look saw."""
 
-    __slots__ = ("attributes", "head")
+    __slots__ = ("attributes", "delivered", "head", "span")
 
-    def __init__(self, attributes: dict[str, str]) -> None:
-        self.attributes = attributes
+    def __init__(self, state: _Telemetry, target: Any, session_id: object) -> None:
+        self.span, attributes = state.start("follow", target, session_id)
+        self.attributes = {"db.system.name": attributes["db.system.name"]}
         self.head = 0
+        self.delivered = 0
 
     def deliver(self, state: _Telemetry, event: Any) -> None:
         """Record how far behind the head (events) and the clock (seconds) ``event`` came."""
+        self.delivered += 1
         state.follow_lag.record(max(0.0, time.time() - event.ts), self.attributes)
         state.follow_lag_events.record(max(0, self.head - event.seq), self.attributes)
+
+    def end(self, exc: BaseException | None) -> None:
+        """The follower stopped (closed, or ``exc``): its span ends, no duration
+        recorded (a follower's life is not an operation's latency)."""
+        span = self.span
+        span.set_attribute("agentlog.events", self.delivered)
+        if exc is None or isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+            span.set_attribute("agentlog.outcome", "ok")  # its caller stopped it
+        else:
+            span.set_attribute("agentlog.outcome", _outcome(exc, _Op()))
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+        span.end()
+
+
+def _current(span: Span) -> contextlib.AbstractContextManager[Span]:
+    """``span`` current in this context for a block, its outcome left to its owner."""
+    return trace.use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    )
+
+
+def _session_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    return args[0] if args else kwargs.get("session_id")
 
 
 #: The follower whose step runs in this context: its looks note the head there.
@@ -633,25 +693,30 @@ def _following(state: _Telemetry, follow: Callable[..., Iterator[Any]]) -> Calla
     @functools.wraps(follow)
     def followed(self: BaseCheckpointer, *args: Any, **kwargs: Any) -> Iterator[Any]:
         events = follow(self, *args, **kwargs)  # its arguments checked now, as follow's are
-        follower = _Follower({"db.system.name": _system(self)})
-        state.note(self)
+        follower = _Follower(state, self, _session_of(args, kwargs))
 
         def lagging() -> Iterator[Any]:
+            failure: BaseException | None = None
             try:
                 while True:
                     token = _FOLLOWING.set(follower)
                     try:
-                        event = next(events)
+                        with _current(follower.span):
+                            event = next(events)
                     except StopIteration:
                         return
                     finally:
                         _FOLLOWING.reset(token)
                     follower.deliver(state, event)
                     yield event
+            except BaseException as exc:
+                failure = exc
+                raise
             finally:
                 close = getattr(events, "close", None)
                 if close is not None:
                     close()
+                follower.end(failure)
 
         return lagging()
 
@@ -662,25 +727,30 @@ def _async_following(state: _Telemetry, follow: Callable[..., Any]) -> Callable[
     @functools.wraps(follow)
     def followed(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         events = follow(self, *args, **kwargs)
-        follower = _Follower({"db.system.name": _system(self)})
-        state.note(self)
+        follower = _Follower(state, self, _session_of(args, kwargs))
 
         async def lagging() -> AsyncIterator[Any]:
+            failure: BaseException | None = None
             try:
                 while True:
                     token = _FOLLOWING.set(follower)
                     try:
-                        event = await events.__anext__()
+                        with _current(follower.span):
+                            event = await events.__anext__()
                     except StopAsyncIteration:
                         return
                     finally:
                         _FOLLOWING.reset(token)
                     follower.deliver(state, event)
                     yield event
+            except BaseException as exc:
+                failure = exc
+                raise
             finally:
                 close = getattr(events, "aclose", None)
                 if close is not None:
                     await close()
+                follower.end(failure)
 
         return lagging()
 
@@ -736,10 +806,11 @@ def _store_operation(
         token = _CURRENT.set(op)
         started = time.perf_counter()
         try:
-            with trace.use_span(
-                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-            ):
+            current = otel_context.attach(trace.set_span_in_context(span))
+            try:
                 result = original(self, tenant_id, *args, **kwargs)
+            finally:
+                otel_context.detach(current)
         except BaseException as exc:
             state.finish(span, attributes, started, op, exc)
             raise
@@ -786,10 +857,11 @@ def _async_operation(state: _Telemetry, name: str) -> Callable[..., Any]:
         span, attributes = state.start(name, self, session_id)
         started = time.perf_counter()
         try:
-            with trace.use_span(
-                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-            ):
+            current = otel_context.attach(trace.set_span_in_context(span))
+            try:
                 result = await original(self, session_id, *args, **kwargs)
+            finally:
+                otel_context.detach(current)
         except BaseException as exc:
             state.finish(span, attributes, started, op, exc)
             raise

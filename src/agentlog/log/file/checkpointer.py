@@ -649,17 +649,26 @@ class FileCheckpointer(BaseCheckpointer):
         self, page: _Page[_E], session_id: str, since_seq: int, limit: int
     ) -> builtins.list[_E]:
         """Up to ``limit`` events after ``since_seq``, as ``page`` reads the lines."""
-        if not self.read_only:
-            return self._scan_once(page, session_id, since_seq, limit)
-        # The owner may change the file between looking at it and reading it:
-        # read it again from the start, and believe damage only when it stays.
-        for _ in range(2):
-            try:
+        try:
+            if not self.read_only:
                 return self._scan_once(page, session_id, since_seq, limit)
-            except CorruptDatabaseError:
-                with self._lock:
-                    self._sessions.pop(session_id, None)
-        return self._scan_once(page, session_id, since_seq, limit)
+            # The owner may change the file between looking at it and reading it:
+            # read it again from the start, and believe damage only when it stays.
+            for _ in range(2):
+                try:
+                    return self._scan_once(page, session_id, since_seq, limit)
+                except CorruptDatabaseError:
+                    with self._lock:
+                        self._sessions.pop(session_id, None)
+            return self._scan_once(page, session_id, since_seq, limit)
+        except CorruptDatabaseError as exc:
+            if exc.seq is not None:  # a damaged line (a refused file is logged where refused)
+                log.warning(
+                    "%s: a read found event %d of a session file damaged (nothing was changed)",
+                    self.directory,
+                    exc.seq,
+                )
+            raise
 
     def _scan_once(
         self,
@@ -753,6 +762,8 @@ class FileCheckpointer(BaseCheckpointer):
                 for path in sorted(self.directory.glob(f"*{SUFFIX}{METADATA_SUFFIX}"))
                 if (problem := check_metadata_file(path)) is not None
             ]
+        if problems:
+            log.warning("%s: check found %d problem(s)", self.directory, len(problems))
         return (not problems, "\n".join(problems) or "ok")
 
     def damaged_events(self) -> builtins.list[DamagedEvent]:
