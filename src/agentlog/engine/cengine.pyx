@@ -35,6 +35,7 @@ from agentlog.engine.includes.python cimport (
     PyBUF_READ,
     PyGC_Disable,
     PyGC_Enable,
+    PyObject_GC_UnTrack,
     PyMemoryView_FromMemory,
     PyUnicode_DATA,
     PyUnicode_IS_ASCII,

@@ -24,7 +24,8 @@
 # a memoryview over our own buffer; the only objects freed in it are ints,
 # floats and that view, whose deallocators run no Python. Raising
 # CorruptDatabaseError (which runs Python) happens after the window. Objects
-# stay tracked, so a cycle a caller makes of them later is still collected.
+# stay tracked, so a cycle a caller makes of them later is still collected
+# (all but a RawEvent, which can be in none: see _build_page).
 
 cdef tuple _KIND_OBJECTS = tuple(sorted(EVENT_TYPES))
 cdef tuple _KIND_BYTES = tuple(kind.encode() for kind in _KIND_OBJECTS)
@@ -33,6 +34,7 @@ cdef enum:
 cdef const char *_KIND_TEXT[N_KINDS]
 cdef int _KIND_SIZE[N_KINDS]
 assert len(_KIND_BYTES) == N_KINDS
+assert RawEvent.__dictoffset__ == 0 and RawEvent.__slots__ == ()  # see _build_page
 for _i, _known in enumerate(_KIND_BYTES):
     _KIND_TEXT[_i] = PyBytes_AS_STRING(_known)  # kept alive by _KIND_BYTES
     _KIND_SIZE[_i] = <int>PyBytes_GET_SIZE(_known)
@@ -211,8 +213,14 @@ cdef list _build_page(Page *page, object tuple_type, object events):
             payload = PyBytes_FromStringAndSize(page.payloads + start, page.ends[i] - start)
         else:
             payload = (<list>events)[i]
-        result.append(agentlog_stored_event(tuple_type, seq, previous_seq, previous_ts,
-                                            kind, payload))
+        built = agentlog_stored_event(tuple_type, seq, previous_seq, previous_ts, kind,
+                                      payload)
+        if events is None:
+            # A RawEvent holds an int, an int, a float, a str and bytes, and no
+            # __dict__ (asserted below): it can be in no cycle, so the collector
+            # need never walk it (CPython untracks such plain tuples itself).
+            PyObject_GC_UnTrack(<void *>built)
+        result.append(built)
         previous_seq = seq
     return result
 
