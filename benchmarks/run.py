@@ -61,6 +61,8 @@ class Scenario:
     sync: str = "normal"
     threads: int = 0
     decode: bool = False
+    #: Replay through ``read_json``: each event's stored JSON bytes, not decoded.
+    json: bool = False
     #: Replay holding a live heap (the workload's events, and every replayed
     #: event kept), with the garbage collector on ("gc") or off ("no-gc").
     heap: str = ""
@@ -140,6 +142,17 @@ def scenarios(quick: bool) -> list[Scenario]:
             "replay",
             large,
             systems=readers,
+        ),
+        *(
+            Scenario(
+                f"S3 json {n // k}k",
+                f"S3 read_json {n // k}k to RawEvent",
+                "replay",
+                n,
+                json=True,
+                systems=(*FLOORS, *AGENTLOG, "sqlite3-bytes"),
+            )
+            for n in (small, large)
         ),
         Scenario(
             f"S3 {large // k}k dec",

@@ -105,6 +105,22 @@ def agentlog_replay(engine: str, path: str, count: int, decode: bool) -> tuple[f
     return elapsed, count
 
 
+def agentlog_replay_json(engine: str, path: str, count: int) -> tuple[float, int]:
+    """S3 through ``read_json``: every event of ``s0`` as a RawEvent (its stored
+    JSON bytes, checked, not decoded) into a list the caller keeps, collector on."""
+    import gc
+
+    from agentlog import SqliteCheckpointer
+
+    gc.enable()
+    with SqliteCheckpointer(path, engine=engine) as cp:
+        start = time.perf_counter()
+        kept = list(cp.read_json("s0"))
+        elapsed = time.perf_counter() - start
+    assert len(kept) == count and kept[-1].json
+    return elapsed, count
+
+
 def agentlog_replay_on_heap(engine: str, path: str, count: int, heap: str) -> tuple[float, int]:
     """S3 as a long-running host replays: it holds a large live heap (here the
     workload's own events) and keeps what it replays; the garbage collector

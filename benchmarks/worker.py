@@ -112,6 +112,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             run = lambda: systems.script_replay(system, path, spec["count"], spec["decode"])  # noqa: E731
         elif system == "openai-agents":
             run = lambda: systems.openai_replay(path, spec["count"], spec["decode"])  # noqa: E731
+        elif spec["json"]:
+            run = lambda: systems.agentlog_replay_json(engine, path, spec["count"])  # noqa: E731
         elif spec["heap"]:
             run = lambda: systems.agentlog_replay_on_heap(engine, path, spec["count"], spec["heap"])  # noqa: E731
         else:

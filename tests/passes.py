@@ -85,6 +85,7 @@ ONCE = (
     "tests/engine/test_crc32.py",
     "tests/engine/test_faults.py",
     "tests/engine/test_postgres_operations.py",
+    "tests/engine/test_scan_json.py",
     "tests/engine/test_scan_window.py",
     "tests/integrations",
     "tests/log/test_file.py",

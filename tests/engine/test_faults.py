@@ -180,6 +180,8 @@ LOG_CASES = [
     LogCase("fork", lambda cp: cp.fork("a", 6, "f")),
     LogCase("delete", lambda cp: cp.delete("a")),
     LogCase("read", read_all),
+    # read_json's page is stepped and built in C too (scan.pxi).
+    LogCase("read-json", lambda cp: [(e.seq, e.json) for e in cp.read_json("a")]),
     LogCase("read-paged", lambda cp: [e.seq for e in cp.read("a", since_seq=2, limit=5)]),
     LogCase("head", lambda cp: cp.head("a")),
     LogCase("list", lambda cp: [info.id for info in cp.list()]),

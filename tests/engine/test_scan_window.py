@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agentlog import CorruptDatabaseError, SqliteCheckpointer, StoredEvent
+from agentlog import CorruptDatabaseError, RawEvent, SqliteCheckpointer, StoredEvent
 
 from ..conftest import require_engine
 
@@ -100,6 +100,25 @@ def test_a_page_starts_no_collection_while_it_is_built(tmp_path: Path, cengine: 
     assert gc.isenabled()
 
 
+def test_a_read_json_page_starts_no_collection_while_it_is_built(
+    tmp_path: Path, cengine: Any
+) -> None:
+    """read_json's page is built in C in the same window: its 1000 RawEvents
+    (tracked tuples) start no young collection each 100 of them."""
+    db = filled(tmp_path)
+    gc.enable()
+    with SqliteCheckpointer(db, engine="c") as cp:
+        kept: list[RawEvent] = []
+        during = collections_during(lambda: kept.extend(cp.read_json("s")))
+    assert len(kept) == PAGE and orjson.loads(kept[7].json) == event(7)
+    assert during <= 2, during
+    assert gc.isenabled()
+    # A RawEvent (ints, a float, a str, bytes; no __dict__) can be in no cycle:
+    # the collector's later collections never walk what read_json returned.
+    assert not any(map(gc.is_tracked, kept))
+    assert not hasattr(kept[7], "__dict__")
+
+
 def test_the_postgres_page_starts_no_collection_while_it_is_built(cengine: Any) -> None:
     page = rows()
     gc.enable()
@@ -140,6 +159,10 @@ def test_a_damaged_page_gives_the_collector_state_back(
     conn.close()
     with SqliteCheckpointer(db, engine="c") as cp, pytest.raises(CorruptDatabaseError) as caught:
         list(cp.read("s"))
+    assert caught.value.seq == 4
+    assert gc.isenabled() is collector
+    with SqliteCheckpointer(db, engine="c") as cp, pytest.raises(CorruptDatabaseError) as caught:
+        list(cp.read_json("s"))
     assert caught.value.seq == 4
     assert gc.isenabled() is collector
     page = rows(5)

@@ -10,3 +10,5 @@ cdef extern from "Python.h":
     # The cyclic collector's switch (3.10+): the previous state, 1 when it was on.
     int PyGC_Disable()
     int PyGC_Enable()
+    # Take a container off the collector's list (one that can be in no cycle).
+    void PyObject_GC_UnTrack(void *op)
