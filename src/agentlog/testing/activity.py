@@ -106,7 +106,9 @@ class ActivityListingConformance:
         last = log.list_page(9)
         assert last.next is None and len(last.sessions) == 9
 
-    def test_list_page_orders_a_second_by_id(self, cp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_list_page_orders_a_second_by_id(
+        self, cp: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Sessions active in the same second are listed by id, whatever
         their order within it; a cursor with an exact mtime resumes there."""
         log = self.clocked(cp)

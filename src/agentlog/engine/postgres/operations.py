@@ -533,7 +533,12 @@ def delete_idle_batch(
     It locks the sessions it picks and checks their ``mtime`` on the locked
     rows, so a session another process appends to meanwhile is kept.
     """
-    names = [str(row[0]) for row in (yield from fetch_all(q.idle, {"tenant": tenant, "before": before, "batch": batch}))]
+    names = [
+        str(row[0])
+        for row in (
+            yield from fetch_all(q.idle, {"tenant": tenant, "before": before, "batch": batch})
+        )
+    ]
     if names:
         yield from execute(q.delete_events_of, (tenant, names))
         yield from execute(q.delete_snapshots_of, (tenant, names))
