@@ -14,8 +14,9 @@ changed to the form under test:
 
 Each round times ``--appends`` one-event appends on each file in turn (the
 order rotates between rounds), once to one session and once spread over
-every session; the table shows medians over the rounds, and each form's
-rate as a ratio of ``none`` (the cost of the index). ``list_page``'s first
+every session; the table shows each form's median rate over the rounds
+and the median of its per-round ratios to ``none`` (the cost of the index),
+measured side by side in the same round. ``list_page``'s first
 page is timed on each file too, the reason the index exists.
 """
 
@@ -34,6 +35,7 @@ from agentlog import SqliteCheckpointer
 from benchmarks.workload import events
 
 FORMS = ("none", "mtime", "second")
+LABELS = ("one session", "spread")
 
 # The statements that turn a file of this version into each form.
 _UNDO_SECOND = (
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--engine", default="c")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.rounds < 5:
+        parser.error("--rounds must be at least 5 (a median of fewer says little here)")
     results: dict[str, Any] = {"forms": {}}
     with tempfile.TemporaryDirectory(prefix="agentlog-activity-") as tmp:
         files = {form: Path(tmp) / f"{form}.db" for form in FORMS}
@@ -103,25 +107,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for round_ in range(args.rounds):
             order = FORMS[round_ % 3 :] + FORMS[: round_ % 3]
             for form in order:
-                for label, spread in (("one session", 1), ("spread", args.sessions)):
+                for label, spread in zip(LABELS, (1, args.sessions), strict=True):
                     rate = time_appends(files[form], args.engine, args.appends, spread)
                     rates.setdefault((form, label), []).append(rate)
         for form in FORMS:
-            results["forms"][form] = {
-                label: statistics.median(rates[form, label]) for label in ("one session", "spread")
-            }
-            results["forms"][form]["first_page_us"] = time_first_page(files[form], args.engine)
+            row: dict[str, float] = {}
+            for label in LABELS:
+                row[label] = statistics.median(rates[form, label])
+                # Each round's ratio to "none" in that round, then their median:
+                # side by side, so the machine's drift between rounds cancels.
+                ratios = [
+                    a / b for a, b in zip(rates[form, label], rates["none", label], strict=True)
+                ]
+                row[f"{label} ratio"] = statistics.median(ratios)
+            row["first_page_us"] = time_first_page(files[form], args.engine)
+            results["forms"][form] = row
     print(
         f"one-event appends, {args.engine} engine, {args.sessions:,} sessions,"
         f" medians of {args.rounds} rounds of {args.appends:,}"
     )
-    print(f"{'form':<8}{'one session/s':>15}{'ratio':>8}{'spread/s':>12}{'ratio':>8}{'page µs':>10}")
-    base = results["forms"]["none"]
+    header = f"{'form':<8}{'one session/s':>15}{'ratio':>8}{'spread/s':>12}{'ratio':>8}"
+    print(header + f"{'page µs':>10}")
     for form in FORMS:
         row = results["forms"][form]
         print(
-            f"{form:<8}{row['one session']:>15,.0f}{row['one session'] / base['one session']:>8.3f}"
-            f"{row['spread']:>12,.0f}{row['spread'] / base['spread']:>8.3f}"
+            f"{form:<8}{row['one session']:>15,.0f}{row['one session ratio']:>8.3f}"
+            f"{row['spread']:>12,.0f}{row['spread ratio']:>8.3f}"
             f"{row['first_page_us']:>10,.0f}"
         )
     if args.json:
