@@ -12,9 +12,10 @@ does not grow with it), ``head`` of a session not asked before (its pages
 cold in SQLite's cache), the first ``list_page`` of 50, and the file's
 bytes per event (file + WAL). ``--sessions N`` then fills another file with N
 sessions of one event each and times the same calls there (``list_page``
-over N sessions). ``--plot`` draws the figures against the size as a PNG
-(matplotlib, in the ``bench`` extra). Each figure is one process's, taken
-as the file grows: a shared machine's noise shows as a bump, not a trend.
+over N sessions, and the first page a new read-only reader asks for).
+``--plot`` draws the figures against the size as a PNG (matplotlib, in
+the ``bench`` extra). Each figure is one process's, taken as the file
+grows: a shared machine's noise shows as a bump, not a trend.
 """
 
 from __future__ import annotations
@@ -107,6 +108,12 @@ def fill_sessions(path: str, sessions: int, engine: str | None, probes: int) -> 
         for sid in sids:
             log.append(sid, one)
         row = probe(log, path, sessions, sids, probes, "sessions")
+    # The first page a new reader asks for (what a viewer's first request
+    # costs): its pages of the index are not yet in its cache.
+    with SqliteCheckpointer(path, engine=engine, read_only=True) as reader:
+        start = time.perf_counter()
+        reader.list_page(50)
+        row["first_list_page_us"] = (time.perf_counter() - start) * 1e6
     print(json.dumps(row), flush=True)
     return row
 

@@ -31,6 +31,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,6 +188,15 @@ def postgres_conninfo() -> str:
 def postgres_schema(location: Path | str) -> str:
     """The schema of the store that lives at ``location``: one per test directory."""
     return "t_" + hashlib.sha256(str(location).encode()).hexdigest()[:24]
+
+
+def undo_postgres_version_7(conn: Any, schema: str) -> None:
+    """Take what PostgreSQL schema version 7 added out of ``schema`` (the
+    activity second and its index; version 1's index on mtime back), so a
+    test can make a store as an older version wrote it."""
+    conn.execute(f"DROP INDEX {schema}.sessions_by_active_second")
+    conn.execute(f"ALTER TABLE {schema}.sessions DROP COLUMN active")
+    conn.execute(f"CREATE INDEX sessions_by_activity ON {schema}.sessions (tenant, mtime DESC)")
 
 
 #: The log backends :func:`open_log` opens by name.

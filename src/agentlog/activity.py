@@ -2,12 +2,16 @@
 
 ``list_page(limit, after=cursor)`` on every checkpointer returns the
 ``limit`` most recently active sessions after ``cursor``: the order is
-``(mtime, id)`` descending, a total order, so a page ends at a row that
-names exactly where the next one starts (keyset paging). A store that
-nobody writes to is listed whole, each session once, however the pages are
-cut. A session that is written to while someone pages gets a newer
-``mtime`` and moves to the front: a reader already past it does not see it
-again on this pass (and, if it had not reached it yet, sees it on the next).
+``(activity second, id)`` descending, where the activity second is
+``mtime`` truncated to whole seconds, a total order, so a page ends at a
+row that names exactly where the next one starts (keyset paging). Sessions
+active in the same second are listed by id: that is what lets SQLite and
+PostgreSQL keep the index an append does not have to move more than once a
+second. A store that nobody writes to is listed whole, each session once,
+however the pages are cut. A session that is written to while someone pages
+gets a newer ``mtime`` and moves to the front: a reader already past it does
+not see it again on this pass (and, if it had not reached it yet, sees it on
+the next).
 
 This module holds the types and the check of a request, and the order
 itself for backends that have no index to ask (memory, file store).
@@ -25,6 +29,7 @@ __all__ = [
     "MAX_PAGE_LIMIT",
     "ActivityCursor",
     "SessionPage",
+    "activity_key",
     "check_page_request",
     "page_in_order",
     "page_of",
@@ -51,7 +56,7 @@ class SessionPage(NamedTuple):
     """One page of :meth:`~agentlog.BaseCheckpointer.list_page`."""
 
     sessions: list[SessionListing]
-    """At most ``limit`` sessions, most recently active first (ties: id descending)."""
+    """At most ``limit`` sessions, most recently active first (the same second: id descending)."""
     next: ActivityCursor | None
     """The cursor of the next page; None when this page is the last."""
 
@@ -79,6 +84,13 @@ def check_page_request(limit: object, after: object) -> tuple[int, ActivityCurso
     return limit, ActivityCursor(float(mtime), session_id)
 
 
+def activity_key(mtime: float, session_id: str) -> tuple[int, str]:
+    """The key :meth:`~agentlog.BaseCheckpointer.list_page` orders by
+    (descending): the activity second (``mtime`` truncated, as SQLite's
+    ``CAST(mtime AS INTEGER)`` and PostgreSQL's ``trunc`` do) and the id."""
+    return int(mtime), session_id
+
+
 def page_in_order(
     rows: Iterable[SessionListing], limit: int, after: ActivityCursor | None
 ) -> list[SessionListing]:
@@ -87,9 +99,9 @@ def page_in_order(
     if after is None:
         found = list(rows)
     else:
-        key = (after.mtime, after.id)
-        found = [r for r in rows if (r.mtime, r.id) < key]
-    found.sort(key=lambda r: (r.mtime, r.id), reverse=True)
+        key = activity_key(*after)
+        found = [r for r in rows if activity_key(r.mtime, r.id) < key]
+    found.sort(key=lambda r: activity_key(r.mtime, r.id), reverse=True)
     return found[:limit]
 
 

@@ -16,6 +16,7 @@ from agentlog import (
     SqliteStorage,
     StorageUnavailableError,
 )
+from agentlog.activity import activity_key
 from agentlog.engine.schema import APPLICATION_ID, MAX_SEQ, MAX_SID, MIGRATIONS, SCHEMA_VERSION
 
 from ..conftest import digest
@@ -131,28 +132,41 @@ def test_rows_written_by_hand_are_read_as_they_are(tmp_path: Path, engine: str) 
         assert second.event == {"type": "custom-kind", "x": 1}
 
 
-def _activity_index(db: Path) -> list[str]:
-    """The columns of the file's sessions_by_activity index (none: no index)."""
+def _activity_index(db: Path) -> dict[str, list[str]]:
+    """The columns of the file's activity indexes, by name (none: no index)."""
     conn = sqlite3.connect(db)
     try:
-        return [row[2] for row in conn.execute("PRAGMA index_info(sessions_by_activity)")]
+        return {
+            name: [row[2] for row in conn.execute(f"PRAGMA index_info({name})")]
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'"
+                " AND name LIKE 'sessions_by_act%' ORDER BY name"
+            )
+        }
     finally:
         conn.close()
+
+
+ACTIVITY_INDEX = {"sessions_by_active_second": ["tenant", "active", "name"]}
 
 
 def test_a_version_9_file_gets_the_keyset_activity_index_and_nothing_else(
     tmp_path: Path, engine: str
 ) -> None:
     """Version 10 dropped sessions_by_activity (tenant, mtime); version 12
-    builds it again with the name, for list_page's keyset. list() still
-    orders as it did."""
+    built it again with the name, for list_page's keyset, and version 13
+    replaced it with the one-second activity index. list() still orders as
+    it did."""
     db = tmp_path / "v9.db"
     with SqliteCheckpointer(db, engine=engine) as cp:
         for name in ("a", "b", "c"):
             cp.append(name, [EVENT])
         cp.append("a", [EVENT])
     conn = sqlite3.connect(db)
-    conn.execute("DROP INDEX sessions_by_activity")  # what step 12 adds
+    conn.execute("DROP INDEX sessions_by_active_second")  # what step 13 adds
+    conn.execute("DROP TRIGGER sessions_active_on_insert")
+    conn.execute("DROP TRIGGER sessions_active_on_update")
+    conn.execute("ALTER TABLE sessions DROP COLUMN active")
     conn.execute("CREATE INDEX sessions_by_activity ON sessions (tenant, mtime)")
     conn.execute("DROP TABLE append_keys")  # what step 11 adds: a real version-9 file
     conn.execute("DROP TABLE fork_origins")  # and step 12
@@ -161,22 +175,69 @@ def test_a_version_9_file_gets_the_keyset_activity_index_and_nothing_else(
     with SqliteCheckpointer(db, engine=engine) as cp:
         assert [(info.id, info.head) for info in cp.list()] == [("a", 2), ("c", 1), ("b", 1)]
         assert [event.seq for event in cp.read("a")] == [1, 2]
-        assert [row.id for row in cp.list_page(2).sessions] == ["a", "c"]
+        by_activity = sorted(cp.list(), key=lambda s: activity_key(s.mtime, s.id), reverse=True)
+        assert [row.id for row in cp.list_page(2).sessions] == [s.id for s in by_activity[:2]]
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         conn.close()
-    assert _activity_index(db) == ["tenant", "mtime", "name"]
+    assert _activity_index(db) == ACTIVITY_INDEX
 
 
 def test_a_new_file_has_the_keyset_activity_index(tmp_path: Path, engine: str) -> None:
     db = tmp_path / "new.db"
     SqliteCheckpointer(db, engine=engine).close()
-    assert _activity_index(db) == ["tenant", "mtime", "name"]
+    assert _activity_index(db) == ACTIVITY_INDEX
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_the_activity_second_follows_every_write_of_mtime(tmp_path: Path, engine: str) -> None:
+    """Schema step 13's column is mtime truncated, after whichever write
+    stamped it: the first append, later appends, metadata, a truncate, a fork."""
+    db = tmp_path / "active.db"
+    with SqliteCheckpointer(db, engine=engine) as cp:
+        cp.append("s", [EVENT, EVENT])
+        cp.append("s", [EVENT])
+        cp.set_metadata("s", {"title": "t"}, cp.metadata("s").revision)
+        cp.append("t", [EVENT])
+        cp.truncate("t", 0)
+        cp.fork("s", 2, "f")
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT name, mtime, active FROM sessions ORDER BY name").fetchall()
+    finally:
+        conn.close()
+    assert [name for name, _, _ in rows] == ["f", "s", "t"]
+    assert all(active == int(mtime) for _, mtime, active in rows), rows
+
+
+def test_the_activity_second_is_rewritten_only_in_a_new_second(tmp_path: Path) -> None:
+    """A write of mtime within the session's second leaves ``active`` (and so
+    its index entry) alone: the trigger changes a row only when the second
+    moves, which ``total_changes`` counts (it includes triggers' rows)."""
+    db = tmp_path / "seconds.db"
+    SqliteCheckpointer(db).close()
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        second = 1_800_000_000
+        conn.execute(
+            "INSERT INTO sessions (sid, tenant, name, head, created, mtime, revision)"
+            " VALUES (1, 'default', 's', 0, ?, ?, 1)",
+            (second + 0.5, second + 0.5),
+        )
+        assert conn.execute("SELECT active FROM sessions").fetchone() == (second,)
+        changed = []
+        for mtime in (second + 0.75, second + 0.99, second + 1.25, second + 1.5, second - 3.5):
+            before = conn.total_changes
+            conn.execute("UPDATE sessions SET mtime = ? WHERE sid = 1", (mtime,))
+            changed.append(conn.total_changes - before)
+            assert conn.execute("SELECT active FROM sessions").fetchone() == (int(mtime),)
+        assert changed == [1, 1, 2, 1, 2]
     finally:
         conn.close()
 
@@ -194,7 +255,7 @@ def test_a_page_by_activity_reads_the_index(tmp_path: Path, engine: str) -> None
             (Q.LIST_SESSIONS_PAGE_AFTER, ("default", 1.0, "s", 10)),
         ):
             plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement, args))
-            assert "USING INDEX sessions_by_activity" in plan, plan
+            assert "USING INDEX sessions_by_active_second" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
     finally:
         conn.close()

@@ -29,7 +29,7 @@ from agentlog.log import BaseCheckpointer
 from agentlog.log.file import session_file_name
 from agentlog.log.follow import anchor_of
 
-from ..conftest import postgres_conninfo, postgres_schema
+from ..conftest import postgres_conninfo, postgres_schema, undo_postgres_version_7
 
 KEY = 1 << 32  # session 1's event keys: KEY | seq
 
@@ -510,6 +510,7 @@ def test_a_postgres_store_from_before_checksums_is_migrated_and_reads(
     pg_admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")
     pg_admin.execute(f"DROP TABLE {schema}.append_keys")  # what version 5 adds: a real 3
     pg_admin.execute(f"DROP TABLE {schema}.fork_origins")  # and version 6
+    undo_postgres_version_7(pg_admin, schema)  # and version 7
     pg_admin.execute(f"UPDATE {schema}.agentlog_version SET version = {CHECKSUM_VERSION - 1}")
     with PostgresCheckpointer(postgres_conninfo(), schema=schema) as log:
         assert [e.seq for e in log.read("s")] == [1, 2]

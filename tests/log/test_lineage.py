@@ -16,7 +16,7 @@ from agentlog import CorruptDatabaseError, FileCheckpointer, Fork, ForkOrigin, S
 from agentlog.aio import AsyncSqliteCheckpointer
 from agentlog.engine.schema import SCHEMA_VERSION
 
-from ..conftest import postgres_schema, require_engine
+from ..conftest import postgres_schema, require_engine, undo_postgres_version_7
 from ..engine.test_schema import digest, make_old_file
 
 EVENT = {"type": "user", "content": "hi"}
@@ -138,6 +138,7 @@ def _version_5_store(postgres_server: str, tmp_path: Path) -> str:
     with PostgresCheckpointer(postgres_server, schema=schema) as log:
         log.append("old", [EVENT])
     with psycopg.connect(postgres_server, autocommit=True) as conn:
+        undo_postgres_version_7(conn, schema)
         conn.execute(f"DROP TABLE {schema}.fork_origins")  # what version 6 adds
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 5")
     return schema

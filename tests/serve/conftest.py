@@ -8,6 +8,8 @@ on a free loopback port in a thread of the test process.
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ pytest.importorskip("uvicorn")
 
 from agentlog import FileCheckpointer, SqliteCheckpointer
 from agentlog.cli.serve import viewer_source
+from agentlog.log.file import session_file_name
 from agentlog.serve import Source, access_token, guarded_app, is_loopback
 from agentlog.serve.app import MAX_STREAMS
 from agentlog.serve.server import (
@@ -62,13 +65,48 @@ class Store:
         self.opened.append(log)
         return log
 
+    def backdate(self, session: str, seconds: float) -> None:
+        """Move ``session``'s last activity ``seconds`` into the past, as if
+        it had been written then: listings order sessions active in the same
+        second by id, so a test that means an order of activity puts its
+        sessions in distinct seconds this way rather than waiting for a clock.
+        It closes the store's writers first (take a new one after): the
+        standard library's SQLite must not share a file with the C engine's
+        copy in one process, whose locks the other's close would drop."""
+        for log in self.opened:
+            log.close()
+        self.opened.clear()
+        if self.kind == "files":
+            path = Path(self.location) / session_file_name(session)
+            st = path.stat()
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - int(seconds * 1e9)))
+        elif self.kind == "sqlite":
+            conn = sqlite3.connect(self.location, timeout=10)
+            try:
+                with conn:
+                    conn.execute(
+                        "UPDATE sessions SET mtime = mtime - ? WHERE name = ?", (seconds, session)
+                    )
+            finally:
+                conn.close()
+        else:
+            import psycopg
+
+            with psycopg.connect(self.location, autocommit=True) as pg:
+                pg.execute(
+                    f"UPDATE {self.schema}.sessions SET mtime = mtime - %s WHERE name = %s",
+                    (seconds, session),
+                )
+
     def hide_a_needle(self, needle: str, title: str, hay: list[str]) -> None:
         """Session ``needle``, titled ``title``, written first (the least recently
-        active), then the ``hay`` sessions, which a filter for the title misses."""
+        active, a minute before the rest), then the ``hay`` sessions, which a
+        filter for the title misses."""
         log = self.writer()
         log.set_metadata(needle, {"title": title, "tags": []}, 0)
         for session in hay:
             log.append(session, [{"type": "user", "content": "hay"}])
+        self.backdate(needle, 60)
 
     def args(self, tenant: str = "default", allow_writes: bool = False) -> argparse.Namespace:
         """What ``agentlog serve`` parses for this store."""

@@ -43,6 +43,9 @@ def test_sessions_most_recent_first_paged_by_cursor(
     for n in range(7):
         log.append(f"s{n}", [{"type": "user", "content": f"hello {n}"}])
     log.set_metadata("s3", {"title": "Refund request", "tags": ["billing"]}, 1)
+    for n in range(7):  # s0 the least recently active, a second apart
+        store.backdate(f"s{n}", 10 - n)
+    log = store.writer()
     log.append("s1", [{"type": "user", "content": "again"}])
     viewer = serve(store.source())
     seen: list[str] = []
@@ -54,8 +57,8 @@ def test_sessions_most_recent_first_paged_by_cursor(
         if page["next_cursor"] is None:
             break
         cursor = page["next_cursor"]
-    assert seen[0] == "s1"  # the last append moved it to the top
-    assert sorted(seen) == [f"s{n}" for n in range(7)]  # each once
+    # the last append moved s1 to the top; each once, most recently active first
+    assert seen == ["s1", "s6", "s5", "s4", "s3", "s2", "s0"]
     found = get_json(f"{viewer.url}/api/sessions?q=BILL")["sessions"]
     assert [(s["id"], s["title"], s["tags"]) for s in found] == [
         ("s3", "Refund request", ["billing"])
@@ -335,6 +338,9 @@ def test_the_live_sessions_stream_moves_an_appended_session_up(
     log = store.writer()
     log.append("old", [{"type": "user", "content": "x"}])
     log.append("new", [{"type": "user", "content": "x"}])
+    store.backdate("old", 20)  # seconds apart: by id, "old" would come first
+    store.backdate("new", 10)
+    log = store.writer()
     viewer = serve(store.source())
     pages: list[list[str]] = []
 

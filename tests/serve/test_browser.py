@@ -120,6 +120,8 @@ def test_list_session_live_tail_filter_and_tenants(
     log.set_metadata("nightly-build", {"title": "Nightly build triage", "tags": ["ci"]}, 1)
     log.append("refund-chat", [{"type": "user", "content": "Can I get a refund?"}])
     sqlite_store.writer("acme").append("acme-only", [{"type": "user", "content": "hello"}])
+    sqlite_store.backdate("nightly-build", 20)  # seconds apart: a second is listed by id
+    sqlite_store.backdate("refund-chat", 10)
     source = sqlite_store.source()
     source.location = "sessions.db"  # as the screenshot in the manual shows it
     viewer = serve(source)

@@ -22,7 +22,13 @@ import pytest
 from agentlog.cli.serve import viewer_source
 from agentlog.engine.schema import SCHEMA_VERSION
 
-from ..conftest import child_env, digest, postgres_conninfo, postgres_schema
+from ..conftest import (
+    child_env,
+    digest,
+    postgres_conninfo,
+    postgres_schema,
+    undo_postgres_version_7,
+)
 from ..engine.test_schema import make_old_file
 from .conftest import guarded_client
 
@@ -158,6 +164,7 @@ def _postgres_store_at(version: int, tmp_path: Path) -> str:
         log.append("old", [{"type": "user", "content": "hi"}])
     with psycopg.connect(postgres_conninfo(), autocommit=True) as conn:
         conn.execute(f"DROP TABLE {schema}.fork_origins")  # what version 6 adds
+        undo_postgres_version_7(conn, schema)  # and version 7
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = {version}")
     return schema
 
@@ -175,7 +182,7 @@ def test_allow_writes_refuses_an_older_postgres_schema_unless_upgrade(
 ) -> None:
     from agentlog.engine.postgres import SCHEMA_VERSION as POSTGRES_VERSION
 
-    assert POSTGRES_VERSION == 6  # the store below is made as version 5 was
+    assert POSTGRES_VERSION == 7  # the store below is made as version 5 was
     schema = _postgres_store_at(5, tmp_path)
     try:
         line = _refused(_serve(postgres_conninfo(), "--schema", schema, "--allow-writes"))

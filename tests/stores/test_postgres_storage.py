@@ -11,7 +11,7 @@ import pytest
 
 from agentlog import DEFAULT_TENANT
 
-from ..conftest import postgres_schema
+from ..conftest import postgres_schema, undo_postgres_version_7
 from .test_storage import (
     check_a_closed_storage_refuses,
     check_a_session_store_write_wakes_a_follower,
@@ -69,6 +69,7 @@ def test_version_1_is_migrated_forward_in_place(
         conn.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # added by version 4
         conn.execute(f"DROP TABLE {schema}.append_keys")  # added by version 5
         conn.execute(f"DROP TABLE {schema}.fork_origins")  # added by version 6
+        undo_postgres_version_7(conn, schema)  # and version 7
         conn.execute(f"UPDATE {schema}.agentlog_version SET version = 1")
     from agentlog.engine.postgres.schema import SCHEMA_VERSION
 

@@ -225,7 +225,7 @@ class LogEngine(Database, Protocol):
         self, tenant: str, limit: int, after: tuple[float, str] | None
     ) -> list[tuple[str, float, int, bytes | None, int]]:
         """At most ``limit`` rows of :meth:`list_sessions_metadata`'s shape,
-        ``(mtime, name)`` descending, after ``after`` (None: from the start)."""
+        ``(activity second, name)`` descending, after ``after`` (None: from the start)."""
         ...
 
     def session_metadata(self, tenant: str, name: str) -> tuple[bytes | None, int]:

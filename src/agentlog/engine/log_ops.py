@@ -359,7 +359,7 @@ class LogOperations(EngineCore[ConnectionT]):
         self, tenant: str, limit: int, after: tuple[float, str] | None
     ) -> list[tuple[str, float, int, bytes | None, int]]:
         """The first ``limit`` rows of :meth:`list_sessions_metadata`'s shape in
-        ``(mtime, name)`` descending order after ``after`` (None: from the start)."""
+        ``(activity second, name)`` descending order after ``after`` (None: from the start)."""
         sql, args = (
             (Q.LIST_SESSIONS_PAGE, (tenant, limit))
             if after is None

@@ -28,9 +28,11 @@ SELECT_HEAD = "SELECT head FROM sessions WHERE tenant = ? AND name = ?"
 #: The number a new session takes: one past the largest (sids are never reused
 #: while a larger one exists, and the bound is checked before the insert).
 NEXT_SID = "SELECT coalesce(max(sid), 0) + 1 FROM sessions"
+#: ``active`` is set here, so the insert trigger (schema step 13) finds
+#: nothing to do on the hot path.
 INSERT_SESSION = (
-    "INSERT INTO sessions (sid, tenant, name, head, created, mtime, revision, metadata)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO sessions (sid, tenant, name, head, created, mtime, revision, metadata, active)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CAST(?6 AS INTEGER))"
 )
 #: An append (or a truncation) moves the head; every write adds one revision.
 UPDATE_SESSION = "UPDATE sessions SET head = ?, mtime = ?, revision = revision + 1 WHERE sid = ?"
@@ -85,16 +87,17 @@ LIST_SESSIONS_METADATA = (
     "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
     " ORDER BY mtime DESC, sid DESC"
 )
-#: A page of a tenant's sessions by activity, ``(mtime, name)`` descending
-#: (keyset paging: the row value comparison is a range of
-#: ``sessions_by_activity``, so a page reads its own rows only).
+#: A page of a tenant's sessions by activity, ``(active second, name)``
+#: descending (keyset paging: the row value comparison is a range of
+#: ``sessions_by_active_second``, so a page reads its own rows only). The
+#: cursor is a row's exact mtime; it is truncated to its second here.
 LIST_SESSIONS_PAGE = (
     "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
-    " ORDER BY mtime DESC, name DESC LIMIT ?"
+    " ORDER BY active DESC, name DESC LIMIT ?"
 )
 LIST_SESSIONS_PAGE_AFTER = (
-    "SELECT name, mtime, head, metadata, revision FROM sessions"
-    " WHERE tenant = ? AND (mtime, name) < (?, ?) ORDER BY mtime DESC, name DESC LIMIT ?"
+    "SELECT name, mtime, head, metadata, revision FROM sessions WHERE tenant = ?"
+    " AND (active, name) < (CAST(? AS INTEGER), ?) ORDER BY active DESC, name DESC LIMIT ?"
 )
 #: Every session of every tenant, most recently active first.
 LIST_ALL_SESSIONS = "SELECT tenant, name, mtime, head FROM sessions ORDER BY mtime DESC, sid DESC"

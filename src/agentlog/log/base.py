@@ -221,8 +221,8 @@ class BaseCheckpointer(Closable, ABC):
         return listing
 
     def _list_page(self, limit: int, after: ActivityCursor | None) -> builtins.list[SessionListing]:
-        """The first ``limit`` sessions after ``after``, ``(mtime, id)``
-        descending. This one sorts :meth:`_list_metadata`; a backend with an
+        """The first ``limit`` sessions after ``after``, ``(activity second,
+        id)`` descending. This one sorts :meth:`_list_metadata`; a backend with an
         index on activity reads the page alone."""
         return page_in_order(self._list_metadata(), limit, after)
 
@@ -521,7 +521,9 @@ class BaseCheckpointer(Closable, ABC):
         """The ``limit`` most recently active sessions after cursor ``after``.
 
         Returns a :class:`~agentlog.SessionPage`: ``sessions``, rows of
-        :class:`SessionListing` ordered by ``(mtime, id)`` descending, and
+        :class:`SessionListing` ordered by ``(activity second, id)``
+        descending (the second: ``mtime`` truncated; sessions active in the
+        same second come by id), and
         ``next``, the :class:`~agentlog.ActivityCursor` to pass as ``after``
         for the page that follows (None after the last page). On a store
         nobody writes to, the pages list every session exactly once; a

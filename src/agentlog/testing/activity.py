@@ -2,7 +2,8 @@
 
 Part of :class:`~agentlog.testing.CheckpointerConformance` (its base), so
 every backend the suite runs on is held to ``list_page``: the order
-``(mtime, id)`` descending, ties cut by id, each session of a stable store
+``(activity second, id)`` descending (the second: ``mtime`` truncated), so
+sessions active in the same second come by id, each session of a stable store
 listed once however the pages fall, a session written to while someone
 pages moving to the front, and bad arguments refused with nothing changed.
 """
@@ -18,7 +19,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..activity import MAX_PAGE_LIMIT, ActivityCursor, SessionPage
+from ..activity import MAX_PAGE_LIMIT, ActivityCursor, SessionPage, activity_key
 from ..errors import CheckpointerClosedError
 from ..events import SessionListing
 from .harness import make_event
@@ -105,6 +106,27 @@ class ActivityListingConformance:
         last = log.list_page(9)
         assert last.next is None and len(last.sessions) == 9
 
+    def test_list_page_orders_a_second_by_id(
+        self, cp: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Sessions active in the same second are listed by id, whatever
+        their order within it; a cursor with an exact mtime resumes there."""
+        log = self.clocked(cp)
+        second = float(int(time.time()) - 100)
+        for offset, name in ((0.9, "a"), (0.5, "c"), (0.1, "b"), (0.7, "d")):
+            with _clock_at(monkeypatch, second + offset):
+                log.append(name, [make_event("user")])
+        with _clock_at(monkeypatch, second + 1.05):
+            log.append("later", [make_event("user")])
+        with _clock_at(monkeypatch, second - 0.5):
+            log.append("earlier", [make_event("user")])
+        expected = ["later", "d", "c", "b", "a", "earlier"]
+        for limit in (1, 2, 3, 6, 10):
+            assert _walk(log, limit) == expected, limit
+        rows = {row.id: row for row in log.list(with_metadata=True)}
+        after_c = log.list_page(10, after=ActivityCursor(rows["c"].mtime, "c"))
+        assert [row.id for row in after_c.sessions] == ["b", "a", "earlier"]
+
     def test_list_page_rows_are_listings(self, cp: Any) -> None:
         log = self.paged(cp)
         log.append("s", [make_event("user"), make_event("assistant")])
@@ -127,7 +149,9 @@ class ActivityListingConformance:
             log.append(f"s{n % 7}-{n}", [make_event("user", n=n)])
         for n in (3, 11, 3):
             log.append(f"s{n % 7}-{n}", [make_event("user", again=n)])
-        every = sorted(log.list(with_metadata=True), key=lambda r: (r.mtime, r.id), reverse=True)
+        every = sorted(
+            log.list(with_metadata=True), key=lambda r: activity_key(r.mtime, r.id), reverse=True
+        )
         for limit in (1, 4, 5, 23, 100):
             rows = [row for page in _pages(log, limit) for row in page.sessions]
             assert rows == every, limit

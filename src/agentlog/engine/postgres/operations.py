@@ -233,7 +233,7 @@ def list_sessions_page(
     q: Statements, tenant: str, limit: int, after: tuple[float, str] | None
 ) -> Operation[list[tuple[str, float, int, bytes | None, int]]]:
     """At most ``limit`` rows of :func:`list_sessions_metadata`'s shape,
-    ``(mtime, name)`` descending, after ``after`` (None: from the start)."""
+    ``(activity second, name)`` descending, after ``after`` (None: from the start)."""
     if after is None:
         rows = yield from fetch_all(q.list_page, (tenant, limit))
     else:
@@ -550,7 +550,12 @@ def delete_idle_batch(
     It locks the sessions it picks and checks their ``mtime`` on the locked
     rows, so a session another process appends to meanwhile is kept.
     """
-    names = [str(row[0]) for row in (yield from fetch_all(q.idle, (tenant, before, batch)))]
+    names = [
+        str(row[0])
+        for row in (
+            yield from fetch_all(q.idle, {"tenant": tenant, "before": before, "batch": batch})
+        )
+    ]
     if names:
         yield from execute(q.delete_events_of, (tenant, names))
         yield from execute(q.delete_snapshots_of, (tenant, names))

@@ -40,6 +40,7 @@ from .protocol import Operation, execute, fetch_all, fetch_one
 _log = logging.getLogger("agentlog.postgres")
 
 __all__ = [
+    "ACTIVITY_VERSION",
     "CHECKSUM_VERSION",
     "DEFAULT_SCHEMA",
     "LINEAGE_VERSION",
@@ -56,13 +57,17 @@ __all__ = [
 DEFAULT_SCHEMA = "agentlog"
 
 #: The version this agentlog writes; a store of a larger one is refused.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: The version from which events carry ``crc``.
 CHECKSUM_VERSION = 4
 #: The version that added ``fork_origins`` (a read-only open of an older
 #: store has no lineage to read).
 LINEAGE_VERSION = 6
+
+#: The version from which sessions carry ``active``, their activity second
+#: (a page of sessions read read-only from an older store computes it).
+ACTIVITY_VERSION = 7
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,47}\Z")
 
@@ -201,6 +206,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         )""",
         "CREATE INDEX fork_origins_by_source ON {s}.fork_origins (tenant, source)",
         # -- end of fork lineage ----------------------------------------------
+    ),
+    7: (
+        # Activity at one-second resolution, as SQLite's step 13: pages are
+        # ordered by (active, name), and the index holds the second, not
+        # mtime. A stored generated column, so every statement that writes
+        # mtime keeps it; and since no index names mtime any more, an append
+        # within the same second changes no indexed value and is a HOT update
+        # (no index entry written). Rewrites the sessions table once.
+        "ALTER TABLE {s}.sessions ADD COLUMN active bigint"
+        " GENERATED ALWAYS AS (trunc(mtime)::bigint) STORED",
+        "DROP INDEX IF EXISTS {s}.sessions_by_activity",
+        "CREATE INDEX sessions_by_active_second ON {s}.sessions (tenant, active DESC, name DESC)",
     ),
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION + 1))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from .schema import quoted
+from .schema import ACTIVITY_VERSION, LINEAGE_VERSION, quoted
 
 __all__ = ["JOURNAL_COLUMNS", "Statements"]
 
@@ -159,9 +159,12 @@ class Statements:
         # FOR UPDATE re-reads a row another transaction changed meanwhile and
         # checks mtime again on its new version: a session appended to after
         # the cut-off is not picked.
+        # The candidates are a range of sessions_by_active_second, oldest
+        # second first (%(before)s bounds the range and then the exact mtime).
         self.idle = (
-            f"SELECT name FROM {s}.sessions WHERE tenant = %s AND mtime < %s"
-            " ORDER BY mtime, name LIMIT %s FOR UPDATE"
+            f"SELECT name FROM {s}.sessions WHERE tenant = %(tenant)s"
+            " AND active <= trunc(%(before)s::double precision)::bigint AND mtime < %(before)s"
+            " ORDER BY active, name LIMIT %(batch)s FOR UPDATE"
         )
         self.delete_sessions = f"DELETE FROM {s}.sessions WHERE tenant = %s AND name = ANY(%s)"
         self.delete_events_of = f"DELETE FROM {s}.events WHERE tenant = %s AND session = ANY(%s)"
@@ -211,14 +214,11 @@ class Statements:
             " ORDER BY mtime DESC, name"
         )
 
-        # A page by activity, keyset on (mtime, name) descending: the
-        # sessions_by_activity index (tenant, mtime DESC) is walked from the
-        # cursor's mtime (the redundant "mtime <=" makes that its bound), ties
-        # sorted on the way.
-        page = f"SELECT name, mtime, head, metadata, revision FROM {s}.sessions WHERE tenant = %s"
-        order = " ORDER BY mtime DESC, name DESC LIMIT %s"
-        self.list_page = page + order
-        self.list_page_after = page + " AND mtime <= %s AND (mtime, name) < (%s, %s)" + order
+        # A page by activity, keyset on (active second, name) descending: a
+        # range of the sessions_by_active_second index from the cursor, whose
+        # exact mtime is truncated to its second here (the redundant
+        # "active <=" makes that the range's bound).
+        self._pages(s, "active")
         # The migration's target: a session as its source had it, and its ledger.
         self.session_names = f"SELECT name FROM {s}.sessions WHERE tenant = %s"
         self.ledger = (
@@ -276,14 +276,32 @@ class Statements:
             " ON CONFLICT (tenant, session) DO UPDATE"
             " SET source = EXCLUDED.source, seq = EXCLUDED.seq"
         )
-        #: False for a store opened read-only before version 6 (the driver
-        #: says so at open): it has no lineage table, so no lineage.
+        #: False for a store opened read-only before version 6 (see opened_at).
         self.records_lineage = True
         self.fork_origin = f"SELECT source, seq FROM {origins} {one}"
         #: ``(tenant, source)``: its forks, ``(session, seq)``, from the index on source.
         self.forks_of = f"SELECT session, seq FROM {origins} {tenant} source = %s"
         self.delete_fork_origin = f"DELETE FROM {origins} {one}"
         self.delete_fork_origins_of = f"DELETE FROM {origins} {tenant} session = ANY(%s)"
+
+    def _pages(self, s: str, active: str) -> None:
+        """``list_page``'s two statements, the activity second read as ``active``."""
+        page = f"SELECT name, mtime, head, metadata, revision FROM {s}.sessions WHERE tenant = %s"
+        order = f" ORDER BY {active} DESC, name DESC LIMIT %s"
+        second = "trunc(%s::double precision)::bigint"
+        self.list_page = page + order
+        self.list_page_after = (
+            page + f" AND {active} <= {second} AND ({active}, name) < ({second}, %s)" + order
+        )
+
+    def opened_at(self, version: int) -> None:
+        """Read a store opened read-only at an older ``version`` as it is: one
+        before 6 has no lineage table, so no lineage (reads find none rather
+        than fail), and one before 7 no activity column, so a page of
+        sessions sorts them by the same key computed from mtime."""
+        self.records_lineage = version >= LINEAGE_VERSION
+        if version < ACTIVITY_VERSION:
+            self._pages(quoted(self.schema_name), "trunc(mtime)::bigint")
 
     def _stores(self, s: str) -> None:
         """The SessionStore's, the MemoryStore's, the CheckpointStore's, the ArtifactStore's."""

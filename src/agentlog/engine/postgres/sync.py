@@ -27,7 +27,7 @@ from .connect import (
 from .deadline import Deadlines
 from .journal import notify_key
 from .protocol import ALL, ONE, Execute, Operation, Pipeline, Step
-from .schema import LINEAGE_VERSION, open_store, schema_version
+from .schema import open_store, schema_version
 from .statements import Statements
 
 __all__ = ["PageReader", "PostgresDatabase", "Rows", "drive", "one_transaction"]
@@ -211,9 +211,8 @@ class PostgresDatabase:
             raise
 
     def _opened_at(self, version: int) -> None:
-        # A store opened read-only stays at its version: one before 6 has no
-        # lineage table, and its lineage reads find none rather than fail.
-        self.q.records_lineage = version >= LINEAGE_VERSION
+        # A store opened read-only stays at its version.
+        self.q.opened_at(version)
 
     def check_writable(self, what: str) -> None:
         """Refuse a write to a store opened ``read_only``."""
