@@ -76,6 +76,21 @@ class PageWatch:
 
                 monkeypatch.setattr(target, name, watched)
 
+    def wrap_pages(self, monkeypatch: pytest.MonkeyPatch, log: BaseCheckpointer) -> None:
+        """Wrap the page read that ``log``'s reads hand to ``_pages``: a backend
+        may read its pages with a reader of its own rather than ``_scan``
+        (PostgreSQL reads each next page ahead)."""
+        pages = log._pages
+
+        def watched_pages(session_id: str, since: int, limit: int | None, scan: Any) -> Any:
+            def watched_scan(*args: Any) -> Any:
+                self.look()
+                return scan(*args)
+
+            return pages(session_id, since, limit, watched_scan)
+
+        monkeypatch.setattr(log, "_pages", watched_pages)
+
     def look(self) -> None:
         """Record what holds the first event, at a page read after the first page."""
         if self.first is not None:
@@ -96,6 +111,7 @@ def test_a_reader_reading_its_next_page_holds_none_of_the_last(
 ) -> None:
     watch = PageWatch()
     watch.wrap(monkeypatch, log, "_scan", "_scan_json")
+    watch.wrap_pages(monkeypatch, log)
     events = READERS[reader](log, "s")
     try:
         first = next(events)

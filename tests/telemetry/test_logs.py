@@ -12,7 +12,7 @@ import pytest
 
 from agentlog import SqliteCheckpointer, telemetry
 
-from ..conftest import postgres_conninfo, postgres_schema
+from ..conftest import postgres_conninfo, postgres_schema, undo_postgres_version_7
 from .conftest import make_telemetry
 
 EVENT = {"type": "user", "content": "hello"}
@@ -182,7 +182,7 @@ def test_postgres_schema_steps_and_a_newer_store_are_logged(
     schema = postgres_schema(tmp_path)
     PostgresCheckpointer(postgres_conninfo(), schema=schema).close()
     assert _lines(caplog, "agentlog.postgres") == []  # a new store: created, not stepped
-    pg_admin.execute(f"DROP TABLE {schema}.fork_origins")  # what the last step adds
+    undo_postgres_version_7(pg_admin, schema)  # what the last step adds
     pg_admin.execute(f"UPDATE {schema}.agentlog_version SET version = {SCHEMA_VERSION - 1}")
     PostgresCheckpointer(postgres_conninfo(), schema=schema).close()
     (step,) = _lines(caplog, "agentlog.postgres")
