@@ -40,6 +40,7 @@ from agentlog import engine as engines
 from agentlog.log import BaseCheckpointer
 
 from .postgres_server import PostgresServer, missing_reason
+from .waiting import wait_until
 
 #: Every SQLite engine agentlog has, the preferred first: each is a test case
 #: whether or not it is built here (see require_engine).
@@ -188,6 +189,28 @@ def postgres_conninfo() -> str:
 def postgres_schema(location: Path | str) -> str:
     """The schema of the store that lives at ``location``: one per test directory."""
     return "t_" + hashlib.sha256(str(location).encode()).hexdigest()[:24]
+
+
+def terminate_idle_backends(admin: Any) -> list[int]:
+    """End every idle client backend of the test database but ``admin``'s own
+    (a pool's connections, killed behind its back), and wait until each is
+    gone: the pids ended."""
+    killed = [
+        row[0]
+        for row in admin.execute(
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND application_name = '' AND state = 'idle'"
+        ).fetchall()
+    ]
+
+    def gone() -> bool:
+        alive = admin.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (killed,))
+        return not alive.fetchall()
+
+    # A termination is a signal: each backend, gone, has closed its socket.
+    assert wait_until(gone)
+    return killed
 
 
 def undo_postgres_version_7(conn: Any, schema: str) -> None:

@@ -29,9 +29,9 @@ from ..conftest import (
     OnPostgres,
     postgres_conninfo,
     postgres_schema,
+    terminate_idle_backends,
     undo_postgres_version_7,
 )
-from ..waiting import wait_until
 
 EVENT = {"type": "user", "content": "hello"}
 SCHEMA_VERSION = 7
@@ -389,12 +389,6 @@ def test_a_backend_killed_mid_append_is_a_typed_error_and_the_batch_is_absent(
         assert [e.seq for e in log.read("s")] == [1, 2, 3]
 
 
-def _alive(admin: Any, pids: list[int]) -> list[int]:
-    """Which of the backends ``pids`` are still there."""
-    rows = admin.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchall()
-    return [row[0] for row in rows]
-
-
 def test_reads_survive_connections_the_server_dropped(schema: str, admin: Any) -> None:
     from agentlog import PostgresCheckpointer
 
@@ -403,16 +397,7 @@ def test_reads_survive_connections_the_server_dropped(schema: str, admin: Any) -
     ) as log:
         log.append("s", [EVENT])
         # Every idle connection of the pool is killed behind its back.
-        killed = [
-            row[0]
-            for row in admin.execute(
-                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND application_name = '' AND state = 'idle'"
-            ).fetchall()
-        ]
-        # A termination is a signal: each backend, gone, has closed its socket.
-        assert wait_until(lambda: not _alive(admin, killed))
+        terminate_idle_backends(admin)
         for _ in range(3):  # a read retries on the next connection
             assert log.head("s") == 1
             assert [e.seq for e in log.read("s")] == [1]

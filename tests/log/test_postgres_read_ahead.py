@@ -13,8 +13,7 @@ import pytest
 
 from agentlog import CorruptDatabaseError, PostgresCheckpointer
 
-from ..conftest import postgres_conninfo, postgres_schema
-from ..waiting import wait_until
+from ..conftest import postgres_conninfo, postgres_schema, terminate_idle_backends
 
 PAGE = 10
 
@@ -111,23 +110,7 @@ def test_a_read_ahead_on_a_lost_connection_falls_back_to_the_usual_read(
     calls = _counting(log, monkeypatch)
     reading = log.read("s")
     seqs = [next(reading).seq for _ in range(PAGE)]  # the second page is read ahead
-    killed = [
-        row[0]
-        for row in admin.execute(
-            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            " AND application_name = '' AND state = 'idle'"
-        ).fetchall()
-    ]
-    assert killed
-
-    def gone() -> bool:
-        alive = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (killed,)
-        ).fetchone()
-        return bool(alive[0] == 0)
-
-    assert wait_until(gone)
+    assert terminate_idle_backends(admin)
     seqs += [e.seq for e in reading]
     assert seqs == list(range(1, 36))
     # The third page's read ahead met a dead connection: it was read again,
