@@ -431,7 +431,7 @@ class BaseCheckpointer(Closable, ABC):
         pruned session's retained start (see ``SessionStore.prune``) raises
         :class:`EventsPrunedError`; nothing is skipped silently.
         """
-        return self._read_with(self._scan, session_id, since_seq, limit)
+        return self._read_with(self._read_pages(), session_id, since_seq, limit)
 
     def read_json(
         self, session_id: str, since_seq: int = 0, limit: int | None = None
@@ -444,7 +444,17 @@ class BaseCheckpointer(Closable, ABC):
         naming it after the events before it; pruned events raise
         :class:`EventsPrunedError`.
         """
-        return self._read_with(self._scan_json, session_id, since_seq, limit)
+        return self._read_with(self._read_json_pages(), session_id, since_seq, limit)
+
+    def _read_pages(self) -> Callable[[str, int, int], builtins.list[StoredEvent]]:
+        """The page read of one :meth:`read`: :meth:`_scan`, unless the backend
+        keeps state across one read's pages (PostgreSQL reads each next page
+        ahead)."""
+        return self._scan
+
+    def _read_json_pages(self) -> Callable[[str, int, int], builtins.list[RawEvent]]:
+        """:meth:`_read_pages` for :meth:`read_json`: :meth:`_scan_json`."""
+        return self._scan_json
 
     def _read_with(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
@@ -50,8 +50,6 @@ from ..integrity import (
 from .contract import BaseCheckpointer, PreparedAppend, listings
 
 __all__ = ["PostgresCheckpointer"]
-
-_E = TypeVar("_E", StoredEvent, RawEvent)
 
 
 class PostgresCheckpointer(BaseCheckpointer):
@@ -309,20 +307,13 @@ class PostgresCheckpointer(BaseCheckpointer):
         with OutcomeUnknownIfLost("appending a group"):
             return db.write("appending a group", group, pipelined=plan.pipelined)
 
-    def _read_with(
-        self,
-        scan: Callable[[str, int, int], builtins.list[_E]],
-        session_id: str,
-        since_seq: int,
-        limit: int | None,
-    ) -> Iterator[_E]:
-        # read and read_json: their pages through a reader of their own, which
-        # asks for each next page while it decodes this one (PageReader).
-        if scan == self._scan:
-            scan = cast(Any, PageReader(self._db, self._tenant, operations.stored_page))
-        elif scan == self._scan_json:
-            scan = cast(Any, PageReader(self._db, self._tenant, checked_raw_page))
-        return super()._read_with(scan, session_id, since_seq, limit)
+    # read and read_json: each read has a page reader of its own, which asks
+    # for each next page while it decodes this one.
+    def _read_pages(self) -> Callable[[str, int, int], builtins.list[StoredEvent]]:
+        return PageReader(self._db, self._tenant, operations.stored_page)
+
+    def _read_json_pages(self) -> Callable[[str, int, int], builtins.list[RawEvent]]:
+        return PageReader(self._db, self._tenant, checked_raw_page)
 
     def _scan(self, session_id: str, since_seq: int, limit: int) -> builtins.list[StoredEvent]:
         return self._db.query(
