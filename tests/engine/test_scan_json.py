@@ -55,6 +55,16 @@ def fields(page: list[Any]) -> list[list[tuple[type, object]]]:
     return [[(type(value), value) for value in event] for event in page]
 
 
+def page_errors(cp: SqliteCheckpointer) -> list[tuple[int | None, str]]:
+    """The damaged seq and the message each path's first page of ``s`` raises."""
+    errors: list[tuple[int | None, str]] = []
+    for scan in (cp._engine.scan_json, shared(cp)):
+        with pytest.raises(CorruptDatabaseError) as caught:
+            scan(cp._tenant, "s", 0, 10)
+        errors.append((caught.value.seq, str(caught.value)))
+    return errors
+
+
 @pytest.fixture
 def cp(tmp_path: Path) -> Any:
     require_engine("c")
@@ -106,11 +116,7 @@ def test_rows_without_a_checksum_are_checked_as_the_shared_path_checks(
     with conn:  # written before checksums, and not a JSON object
         conn.execute("UPDATE events SET data = ? WHERE id & 4294967295 = 3", (b"[1]",))
     conn.close()
-    errors: list[tuple[int | None, str]] = []
-    for scan in (cp._engine.scan_json, shared(cp)):
-        with pytest.raises(CorruptDatabaseError) as caught:
-            scan(cp._tenant, "s", 0, 10)
-        errors.append((caught.value.seq, str(caught.value)))
+    errors = page_errors(cp)
     assert errors[0] == errors[1] and errors[0][0] == 3
 
 
@@ -125,11 +131,7 @@ def test_a_damaged_event_raises_the_shared_paths_error(
             (b'{"type":"user","content":"9"}',),
         )
     conn.close()
-    errors: list[tuple[int | None, str]] = []
-    for scan in (cp._engine.scan_json, shared(cp)):
-        with pytest.raises(CorruptDatabaseError) as caught:
-            scan(cp._tenant, "s", 0, 10)
-        errors.append((caught.value.seq, str(caught.value)))
+    errors = page_errors(cp)
     assert errors[0] == errors[1] and errors[0][0] == 4
     # read_json hands out the events before it, then raises naming it.
     seen: list[int] = []
