@@ -370,13 +370,10 @@ class _Telemetry:
         outcome = _outcome(exc, op)
         ended: dict[str, Any] = {"agentlog.outcome": outcome}
         if exc is not None:
-            error_type = type(exc).__qualname__
+            error_type = ended["error.type"] = _failed(span, exc)
             labels = self.labels(
                 *attributes.items(), ("agentlog.outcome", outcome), ("error.type", error_type)
             )
-            ended["error.type"] = error_type
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, str(exc)))
             if outcome == "conflict":
                 self.conflicts.add(1, attributes)
         else:
@@ -644,15 +641,20 @@ class _Follower:
         """The follower stopped (closed, or ``exc``): its span ends, no duration
         recorded (a follower's life is not an operation's latency)."""
         span = self.span
-        span.set_attribute("agentlog.events", self.delivered)
-        if exc is None or isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
-            span.set_attribute("agentlog.outcome", "ok")  # its caller stopped it
-        else:
-            span.set_attribute("agentlog.outcome", _outcome(exc, _Op()))
-            span.set_attribute("error.type", type(exc).__qualname__)
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, str(exc)))
+        ended: dict[str, Any] = {"agentlog.events": self.delivered, "agentlog.outcome": "ok"}
+        # Closed or cancelled: its caller stopped it, which is no failure.
+        if exc is not None and not isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
+            ended["agentlog.outcome"] = _outcome(exc, _Op())
+            ended["error.type"] = _failed(span, exc)
+        span.set_attributes(ended)
         span.end()
+
+
+def _failed(span: Span, exc: BaseException) -> str:
+    """``exc`` recorded on ``span`` (the exception, an error status); its ``error.type``."""
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, str(exc)))
+    return type(exc).__qualname__
 
 
 def _current(span: Span) -> contextlib.AbstractContextManager[Span]:
