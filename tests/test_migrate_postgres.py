@@ -15,7 +15,7 @@ import agentlog.migrate.sources as migrate_sources
 from agentlog import FileCheckpointer, SqliteCheckpointer, SqliteStorage
 from agentlog.cli import main
 from agentlog.migrate import MigrationError, legacy_value, migrate
-from tests.conftest import postgres_schema
+from tests.conftest import postgres_schema, undo_postgres_version_7
 from tests.test_migrate_fidelity import FIXTURES
 
 
@@ -235,6 +235,7 @@ def test_a_version_2_store_gains_the_ledger_when_migrated_into(
     admin.execute(f"ALTER TABLE {schema}.events DROP COLUMN crc")  # version 4's
     admin.execute(f"DROP TABLE {schema}.append_keys")  # version 5's
     admin.execute(f"DROP TABLE {schema}.fork_origins")  # version 6's
+    undo_postgres_version_7(admin, schema)
     admin.execute(f"UPDATE {schema}.agentlog_version SET version = 2")
     plan = migrate(sqlite_source, url, schema=schema, tenant="acme", dry_run=True)
     assert {s.action for s in plan.sessions} == {"migrate"}  # no ledger yet: nothing skipped
