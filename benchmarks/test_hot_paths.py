@@ -153,6 +153,22 @@ async def _open(path: Path, engine: str) -> AsyncSqliteCheckpointer:
     return AsyncSqliteCheckpointer(path, engine=engine)
 
 
+def test_layout_runs_every_layout_on_both_workloads(tmp_path: Path) -> None:
+    """benchmarks/layout.py end to end, small: a row per workload and layout,
+    each a positive time, the base layout's ratio 1 (each layout's appends
+    check the head they end at)."""
+    from benchmarks import layout
+
+    out = tmp_path / "layout.json"
+    layout.main(["--rounds", "1", "--appends", "60", "--sessions", "7", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [(row["workload"], row["layout"]) for row in rows] == [
+        (workload, name) for workload in ("one session", "spread over 7") for name in layout.LAYOUTS
+    ]
+    assert all(row["us_per_append"] > 0 for row in rows)
+    assert [row["ratio"] for row in rows if row["layout"] == layout.BASE] == [1.0, 1.0]
+
+
 def test_growth_runs_at_tiny_sizes(tmp_path: Path) -> None:
     """benchmarks/growth.py end to end at tiny sizes: a row per size, a
     sessions row, every figure a positive number, and the plot drawn."""

@@ -47,9 +47,10 @@ def test_the_micro_benchmarks_run_as_tests(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     engines = 2 if "c" in AVAILABLE else 1
-    # ... and growth.py's smoke test, once (skipped without matplotlib).
+    # ... and layout.py's and growth.py's smoke tests, once each (growth's is
+    # skipped without matplotlib).
     growth = "1 passed" if importlib.util.find_spec("matplotlib") else "1 skipped"
-    passed = 8 * engines + (growth == "1 passed")
+    passed = 8 * engines + 1 + (growth == "1 passed")
     assert f"{passed} passed" in run.stdout, run.stdout[-2000:]
     if growth == "1 skipped":
         assert "1 skipped" in run.stdout, run.stdout[-2000:]
