@@ -30,8 +30,12 @@ END = "<!-- benchmarks: end -->"
 #: Column order and headings; a system the run did not measure has no column.
 SYSTEMS = {
     "raw-c": "raw C",
+    "raw-c-min": "raw C, minimal schema",
     "agentlog-c": "agentlog C",
     "agentlog-python": "agentlog pure",
+    "apsw-orjson": "apsw + orjson",
+    "sqlite3-msgspec": "sqlite3 + msgspec",
+    "sqlite3-bytes": "sqlite3, bytes only",
     "openai-agents": "OpenAI Agents",
     "langgraph": "LangGraph",
     "eventsourcing": "eventsourcing",
@@ -168,7 +172,8 @@ def bytes_table(data: dict[str, Any]) -> list[str]:
 
 def memory_table(data: dict[str, Any]) -> list[str]:
     results = [r for r in data["results"] if r["scenario"]["kind"] == "replay"]
-    systems = [s for s in SYSTEMS if s != "raw-c" and any(s in cells_of(r) for r in results)]
+    measured = [s for s in SYSTEMS if any(s in cells_of(r) for r in results)]
+    systems = [s for s in measured if not s.startswith("raw-c")]
     return by_system(
         "RSS growth while replaying (peak)",
         results,
