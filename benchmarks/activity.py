@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlog import SqliteCheckpointer
-from benchmarks.workload import events
+from benchmarks.workload import events, median_ratio, rotated
 
 FORMS = ("none", "mtime", "second")
 LABELS = ("one session", "spread")
@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             make_file(path, form, args.sessions, args.engine)
         rates: dict[tuple[str, str], list[float]] = {}
         for round_ in range(args.rounds):
-            order = FORMS[round_ % 3 :] + FORMS[: round_ % 3]
-            for form in order:
+            for form in rotated(FORMS, round_):
                 for label, spread in zip(LABELS, (1, args.sessions), strict=True):
                     rate = time_appends(files[form], args.engine, args.appends, spread)
                     rates.setdefault((form, label), []).append(rate)
@@ -114,12 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row: dict[str, float] = {}
             for label in LABELS:
                 row[label] = statistics.median(rates[form, label])
-                # Each round's ratio to "none" in that round, then their median:
-                # side by side, so the machine's drift between rounds cancels.
-                ratios = [
-                    a / b for a, b in zip(rates[form, label], rates["none", label], strict=True)
-                ]
-                row[f"{label} ratio"] = statistics.median(ratios)
+                row[f"{label} ratio"] = median_ratio(rates[form, label], rates["none", label])
             row["first_page_us"] = time_first_page(files[form], args.engine)
             results["forms"][form] = row
     print(

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.workload import events
+from benchmarks.workload import events, median_ratio, rotated
 
 _TABLES = (
     "CREATE TABLE sessions (sid INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL,"
@@ -117,18 +117,15 @@ def run(rounds: int, appends: int, sessions: int, directory: Path) -> list[dict[
     for label, spread in (("one session", 1), (f"spread over {sessions}", sessions)):
         times: dict[str, list[float]] = {name: [] for name in LAYOUTS}
         for round_ in range(rounds):
-            names = list(LAYOUTS)
-            names = names[round_ % len(names) :] + names[: round_ % len(names)]
-            for name in names:
+            for name in rotated(list(LAYOUTS), round_):
                 times[name].append(time_layout(directory, LAYOUTS[name], appends, spread))
         for name, measured in times.items():
-            ratios = [base / mine for base, mine in zip(times[BASE], measured, strict=True)]
             rows.append(
                 {
                     "workload": label,
                     "layout": name,
                     "us_per_append": statistics.median(measured),
-                    "ratio": statistics.median(ratios),
+                    "ratio": median_ratio(times[BASE], measured),  # above 1: faster
                 }
             )
     return rows

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import random
+import statistics
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 KINDS = ("user", "assistant", "tool_started", "tool_result")
 # The words the generated texts are made of.
@@ -33,6 +37,19 @@ def events(count: int, seed: int = 20261129) -> list[dict[str, Any]]:
             event["is_error"] = rng.random() < 0.05
         out.append(event)
     return out
+
+
+def rotated(items: Sequence[_T], round_: int) -> list[_T]:
+    """``items`` starting at ``round_``'s place: each round of a side-by-side
+    measurement takes them in a new order, so none is always first."""
+    at = round_ % len(items)
+    return [*items[at:], *items[:at]]
+
+
+def median_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """The median of each round's ratio of two figures measured side by side in
+    that round, so the machine's drift between rounds cancels."""
+    return statistics.median(a / b for a, b in zip(numerators, denominators, strict=True))
 
 
 def time_threads_appending(log: Any, events: list[Any], threads: int) -> float:
